@@ -1,0 +1,59 @@
+#include "base/metrics_exposer.h"
+
+#include <civetweb.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::metrics {
+namespace {
+
+int HandleMetrics(mg_connection* conn, void* data) {
+  const auto* registry = static_cast<const Registry*>(data);
+  const mg_request_info* info = mg_get_request_info(conn);
+  if (std::strcmp(info->request_method, "GET") != 0 && std::strcmp(info->request_method, "HEAD") != 0) {
+    mg_printf(conn, "HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    return 405;
+  }
+  std::string body = registry->Serialize();
+  mg_printf(conn,
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+            "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+            body.size());
+  if (std::strcmp(info->request_method, "GET") == 0) mg_write(conn, body.data(), body.size());
+  return 200;
+}
+
+int HandleNotFound(mg_connection* conn, void*) {
+  mg_printf(conn, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+  return 404;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(const std::string& address,
+                                                                     const Registry* registry) {
+  static std::once_flag init;
+  std::call_once(init, [] { mg_init_library(0); });
+  const char* options[] = {"listening_ports", address.c_str(), "num_threads", "2", nullptr};
+  mg_callbacks callbacks{};
+  // civetweb logs bind failures through this callback; the status below says it instead.
+  callbacks.log_message = [](const mg_connection*, const char*) { return 1; };
+  mg_context* ctx = mg_start(&callbacks, nullptr, options);
+  if (ctx == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot serve /metrics on ", address,
+                                               " (address in use or invalid)"));
+  }
+  mg_set_request_handler(ctx, "/metrics$", HandleMetrics, const_cast<Registry*>(registry));
+  mg_set_request_handler(ctx, "/", HandleNotFound, nullptr);
+  mg_server_port ports[1];
+  int n = mg_get_server_ports(ctx, 1, ports);
+  int port = n > 0 ? ports[0].port : 0;
+  return std::unique_ptr<MetricsExposer>(new MetricsExposer(ctx, port));
+}
+
+MetricsExposer::~MetricsExposer() { mg_stop(ctx_); }
+
+}  // namespace strata::metrics

@@ -1,0 +1,379 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/log.h"
+#include "absl/strings/str_cat.h"
+#include "engine/random.h"
+#include "engine/stop_strings.h"
+#include "kernels/cpu_kernels.h"
+
+namespace strata::engine {
+
+// The engine's counters, following the names dashboards are built on.
+struct Engine::Metrics {
+  explicit Metrics(metrics::Registry& r)
+      : ttft(r.AddHistogram("strata_ttft_seconds", "Time from request arrival to first token.",
+                            metrics::ExponentialBuckets(0.001, 2, 16)).WithLabels({})),
+        prefill_computed(r.AddCounter("strata_prefill_tokens_total",
+                                      "Prompt tokens by source: computed or reused from cache.")
+                             .WithLabels({{"source", "computed"}})),
+        prefill_reused(r.AddCounter("strata_prefill_tokens_total", "")
+                           .WithLabels({{"source", "reused"}})),
+        generated(r.AddCounter("strata_generated_tokens_total", "Tokens generated.").WithLabels({})),
+        lookups(r.AddCounter("strata_cache_lookups_total",
+                             "Session cache lookups (one per admitted turn with the cache on).")
+                    .WithLabels({})),
+        hits(&r.AddCounter("strata_cache_hits_total",
+                           "Lookups that reused a cached prefix, by the tier that served it.")),
+        batch_size(r.AddHistogram("strata_batch_size", "Turns in one forward step.",
+                                  metrics::ExponentialBuckets(1, 2, 8)).WithLabels({})),
+        queue_depth(r.AddGauge("strata_queue_depth", "Turns waiting for admission.").WithLabels({})),
+        running(r.AddGauge("strata_running_turns", "Turns being computed.").WithLabels({})) {
+    for (const char* tier : {"hbm", "host", "ssd"}) hits->WithLabels({{"tier", tier}});
+  }
+  metrics::Histogram& ttft;
+  metrics::Counter& prefill_computed;
+  metrics::Counter& prefill_reused;
+  metrics::Counter& generated;
+  metrics::Counter& lookups;
+  metrics::Family<metrics::Counter>* hits;
+  metrics::Histogram& batch_size;
+  metrics::Gauge& queue_depth;
+  metrics::Gauge& running;
+};
+
+struct Engine::Running {
+  TurnRequest request;
+  std::shared_ptr<TurnStream> stream;
+  std::string session_key;
+  std::unique_ptr<SequenceKv> kv;
+  std::vector<int32_t> tokens;  // prompt, then every generated token
+  int64_t computed = 0;         // tokens whose KV is in kv: [0, computed)
+  int64_t reused = 0;           // of those, loaded from the session cache
+  storage::Tier tier = storage::Tier::kNone;
+  int64_t generated = 0;
+  std::vector<float> logits;
+  SplitMix64 rng{0};
+  Utf8StreamDecoder utf8;
+  StopStringFilter stop_filter{{}};
+  bool first_token_sent = false;
+  double ttft_ms = 0;
+  int step_tokens = 0;  // tokens fed in the current step
+};
+
+absl::Status EngineOptions::Validate() const {
+  if (max_running <= 0 || max_step_tokens <= 0 || max_new_tokens_limit <= 0 || max_queued <= 0) {
+    return absl::InvalidArgumentError("engine limits must be positive");
+  }
+  return absl::OkStatus();
+}
+
+storage::ChunkLayout Engine::ChunkLayoutFor(const ModelConfig& config, int chunk_tokens) {
+  return storage::ChunkLayout{.layers = config.num_layers,
+                              .chunk_tokens = chunk_tokens,
+                              .row_bytes = static_cast<int64_t>(config.kv_dim()) * sizeof(float)};
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
+                                                       std::unique_ptr<CpuModel> model,
+                                                       const Tokenizer* tokenizer,
+                                                       storage::SessionStore* store,
+                                                       metrics::Registry* registry) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  if (model == nullptr || tokenizer == nullptr) {
+    return absl::InvalidArgumentError("engine needs a model and a tokenizer");
+  }
+  if (tokenizer->vocab_size() > model->config().vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer vocabulary (", tokenizer->vocab_size(),
+                                                   ") exceeds the model's (", model->config().vocab_size, ")"));
+  }
+  if (store != nullptr) {
+    storage::ChunkLayout want = ChunkLayoutFor(model->config(), store->layout().chunk_tokens);
+    if (!(store->layout() == want)) {
+      return absl::InvalidArgumentError("session store chunk layout does not fit the model");
+    }
+  }
+  return std::unique_ptr<Engine>(new Engine(options, std::move(model), tokenizer, store, registry));
+}
+
+Engine::Engine(const EngineOptions& options, std::unique_ptr<CpuModel> model,
+               const Tokenizer* tokenizer, storage::SessionStore* store,
+               metrics::Registry* registry)
+    : options_(options), model_(std::move(model)), tokenizer_(tokenizer), store_(store) {
+  if (registry != nullptr) metrics_ = std::make_unique<Metrics>(*registry);
+  loop_ = std::thread([this] { Loop(); });
+}
+
+Engine::~Engine() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  loop_.join();
+  absl::MutexLock lock(&mu_);
+  for (Queued& q : queue_) q.stream->Fail(absl::UnavailableError("the server is shutting down"));
+  queue_.clear();
+}
+
+std::string Engine::SessionMapKey(const storage::SessionKey& key) {
+  std::string k = key.tenant;
+  k.push_back('\0');
+  k += key.session_id;
+  return k;
+}
+
+absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) {
+  const ModelConfig& c = config();
+  const int64_t prompt = static_cast<int64_t>(request.prompt.size());
+  if (prompt == 0) return absl::InvalidArgumentError("the conversation is empty");
+  for (size_t i = 0; i < request.prompt.size(); ++i) {
+    int32_t t = request.prompt[i];
+    if (t < 0 || t >= tokenizer_->vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("token_ids[", i, "] = ", t,
+                                                     " is outside the vocabulary [0, ",
+                                                     tokenizer_->vocab_size(), ")"));
+    }
+  }
+  if (prompt >= c.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("the conversation is ", prompt,
+                                                   " tokens; the model's context holds ",
+                                                   c.max_context, " (prompt plus at least one new token)"));
+  }
+  if (request.max_new_tokens < 1 || request.max_new_tokens > options_.max_new_tokens_limit) {
+    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens must be in 1..",
+                                                   options_.max_new_tokens_limit, ", got ",
+                                                   request.max_new_tokens));
+  }
+  const SamplingOptions& s = request.sampling;
+  if (!std::isfinite(s.temperature) || s.temperature < 0) {
+    return absl::InvalidArgumentError("temperature must be a finite number >= 0");
+  }
+  if (!std::isfinite(s.top_p) || s.top_p < 0 || s.top_p > 1) {
+    return absl::InvalidArgumentError("top_p must be in [0, 1]");
+  }
+  if (static_cast<int>(request.stop.size()) > options_.max_stop_strings) {
+    return absl::InvalidArgumentError(absl::StrCat("at most ", options_.max_stop_strings, " stop strings"));
+  }
+  for (const std::string& stop : request.stop) {
+    if (stop.empty() || static_cast<int>(stop.size()) > options_.max_stop_string_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("stop strings must be 1..",
+                                                     options_.max_stop_string_bytes, " bytes"));
+    }
+  }
+  // The context bounds the answer: the prompt and the new tokens must fit.
+  request.max_new_tokens = static_cast<int>(
+      std::min<int64_t>(request.max_new_tokens, c.max_context - prompt));
+
+  auto stream = std::make_shared<TurnStream>();
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("the server is shutting down");
+  if (static_cast<int>(queue_.size()) >= options_.max_queued) {
+    return absl::ResourceExhaustedError(absl::StrCat("the queue holds ", queue_.size(),
+                                                     " turns; try again later"));
+  }
+  queue_.push_back(Queued{std::move(request), stream});
+  if (metrics_) metrics_->queue_depth.Set(static_cast<double>(queue_.size()));
+  return stream;
+}
+
+EngineStats Engine::Stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+std::vector<Engine::Queued> Engine::AdmitLocked() {
+  std::vector<Queued> admitted;
+  size_t room = static_cast<size_t>(options_.max_running) - running_.size();
+  for (auto it = queue_.begin(); it != queue_.end() && admitted.size() < room;) {
+    std::string key = SessionMapKey(it->request.key);
+    if (active_sessions_.contains(key)) {
+      ++it;  // the session's previous turn is still running: this one waits its turn
+      continue;
+    }
+    active_sessions_.insert(std::move(key));
+    admitted.push_back(std::move(*it));
+    it = queue_.erase(it);
+  }
+  return admitted;
+}
+
+std::unique_ptr<Engine::Running> Engine::Start(Queued queued) {
+  auto r = std::make_unique<Running>();
+  r->request = std::move(queued.request);
+  r->stream = std::move(queued.stream);
+  r->session_key = SessionMapKey(r->request.key);
+  r->tokens = r->request.prompt;
+  r->rng = SplitMix64(r->request.sampling.seed);
+  r->stop_filter = StopStringFilter(r->request.stop);
+  const ModelConfig& c = config();
+  const int64_t prompt = static_cast<int64_t>(r->tokens.size());
+  r->kv = std::make_unique<SequenceKv>(c.num_layers, c.kv_dim(), prompt + r->request.max_new_tokens);
+  r->logits.resize(static_cast<size_t>(c.vocab_size));
+  if (store_ != nullptr) {
+    if (metrics_) metrics_->lookups.Increment();
+    // At least the last prompt token is computed: its logits give the first new token.
+    storage::PrefixMatch match = store_->Match(r->request.key, r->tokens, prompt - 1);
+    if (match.tokens > 0) {
+      const storage::ChunkLayout& layout = store_->layout();
+      auto read = store_->Read(r->request.key, match.tokens,
+                               [&](int64_t begin, int count, absl::Span<const std::byte> payload) {
+        for (int i = 0; i < count; ++i) {
+          for (int l = 0; l < c.num_layers; ++l) {
+            const auto* k = reinterpret_cast<const float*>(payload.data() + layout.RowOffset(l, 0, i));
+            const auto* v = reinterpret_cast<const float*>(payload.data() + layout.RowOffset(l, 1, i));
+            model_->PlaceLoadedKv(*r->kv, l, begin + i, k, v);
+          }
+        }
+      });
+      r->reused = read.ok() ? *read : 0;
+      if (r->reused > 0) {
+        r->tier = match.tier;
+        if (metrics_) metrics_->hits->WithLabels({{"tier", storage::TierName(match.tier)}}).Increment();
+      }
+    }
+  }
+  r->computed = r->reused;
+  if (metrics_) {
+    metrics_->prefill_reused.Increment(static_cast<double>(r->reused));
+    metrics_->prefill_computed.Increment(static_cast<double>(prompt - r->reused));
+  }
+  return r;
+}
+
+void Engine::Loop() {
+  for (;;) {
+    std::vector<Queued> admitted;
+    {
+      absl::MutexLock lock(&mu_);
+      if (running_.empty()) {
+        // Idle: sleep until a turn arrives. (The condition reads only guarded state: absl
+        // may evaluate it on another thread.)
+        auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopping_ || !queue_.empty();
+        };
+        mu_.Await(absl::Condition(&has_work));
+      }
+      if (stopping_) break;
+      admitted = AdmitLocked();
+      if (metrics_) metrics_->queue_depth.Set(static_cast<double>(queue_.size()));
+    }
+    for (Queued& q : admitted) running_.push_back(Start(std::move(q)));
+    Step();
+  }
+  for (auto& r : running_) r->stream->Fail(absl::UnavailableError("the server is shutting down"));
+  running_.clear();
+}
+
+void Engine::Step() {
+  // Cancelled turns leave first; what they computed is still saved.
+  for (auto& r : running_) {
+    if (r->stream->cancelled()) End(*r, FinishReason::kCancelled);
+  }
+  std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->kv == nullptr; });
+  if (running_.empty()) return;
+
+  // Decodes first (one token each), then prompt chunks within the step's token budget.
+  int budget = options_.max_step_tokens;
+  std::vector<ForwardEntry> batch;
+  std::vector<Running*> in_batch;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& rp : running_) {
+      Running& r = *rp;
+      const int64_t pending = static_cast<int64_t>(r.tokens.size()) - r.computed;
+      const bool decoding = r.computed >= static_cast<int64_t>(r.request.prompt.size());
+      if ((pass == 0) != decoding || pending <= 0 || budget <= 0) continue;
+      int n = static_cast<int>(std::min<int64_t>(pending, budget));
+      budget -= n;
+      r.step_tokens = n;
+      const bool last = r.computed + n == static_cast<int64_t>(r.tokens.size());
+      batch.push_back(ForwardEntry{r.kv.get(), r.computed,
+                                   absl::Span<const int32_t>(r.tokens.data() + r.computed, n),
+                                   last ? r.logits.data() : nullptr});
+      in_batch.push_back(&r);
+    }
+  }
+  model_->Forward(batch);
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.steps;
+    stats_.max_batch_turns = std::max<int64_t>(stats_.max_batch_turns, static_cast<int64_t>(batch.size()));
+  }
+  if (metrics_) {
+    metrics_->batch_size.Observe(static_cast<double>(batch.size()));
+    metrics_->running.Set(static_cast<double>(running_.size()));
+  }
+  for (Running* r : in_batch) {
+    r->computed += r->step_tokens;
+    if (r->computed == static_cast<int64_t>(r->tokens.size())) AfterStep(*r);
+  }
+  std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->kv == nullptr; });
+}
+
+bool Engine::AfterStep(Running& r) {
+  const SamplingOptions& s = r.request.sampling;
+  const int32_t token = kernels::SampleToken(r.logits.data(), config().vocab_size, s.temperature,
+                                             s.top_p, s.temperature > 0 ? r.rng.Uniform() : 0.0);
+  ++r.generated;
+  if (metrics_) metrics_->generated.Increment();
+  if (!r.first_token_sent) {
+    r.first_token_sent = true;
+    r.ttft_ms = absl::ToDoubleMilliseconds(absl::Now() - r.request.arrival);
+    if (metrics_) metrics_->ttft.Observe(r.ttft_ms / 1000.0);
+  }
+  const bool stop_token = tokenizer_->IsStopToken(token);
+  std::string text = stop_token ? std::string() : r.utf8.Feed(tokenizer_->TokenBytes(token));
+  std::string visible = r.stop_filter.Feed(text);
+  const bool length = r.generated >= r.request.max_new_tokens;
+  if (stop_token || r.stop_filter.stopped() || length) {
+    if (!r.stop_filter.stopped()) visible += r.stop_filter.Feed(r.utf8.Flush());
+    if (!r.stop_filter.stopped()) visible += r.stop_filter.Flush();
+    r.stream->PushDelta({&token, 1}, visible);
+    End(r, (stop_token || r.stop_filter.stopped()) ? FinishReason::kStop : FinishReason::kLength);
+    return true;
+  }
+  r.stream->PushDelta({&token, 1}, visible);
+  r.tokens.push_back(token);  // fed in the next step
+  return false;
+}
+
+void Engine::End(Running& r, FinishReason reason) {
+  if (store_ != nullptr && r.computed > 0) {
+    const storage::ChunkLayout& layout = store_->layout();
+    const ModelConfig& c = config();
+    const size_t row = static_cast<size_t>(layout.row_bytes);
+    absl::Status saved = store_->Save(
+        r.request.key, absl::Span<const int32_t>(r.tokens.data(), static_cast<size_t>(r.computed)),
+        r.reused, [&](int64_t begin, int count, absl::Span<std::byte> payload) {
+          for (int l = 0; l < c.num_layers; ++l) {
+            for (int i = 0; i < count; ++i) {
+              std::memcpy(payload.data() + layout.RowOffset(l, 0, i), r.kv->k_raw(l, begin + i), row);
+              std::memcpy(payload.data() + layout.RowOffset(l, 1, i), r.kv->v(l, begin + i), row);
+            }
+          }
+        });
+    if (!saved.ok() && !absl::IsResourceExhausted(saved)) {
+      LOG(WARNING) << "session cache save failed: " << saved;
+    }
+  }
+  TurnResult result;
+  result.usage.prompt_tokens = static_cast<int64_t>(r.request.prompt.size());
+  result.usage.cached_tokens = r.reused;
+  result.usage.computed_tokens = result.usage.prompt_tokens - r.reused;
+  result.usage.completion_tokens = r.generated;
+  result.cache_tier = r.tier;
+  result.ttft_ms = r.ttft_ms;
+  result.finish = reason;
+  if (reason == FinishReason::kCancelled) {
+    r.stream->Fail(absl::CancelledError("the client cancelled the turn"));
+  } else {
+    r.stream->Finish(result);
+  }
+  r.kv.reset();  // marks the turn as ended for the step's clean-up
+  absl::MutexLock lock(&mu_);
+  active_sessions_.erase(r.session_key);
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,112 @@
+// Engine: continuous batching of chat turns over one model, with each session's KV kept
+// in the session cache between turns.
+//
+// A turn is queued by Submit(). The engine loop (one thread, owned by the Engine) admits
+// queued turns whose session is not already running (two turns of one session never
+// interleave on its KV), finds the longest prefix of the conversation the session cache
+// holds, places that KV (rotating K to its position), and then runs steps: each step is
+// one forward pass over the decode token of every running turn plus chunks of the
+// prompts still being prefilled. When a turn ends its new KV is saved to the cache.
+#ifndef STRATA_ENGINE_ENGINE_H_
+#define STRATA_ENGINE_ENGINE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "base/metrics.h"
+#include "engine/cpu_model.h"
+#include "engine/tokenizer.h"
+#include "engine/turn.h"
+#include "storage/session_store.h"
+
+namespace strata::engine {
+
+struct EngineOptions {
+  int max_running = 64;           // turns in one batch
+  int max_step_tokens = 512;      // tokens in one forward step (decodes + prefill chunks)
+  int max_new_tokens_limit = 4096;
+  int max_queued = 1024;          // turns waiting for admission
+  int max_stop_strings = 8;
+  int max_stop_string_bytes = 256;
+
+  absl::Status Validate() const;
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t max_batch_turns = 0;  // most turns seen in one step
+};
+
+class Engine {
+ public:
+  // `store` may be null: the session cache is off and every turn computes its whole
+  // prompt. `registry` may be null (no metrics). `tokenizer` must outlive the engine.
+  // InvalidArgument when the options do not validate or the store's chunk layout does
+  // not fit the model.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options,
+                                                        std::unique_ptr<CpuModel> model,
+                                                        const Tokenizer* tokenizer,
+                                                        storage::SessionStore* store,
+                                                        metrics::Registry* registry);
+  // Stops the loop; turns still queued or running end with Unavailable.
+  ~Engine();
+
+  // Queues a turn. Returns InvalidArgument (with what is wrong) for an empty prompt, a
+  // token outside the vocabulary, a prompt that does not fit the context, a
+  // max_new_tokens outside 1..limit, bad sampling values or stop strings;
+  // ResourceExhausted when the queue is full. Nothing is changed on error.
+  // Thread-safe; never blocks on the engine loop.
+  absl::StatusOr<std::shared_ptr<TurnStream>> Submit(TurnRequest request);
+
+  const ModelConfig& config() const { return model_->config(); }
+  const CpuModel& model() const { return *model_; }
+  EngineStats Stats() const;
+  // The chunk layout the session cache must use for this model (fp32 K/V rows).
+  static storage::ChunkLayout ChunkLayoutFor(const ModelConfig& config, int chunk_tokens);
+
+ private:
+  struct Queued {
+    TurnRequest request;
+    std::shared_ptr<TurnStream> stream;
+  };
+  struct Running;
+  struct Metrics;
+
+  Engine(const EngineOptions& options, std::unique_ptr<CpuModel> model, const Tokenizer* tokenizer,
+         storage::SessionStore* store, metrics::Registry* registry);
+  static std::string SessionMapKey(const storage::SessionKey& key);
+  void Loop();
+  std::vector<Queued> AdmitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::unique_ptr<Running> Start(Queued queued);
+  void Step();
+  // Samples after a step; returns true when the turn has ended.
+  bool AfterStep(Running& r);
+  void End(Running& r, FinishReason reason);
+
+  const EngineOptions options_;
+  std::unique_ptr<CpuModel> model_;
+  const Tokenizer* tokenizer_;
+  storage::SessionStore* store_;
+  std::unique_ptr<Metrics> metrics_;
+
+  mutable absl::Mutex mu_;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> active_sessions_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+
+  std::vector<std::unique_ptr<Running>> running_;  // engine loop only
+  std::thread loop_;
+};
+
+}  // namespace strata::engine
+
+#endif  // STRATA_ENGINE_ENGINE_H_

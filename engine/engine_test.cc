@@ -1,0 +1,229 @@
+#include "engine/engine.h"
+
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace strata::engine {
+namespace {
+
+struct TurnOutput {
+  std::vector<int32_t> tokens;
+  std::string text;
+  TurnResult result;
+  absl::Status status;
+};
+
+TurnOutput Collect(std::shared_ptr<TurnStream> stream) {
+  TurnOutput out;
+  TurnStream::Event e;
+  while (stream->Next(&e, absl::Seconds(60))) {
+    out.tokens.insert(out.tokens.end(), e.token_ids.begin(), e.token_ids.end());
+    out.text += e.text;
+    if (!e.error.ok()) out.status = e.error;
+    if (e.done) out.result = *e.done;
+  }
+  return out;
+}
+
+ModelConfig SmallConfig() {
+  ModelConfig c = ModelConfig::Builtin();
+  c.hidden_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.intermediate_size = 128;
+  c.max_context = 512;
+  return c;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void Build(bool cache, EngineOptions options = {}, int64_t cache_bytes = 64 << 20) {
+    engine_.reset();
+    store_.reset();
+    ModelConfig c = SmallConfig();
+    auto model = std::make_unique<CpuModel>(ModelWeights::Random(c, 99, tokenizer_.SilentTokens()));
+    if (cache) {
+      storage::SessionStoreOptions so;
+      so.layout = Engine::ChunkLayoutFor(c, 16);
+      so.host_capacity_bytes = cache_bytes;
+      so.model_fingerprint = model->weights().fingerprint();
+      store_ = *storage::SessionStore::Create(so);
+    }
+    auto e = Engine::Create(options, std::move(model), &tokenizer_, store_.get(), nullptr);
+    ASSERT_TRUE(e.ok()) << e.status();
+    engine_ = *std::move(e);
+  }
+
+  TurnOutput Run(const std::string& session, const std::vector<ChatMessage>& messages, int max_new = 12) {
+    TurnRequest r;
+    r.key = {"t", session};
+    r.prompt = *tokenizer_.RenderChat(messages);
+    r.max_new_tokens = max_new;
+    auto stream = engine_->Submit(std::move(r));
+    EXPECT_TRUE(stream.ok()) << stream.status();
+    return Collect(*stream);
+  }
+
+  // Three turns, each appending the answer and a new user message.
+  std::vector<TurnOutput> ThreeTurns(const std::string& session) {
+    std::vector<ChatMessage> conv;
+    std::vector<TurnOutput> outs;
+    for (const char* user : {"Hello there, strata.", "Tell me more about caches.", "Thanks!"}) {
+      conv.push_back({"user", user});
+      outs.push_back(Run(session, conv));
+      conv.push_back({"assistant", outs.back().text});
+    }
+    return outs;
+  }
+
+  ByteTokenizer tokenizer_;
+  std::unique_ptr<storage::SessionStore> store_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(EngineTest, LaterTurnsComputeOnlyNewTokens) {
+  Build(/*cache=*/true);
+  auto outs = ThreeTurns("s");
+  EXPECT_EQ(outs[0].result.usage.cached_tokens, 0);
+  EXPECT_EQ(outs[0].result.cache_tier, storage::Tier::kNone);
+  for (int t = 1; t < 3; ++t) {
+    const TurnUsage& u = outs[t].result.usage;
+    const TurnUsage& prev = outs[t - 1].result.usage;
+    // Everything of the previous turn whose KV was computed is reused: its prompt and
+    // every answer token but the last (which was sampled, never fed).
+    EXPECT_EQ(u.cached_tokens, prev.prompt_tokens + prev.completion_tokens - 1) << "turn " << t + 1;
+    EXPECT_EQ(u.computed_tokens, u.prompt_tokens - u.cached_tokens);
+    EXPECT_EQ(outs[t].result.cache_tier, storage::Tier::kHost);
+  }
+}
+
+TEST_F(EngineTest, CachedAnswersEqualUncachedAnswers) {
+  Build(/*cache=*/true);
+  auto cached = ThreeTurns("s");
+  Build(/*cache=*/false);
+  auto uncached = ThreeTurns("s");
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_EQ(cached[t].tokens, uncached[t].tokens) << "turn " << t + 1;
+    EXPECT_EQ(uncached[t].result.usage.cached_tokens, 0);
+  }
+}
+
+TEST_F(EngineTest, EditedHistoryReusesOnlyTheUnchangedPrefix) {
+  Build(/*cache=*/true);
+  std::vector<ChatMessage> conv = {{"user", "The first question is long enough."}};
+  TurnOutput first = Run("s", conv);
+  std::vector<ChatMessage> edited = {{"user", "The first question is LONG enough."}, {"user", "again"}};
+  TurnOutput second = Run("s", edited);
+  // Tokens: <bos> <|user|> "The first question is " (22 bytes) match, then the edit.
+  EXPECT_EQ(second.result.usage.cached_tokens, 2 + 22);
+  Build(/*cache=*/false);
+  EXPECT_EQ(Run("s", edited).tokens, second.tokens);
+}
+
+TEST_F(EngineTest, ConcurrentSessionsShareDecodeSteps) {
+  Build(/*cache=*/true);
+  std::vector<std::shared_ptr<TurnStream>> streams;
+  for (int i = 0; i < 8; ++i) {
+    TurnRequest r;
+    r.key = {"t", "s" + std::to_string(i)};
+    r.prompt = *tokenizer_.RenderChat({{"user", "hi " + std::to_string(i)}});
+    r.max_new_tokens = 16;
+    streams.push_back(*engine_->Submit(std::move(r)));
+  }
+  for (auto& s : streams) EXPECT_TRUE(Collect(s).status.ok());
+  EXPECT_GT(engine_->Stats().max_batch_turns, 1) << "turns of different sessions were not batched";
+}
+
+TEST_F(EngineTest, TurnsOfOneSessionRunOneAfterTheOther) {
+  Build(/*cache=*/true);
+  std::vector<ChatMessage> conv = {{"user", "first message of the session"}};
+  TurnRequest a;
+  a.key = {"t", "same"};
+  a.prompt = *tokenizer_.RenderChat(conv);
+  a.max_new_tokens = 8;
+  TurnRequest b = a;
+  b.prompt.insert(b.prompt.end(), {'x', 'y', 'z'});
+  auto sa = *engine_->Submit(std::move(a));
+  auto sb = *engine_->Submit(std::move(b));
+  TurnOutput oa = Collect(sa), ob = Collect(sb);
+  ASSERT_TRUE(oa.status.ok() && ob.status.ok());
+  // b was admitted only after a saved its KV, so it reuses a's whole prompt.
+  EXPECT_EQ(ob.result.usage.cached_tokens, oa.result.usage.prompt_tokens);
+}
+
+TEST_F(EngineTest, RejectsBadTurnsWithoutSideEffects) {
+  Build(/*cache=*/true);
+  auto bad = [&](auto mutate) {
+    TurnRequest r;
+    r.key = {"t", "s"};
+    r.prompt = {ByteTokenizer::kBos, 'a'};
+    r.max_new_tokens = 4;
+    mutate(r);
+    return engine_->Submit(std::move(r)).status();
+  };
+  EXPECT_TRUE(absl::IsInvalidArgument(bad([](TurnRequest& r) { r.prompt.clear(); })));
+  EXPECT_TRUE(absl::IsInvalidArgument(bad([](TurnRequest& r) { r.prompt.push_back(100000); })));
+  EXPECT_TRUE(absl::IsInvalidArgument(bad([](TurnRequest& r) { r.prompt.push_back(-1); })));
+  EXPECT_TRUE(absl::IsInvalidArgument(bad([](TurnRequest& r) { r.prompt.assign(512, 'a'); })));
+  EXPECT_TRUE(absl::IsInvalidArgument(bad([](TurnRequest& r) { r.max_new_tokens = 0; })));
+  EXPECT_TRUE(absl::IsInvalidArgument(bad([](TurnRequest& r) { r.max_new_tokens = 1 << 30; })));
+  EXPECT_TRUE(absl::IsInvalidArgument(bad([](TurnRequest& r) { r.sampling.temperature = -1; })));
+  EXPECT_TRUE(absl::IsInvalidArgument(bad([](TurnRequest& r) { r.sampling.top_p = 2; })));
+  EXPECT_TRUE(absl::IsInvalidArgument(bad([](TurnRequest& r) { r.stop = {""}; })));
+  EXPECT_TRUE(absl::IsNotFound(store_->Get({"t", "s"}).status()));
+}
+
+TEST_F(EngineTest, AnswerIsBoundedByTheContext) {
+  Build(/*cache=*/true);
+  TurnRequest r;
+  r.key = {"t", "s"};
+  r.prompt.assign(509, 'a');
+  r.max_new_tokens = 100;
+  TurnOutput out = Collect(*engine_->Submit(std::move(r)));
+  ASSERT_TRUE(out.status.ok());
+  EXPECT_LE(out.result.usage.completion_tokens, 3);
+}
+
+TEST_F(EngineTest, SeededSamplingRepeats) {
+  Build(/*cache=*/false);
+  auto sample = [&](uint64_t seed) {
+    TurnRequest r;
+    r.key = {"t", "s"};
+    r.prompt = *tokenizer_.RenderChat({{"user", "sample me"}});
+    r.max_new_tokens = 24;
+    r.sampling = {.temperature = 1.5f, .top_p = 0.95f, .seed = seed};
+    return Collect(*engine_->Submit(std::move(r))).tokens;
+  };
+  EXPECT_EQ(sample(5), sample(5));
+  EXPECT_NE(sample(5), sample(6));
+}
+
+TEST_F(EngineTest, StopStringEndsTheTurnAndIsNotSent) {
+  Build(/*cache=*/false);
+  TurnOutput free_run = Run("s", {{"user", "go"}}, 24);
+  ASSERT_GE(free_run.text.size(), 6u);
+  std::string stop = free_run.text.substr(3, 2);
+  TurnRequest r;
+  r.key = {"t", "s"};
+  r.prompt = *tokenizer_.RenderChat({{"user", "go"}});
+  r.max_new_tokens = 24;
+  r.stop = {stop};
+  TurnOutput out = Collect(*engine_->Submit(std::move(r)));
+  EXPECT_EQ(out.result.finish, FinishReason::kStop);
+  EXPECT_EQ(out.text, free_run.text.substr(0, free_run.text.find(stop)));
+}
+
+TEST_F(EngineTest, SmallCacheEvictsButAnswersStayRight) {
+  Build(/*cache=*/true, {}, /*cache_bytes=*/3 * Engine::ChunkLayoutFor(SmallConfig(), 16).BlockBytes());
+  auto a = ThreeTurns("a");
+  auto b = ThreeTurns("b");
+  Build(/*cache=*/false);
+  auto ua = ThreeTurns("a");
+  for (int t = 0; t < 3; ++t) EXPECT_EQ(a[t].tokens, ua[t].tokens);
+}
+
+}  // namespace
+}  // namespace strata::engine

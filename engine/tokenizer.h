@@ -1,0 +1,79 @@
+// Tokenizers and chat templates, and the streaming decoder that turns generated tokens
+// into valid UTF-8 text.
+#ifndef STRATA_ENGINE_TOKENIZER_H_
+#define STRATA_ENGINE_TOKENIZER_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace strata::engine {
+
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
+// Thread-safe after construction (all methods are const).
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual int vocab_size() const = 0;
+  // Renders a conversation with the model's chat template, ending with the prompt for
+  // the assistant's next message. InvalidArgument for an empty conversation, an unknown
+  // role, or content that is not valid UTF-8 (the message says which message).
+  virtual absl::StatusOr<std::vector<int32_t>> RenderChat(
+      absl::Span<const ChatMessage> messages) const = 0;
+  // The raw bytes a token stands for (empty for special tokens).
+  virtual std::string_view TokenBytes(int32_t token) const = 0;
+  // True for tokens that end the assistant's turn.
+  virtual bool IsStopToken(int32_t token) const = 0;
+  // Tokens a random built-in model should not produce (see ModelWeights::Random).
+  virtual std::vector<int32_t> SilentTokens() const { return {}; }
+};
+
+// The built-in model's tokenizer: one token per byte (0..255) and six special tokens.
+// Template: <bos> then for each message <|role|> content <|end|>, then <|assistant|>.
+class ByteTokenizer final : public Tokenizer {
+ public:
+  static constexpr int32_t kBos = 256;
+  static constexpr int32_t kEos = 257;
+  static constexpr int32_t kSystem = 258;
+  static constexpr int32_t kUser = 259;
+  static constexpr int32_t kAssistant = 260;
+  static constexpr int32_t kEnd = 261;
+  static constexpr int kVocabSize = 264;
+
+  int vocab_size() const override { return kVocabSize; }
+  absl::StatusOr<std::vector<int32_t>> RenderChat(
+      absl::Span<const ChatMessage> messages) const override;
+  std::string_view TokenBytes(int32_t token) const override;
+  bool IsStopToken(int32_t token) const override { return token == kEnd || token == kEos; }
+  // Everything but printable ASCII, newline and the end-of-turn token.
+  std::vector<int32_t> SilentTokens() const override;
+};
+
+// True when `text` is valid UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF).
+bool IsValidUtf8(std::string_view text);
+
+// Turns a stream of token bytes into valid UTF-8: a character split across tokens is
+// held until its last byte arrives; bytes that cannot start or continue a character
+// become U+FFFD. Not thread-safe; one per generated stream.
+class Utf8StreamDecoder {
+ public:
+  // Appends `bytes` and returns the text that is now complete.
+  std::string Feed(std::string_view bytes);
+  // Returns whatever is held (as U+FFFD) at the end of the stream.
+  std::string Flush();
+
+ private:
+  std::string pending_;
+};
+
+}  // namespace strata::engine
+
+#endif  // STRATA_ENGINE_TOKENIZER_H_

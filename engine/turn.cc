@@ -1,0 +1,60 @@
+#include "engine/turn.h"
+
+namespace strata::engine {
+
+bool TurnStream::Next(Event* event, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  if (drained_) return false;
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty(); };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) return false;
+  *event = std::move(events_.front());
+  events_.pop_front();
+  if (event->done.has_value() || !event->error.ok()) drained_ = true;
+  return true;
+}
+
+void TurnStream::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+}
+
+bool TurnStream::cancelled() const {
+  absl::MutexLock lock(&mu_);
+  return cancelled_;
+}
+
+void TurnStream::PushDelta(absl::Span<const int32_t> token_ids, std::string_view text) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return;
+  // Coalesce into the last undelivered delta, so a slow reader costs no memory per token.
+  if (!events_.empty() && !events_.back().done.has_value() && events_.back().error.ok()) {
+    Event& e = events_.back();
+    e.token_ids.insert(e.token_ids.end(), token_ids.begin(), token_ids.end());
+    e.text.append(text);
+    return;
+  }
+  Event e;
+  e.token_ids.assign(token_ids.begin(), token_ids.end());
+  e.text = std::string(text);
+  events_.push_back(std::move(e));
+}
+
+void TurnStream::Finish(const TurnResult& result) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return;
+  closed_ = true;
+  Event e;
+  e.done = result;
+  events_.push_back(std::move(e));
+}
+
+void TurnStream::Fail(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return;
+  closed_ = true;
+  Event e;
+  e.error = status.ok() ? absl::InternalError("turn failed without a reason") : status;
+  events_.push_back(std::move(e));
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,84 @@
+// One chat turn as the engine sees it: the request, and the stream of events back to the
+// thread that serves the call.
+#ifndef STRATA_ENGINE_TURN_H_
+#define STRATA_ENGINE_TURN_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "storage/session_store.h"
+
+namespace strata::engine {
+
+struct SamplingOptions {
+  float temperature = 0.0f;  // <= 0: greedy
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+};
+
+struct TurnRequest {
+  storage::SessionKey key;
+  std::vector<int32_t> prompt;  // the whole conversation, rendered
+  int max_new_tokens = 0;
+  SamplingOptions sampling;
+  std::vector<std::string> stop;  // stop strings
+  absl::Time arrival = absl::Now();
+};
+
+enum class FinishReason { kStop, kLength, kCancelled };
+
+struct TurnUsage {
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;
+  int64_t computed_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+struct TurnResult {
+  TurnUsage usage;
+  storage::Tier cache_tier = storage::Tier::kNone;
+  double ttft_ms = 0;
+  FinishReason finish = FinishReason::kStop;
+};
+
+// The events of one turn, from the engine loop (producer) to the request thread
+// (consumer). Thread-safe. Deltas may be coalesced when the consumer is slower than the
+// engine; order is kept.
+class TurnStream {
+ public:
+  struct Event {
+    std::vector<int32_t> token_ids;
+    std::string text;
+    std::optional<TurnResult> done;  // set on the last event
+    absl::Status error;              // non-OK on the last event if the turn failed
+  };
+
+  // Blocks until an event is ready or `timeout` passes; returns false on timeout. After
+  // the last event (done or error), further calls return false at once.
+  bool Next(Event* event, absl::Duration timeout);
+  // Asks the engine to stop the turn (client went away). Never blocks.
+  void Cancel();
+  bool cancelled() const;
+
+  // Producer side (the engine loop).
+  void PushDelta(absl::Span<const int32_t> token_ids, std::string_view text);
+  void Finish(const TurnResult& result);
+  void Fail(const absl::Status& status);
+
+ private:
+  mutable absl::Mutex mu_;
+  std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;    // last event pushed
+  bool drained_ ABSL_GUARDED_BY(mu_) = false;   // last event taken
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace strata::engine
+
+#endif  // STRATA_ENGINE_TURN_H_

@@ -1,0 +1,30 @@
+// The one way strata turns a CUDA runtime return code into an absl::Status.
+#ifndef STRATA_KERNELS_CUDA_CHECK_H_
+#define STRATA_KERNELS_CUDA_CHECK_H_
+
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+
+namespace strata::kernels {
+
+// Returns OK for cudaSuccess; otherwise an InternalError whose message names the call, where
+// it was made and the CUDA error, e.g.
+//   "kernels/cuda_kernels.cc:40: cudaMemcpyAsync(...) failed: cudaErrorInvalidValue (invalid
+//   argument)".
+// Thread-safe.
+absl::Status CudaStatus(cudaError_t error, const char* call, const char* file, int line);
+
+}  // namespace strata::kernels
+
+// Evaluates expr (a cudaError_t) once; if it is not cudaSuccess, returns the CudaStatus of
+// it from the enclosing function, which must return absl::Status (or absl::StatusOr<T>).
+#define STRATA_CUDA_RETURN_IF_ERROR(expr)                                                  \
+  do {                                                                                     \
+    const cudaError_t strata_cuda_error_ = (expr);                                         \
+    if (strata_cuda_error_ != cudaSuccess) {                                               \
+      return ::strata::kernels::CudaStatus(strata_cuda_error_, #expr, __FILE__, __LINE__); \
+    }                                                                                      \
+  } while (false)
+
+#endif  // STRATA_KERNELS_CUDA_CHECK_H_

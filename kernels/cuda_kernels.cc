@@ -1,0 +1,78 @@
+#include "kernels/cuda_kernels.h"
+
+#if defined(STRATA_WITH_CUDA)
+#include "kernels/cuda_check.h"
+#include "kernels/cuda_launch.h"
+#endif
+
+namespace strata::kernels {
+
+#if defined(STRATA_WITH_CUDA)
+
+namespace {
+
+absl::Status CheckSizes(int64_t a, int64_t b = 0, int64_t c = 0) {
+  if (a < 0 || b < 0 || c < 0) return absl::InvalidArgumentError("negative kernel size");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LaunchRmsNorm(const float* x, const float* weight, float* y, int rows, int dim,
+                           float eps, cudaStream_t stream) {
+  if (absl::Status s = CheckSizes(rows, dim); !s.ok()) return s;
+  if (rows == 0 || dim == 0) return absl::OkStatus();
+  STRATA_CUDA_RETURN_IF_ERROR(internal::RmsNormAsync(x, weight, y, rows, dim, eps, stream));
+  return absl::OkStatus();
+}
+
+absl::Status LaunchSwiGlu(const float* gate, const float* up, float* out, int64_t n,
+                          cudaStream_t stream) {
+  if (absl::Status s = CheckSizes(n); !s.ok()) return s;
+  if (n == 0) return absl::OkStatus();
+  STRATA_CUDA_RETURN_IF_ERROR(internal::SwiGluAsync(gate, up, out, n, stream));
+  return absl::OkStatus();
+}
+
+absl::Status LaunchEmbed(const float* table, const int32_t* ids, int rows, int dim, float* out,
+                         cudaStream_t stream) {
+  if (absl::Status s = CheckSizes(rows, dim); !s.ok()) return s;
+  if (rows == 0 || dim == 0) return absl::OkStatus();
+  STRATA_CUDA_RETURN_IF_ERROR(internal::EmbedAsync(table, ids, rows, dim, out, stream));
+  return absl::OkStatus();
+}
+
+absl::Status LaunchApplyRope(float* x, const int32_t* positions, int rows, int heads, int head_dim,
+                             const float* inv_freq, cudaStream_t stream) {
+  if (absl::Status s = CheckSizes(rows, heads, head_dim); !s.ok()) return s;
+  if (head_dim % 2 != 0) return absl::InvalidArgumentError("ApplyRope needs an even head_dim");
+  if (rows == 0 || heads == 0 || head_dim == 0) return absl::OkStatus();
+  STRATA_CUDA_RETURN_IF_ERROR(
+      internal::ApplyRopeAsync(x, positions, rows, heads, head_dim, inv_freq, stream));
+  return absl::OkStatus();
+}
+
+#else  // !STRATA_WITH_CUDA
+
+namespace {
+
+absl::Status NoCuda() { return absl::UnimplementedError("strata was built without CUDA"); }
+
+}  // namespace
+
+absl::Status LaunchRmsNorm(const float*, const float*, float*, int, int, float, cudaStream_t) {
+  return NoCuda();
+}
+absl::Status LaunchSwiGlu(const float*, const float*, float*, int64_t, cudaStream_t) {
+  return NoCuda();
+}
+absl::Status LaunchEmbed(const float*, const int32_t*, int, int, float*, cudaStream_t) {
+  return NoCuda();
+}
+absl::Status LaunchApplyRope(float*, const int32_t*, int, int, int, const float*, cudaStream_t) {
+  return NoCuda();
+}
+
+#endif  // STRATA_WITH_CUDA
+
+}  // namespace strata::kernels

@@ -1,0 +1,51 @@
+// CUDA twins of the CPU kernels (cpu_kernels.h, the specification): the same semantics on
+// device pointers, fp32 for now. Each Launch* function only enqueues work on the given
+// stream (never creates or synchronises one) and returns once it is enqueued; the result is
+// ready when the stream reaches that point. All pointers are device pointers that must stay
+// valid until then; the caller owns them. Thread-safe (CUDA streams serialise the work).
+//
+// Errors: InvalidArgument for a negative size or an odd head_dim (nothing is launched);
+// InternalError, naming the failed call and the CUDA error, when a launch fails (a CUDA
+// error from earlier asynchronous work on the device can surface here too); Unimplemented
+// when strata was built without CUDA (STRATA_WITH_CUDA is not defined).
+//
+// Numerics: within fp32 rounding of the CPU twin (the tests allow 1e-5 relative); unlike
+// the CPU kernels, reductions here are not bit-for-bit the CPU's order, but each output is
+// still computed by the same operations whatever the number of rows.
+#ifndef STRATA_KERNELS_CUDA_KERNELS_H_
+#define STRATA_KERNELS_CUDA_KERNELS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+#if defined(STRATA_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#else
+typedef struct CUstream_st* cudaStream_t;
+#endif
+
+namespace strata::kernels {
+
+// RmsNorm (cpu_kernels.h): y[r] = x[r] * (1/sqrt(mean(x[r]^2) + eps)) * weight; x and y are
+// [rows][dim] and may be the same buffer.
+absl::Status LaunchRmsNorm(const float* x, const float* weight, float* y, int rows, int dim,
+                           float eps, cudaStream_t stream);
+
+// SwiGlu: out[i] = silu(gate[i]) * up[i] for i < n; out may be gate or up.
+absl::Status LaunchSwiGlu(const float* gate, const float* up, float* out, int64_t n,
+                          cudaStream_t stream);
+
+// Embed: out[r] = table[ids[r]] (rows of dim floats). ids is a device array of rows valid
+// row numbers of table (not checked: the ids are on the device).
+absl::Status LaunchEmbed(const float* table, const int32_t* ids, int rows, int dim, float* out,
+                         cudaStream_t stream);
+
+// ApplyRope, in place on x [rows][heads][head_dim]: positions [rows] and inv_freq
+// [head_dim/2] (RopeInvFreq) are device arrays. head_dim must be even.
+absl::Status LaunchApplyRope(float* x, const int32_t* positions, int rows, int heads, int head_dim,
+                             const float* inv_freq, cudaStream_t stream);
+
+}  // namespace strata::kernels
+
+#endif  // STRATA_KERNELS_CUDA_KERNELS_H_

@@ -1,0 +1,200 @@
+// The CUDA twins against the CPU specification, on random inputs over a grid of shapes.
+// Tolerance: fp32, 1e-5 relative to max(1, |expected|) (inputs are O(1)).
+#include "kernels/cuda_kernels.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu_kernels.h"
+#include "kernels/cuda_check.h"
+
+namespace strata::kernels {
+namespace {
+
+constexpr double kTolerance = 1e-5;
+
+std::vector<float> RandomVector(size_t n, uint32_t seed, float lo = -1, float hi = 1) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// A device copy of a host vector; frees itself.
+template <typename T>
+class DeviceVector {
+ public:
+  explicit DeviceVector(const std::vector<T>& host) : size_(host.size()) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr_), Bytes()), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), Bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~DeviceVector() { cudaFree(ptr_); }
+  DeviceVector(const DeviceVector&) = delete;
+  DeviceVector& operator=(const DeviceVector&) = delete;
+
+  T* get() { return ptr_; }
+  std::vector<T> ToHost() const {
+    std::vector<T> host(size_);
+    EXPECT_EQ(cudaMemcpy(host.data(), ptr_, Bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    return host;
+  }
+
+ private:
+  size_t Bytes() const { return std::max<size_t>(size_, 1) * sizeof(T); }
+  size_t size_;
+  T* ptr_ = nullptr;
+};
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int reported = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = kTolerance * std::max(1.0, std::abs(static_cast<double>(want[i])));
+    if (!(std::abs(static_cast<double>(got[i]) - want[i]) <= tol) && reported++ < 5) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << " on the GPU, " << want[i]
+                    << " on the CPU";
+    }
+  }
+}
+
+class CudaKernelsTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    int count = 0;
+    const cudaError_t error = cudaGetDeviceCount(&count);
+    if (error != cudaSuccess || count == 0) {
+      GTEST_SKIP() << "no CUDA device: "
+                   << (error != cudaSuccess ? cudaGetErrorString(error) : "device count is 0");
+    }
+    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  void Sync() { ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess); }
+
+  cudaStream_t stream_ = nullptr;
+};
+
+TEST_F(CudaKernelsTest, RmsNormMatchesCpu) {
+  for (int rows : {1, 3, 17}) {
+    for (int dim : {1, 37, 256, 1000, 4096}) {
+      const std::string what = "rows " + std::to_string(rows) + " dim " + std::to_string(dim);
+      const std::vector<float> x = RandomVector(static_cast<size_t>(rows) * dim, rows + dim, -3, 3);
+      const std::vector<float> w = RandomVector(dim, 7);
+      std::vector<float> want(x.size());
+      RmsNorm(x.data(), w.data(), want.data(), rows, dim, 1e-5f);
+      DeviceVector<float> dx(x), dw(w), dy{std::vector<float>(x.size())};
+      ASSERT_TRUE(LaunchRmsNorm(dx.get(), dw.get(), dy.get(), rows, dim, 1e-5f, stream_).ok());
+      // In place, as the CPU kernel allows.
+      ASSERT_TRUE(LaunchRmsNorm(dx.get(), dw.get(), dx.get(), rows, dim, 1e-5f, stream_).ok());
+      Sync();
+      ExpectClose(dy.ToHost(), want, what);
+      ExpectClose(dx.ToHost(), want, what + " in place");
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, SwiGluMatchesCpu) {
+  for (int64_t n : {int64_t{1}, int64_t{1000}, (int64_t{1} << 20) + 3, int64_t{20000000}}) {
+    const std::vector<float> gate = RandomVector(n, 1, -8, 8), up = RandomVector(n, 2);
+    std::vector<float> want(n);
+    SwiGlu(gate.data(), up.data(), want.data(), n);
+    DeviceVector<float> dg(gate), du(up), dout{std::vector<float>(n)};
+    ASSERT_TRUE(LaunchSwiGlu(dg.get(), du.get(), dout.get(), n, stream_).ok());
+    ASSERT_TRUE(LaunchSwiGlu(dg.get(), du.get(), dg.get(), n, stream_).ok());  // out = gate
+    Sync();
+    ExpectClose(dout.ToHost(), want, "n " + std::to_string(n));
+    ExpectClose(dg.ToHost(), want, "n " + std::to_string(n) + " in place");
+  }
+}
+
+TEST_F(CudaKernelsTest, EmbedMatchesCpu) {
+  for (int dim : {1, 64, 1000}) {
+    const int vocab = 50;
+    const std::vector<float> table = RandomVector(static_cast<size_t>(vocab) * dim, dim);
+    const std::vector<int32_t> ids = {49, 0, 7, 7, 13};
+    const int rows = static_cast<int>(ids.size());
+    std::vector<float> want(static_cast<size_t>(rows) * dim);
+    Embed(table.data(), ids.data(), rows, dim, want.data());
+    DeviceVector<float> dt(table), dout{std::vector<float>(want.size())};
+    DeviceVector<int32_t> did(ids);
+    ASSERT_TRUE(LaunchEmbed(dt.get(), did.get(), rows, dim, dout.get(), stream_).ok());
+    Sync();
+    const std::vector<float> got = dout.ToHost();
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+        << "dim " << dim << ": rows are not exact copies";
+  }
+}
+
+TEST_F(CudaKernelsTest, ApplyRopeMatchesCpu) {
+  struct Shape {
+    int rows, heads, head_dim;
+  };
+  RopeScaling llama3;
+  llama3.llama3 = true;
+  for (const Shape& s : {Shape{1, 1, 2}, Shape{5, 4, 64}, Shape{7, 3, 128}}) {
+    for (const RopeScaling& scaling : {RopeScaling{}, llama3}) {
+      const std::string what = "rows " + std::to_string(s.rows) + " heads " +
+                               std::to_string(s.heads) + " head_dim " + std::to_string(s.head_dim) +
+                               (scaling.llama3 ? " llama3" : "");
+      const std::vector<float> inv_freq = RopeInvFreq(s.head_dim, 500000.0f, scaling);
+      std::vector<int32_t> positions(s.rows);
+      for (int r = 0; r < s.rows; ++r) positions[r] = r * r * 997;  // up to ~36000
+      const std::vector<float> x =
+          RandomVector(static_cast<size_t>(s.rows) * s.heads * s.head_dim, s.head_dim);
+      std::vector<float> want = x;
+      ApplyRope(want.data(), positions.data(), s.rows, s.heads, s.head_dim, inv_freq.data());
+      DeviceVector<float> dx(x), df(inv_freq);
+      DeviceVector<int32_t> dp(positions);
+      ASSERT_TRUE(
+          LaunchApplyRope(dx.get(), dp.get(), s.rows, s.heads, s.head_dim, df.get(), stream_).ok());
+      Sync();
+      ExpectClose(dx.ToHost(), want, what);
+    }
+  }
+}
+
+// These need no device: bad sizes are refused before anything is launched.
+TEST(CudaLaunchTest, RejectsBadSizes) {
+  EXPECT_EQ(LaunchRmsNorm(nullptr, nullptr, nullptr, -1, 8, 1e-5f, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchSwiGlu(nullptr, nullptr, nullptr, -5, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchEmbed(nullptr, nullptr, 2, -1, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchApplyRope(nullptr, nullptr, 1, 1, 3, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(LaunchRmsNorm(nullptr, nullptr, nullptr, 0, 8, 1e-5f, nullptr).ok())
+      << "zero rows is an empty launch";
+}
+
+absl::Status FailingCall() {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaErrorInvalidValue);
+  return absl::OkStatus();
+}
+
+absl::Status SucceedingCall() {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaSuccess);
+  return absl::OkStatus();
+}
+
+TEST(CudaCheckTest, ReturnIfErrorNamesCallErrorAndLocation) {
+  const absl::Status s = FailingCall();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(s.message().find("cudaErrorInvalidValue"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("cuda_kernels_test.cc:"), absl::string_view::npos) << s;
+  EXPECT_TRUE(SucceedingCall().ok());
+}
+
+}  // namespace
+}  // namespace strata::kernels

@@ -1,0 +1,24 @@
+// Raw launches of the device kernels in cuda_kernels.cu, for cuda_kernels.cc only. Kept free
+// of Abseil so nvcc never parses it: each returns the launch's cudaError_t (cudaSuccess
+// when the kernel was enqueued) and expects arguments already validated, with sizes > 0.
+#ifndef STRATA_KERNELS_CUDA_LAUNCH_H_
+#define STRATA_KERNELS_CUDA_LAUNCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace strata::kernels::internal {
+
+cudaError_t RmsNormAsync(const float* x, const float* weight, float* y, int rows, int dim,
+                         float eps, cudaStream_t stream);
+cudaError_t SwiGluAsync(const float* gate, const float* up, float* out, int64_t n,
+                        cudaStream_t stream);
+cudaError_t EmbedAsync(const float* table, const int32_t* ids, int rows, int dim, float* out,
+                       cudaStream_t stream);
+cudaError_t ApplyRopeAsync(float* x, const int32_t* positions, int rows, int heads, int head_dim,
+                           const float* inv_freq, cudaStream_t stream);
+
+}  // namespace strata::kernels::internal
+
+#endif  // STRATA_KERNELS_CUDA_LAUNCH_H_

@@ -1,0 +1,99 @@
+#include "server/cache_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/auth.h"
+#include "server/status_map.h"
+
+namespace strata::server {
+namespace {
+
+void Fill(const storage::SessionInfo& in, v1::SessionInfo* out) {
+  out->set_session_id(in.session_id);
+  out->set_cached_tokens(static_cast<uint32_t>(in.cached_tokens));
+  out->set_bytes(static_cast<uint64_t>(in.bytes));
+  out->set_chunks(static_cast<uint32_t>(in.chunks));
+  out->set_tier(static_cast<v1::Tier>(in.tier));
+  out->set_last_access_unix_ms(in.last_access_unix_ms);
+  out->set_persisted(false);  // no durable tier yet
+}
+
+absl::Status CacheOff() { return absl::NotFoundError("the session cache is off (--cache=off)"); }
+
+}  // namespace
+
+absl::StatusOr<storage::SessionKey> CacheServiceImpl::KeyFor(grpc::ServerContext* context,
+                                                             const std::string& session_id) const {
+  auto tenant = TenantOf(*context, *api_keys_);
+  if (!tenant.ok()) return tenant.status();
+  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
+  return storage::SessionKey{*tenant, session_id};
+}
+
+grpc::Status CacheServiceImpl::GetSession(grpc::ServerContext* context,
+                                          const v1::GetSessionRequest* request,
+                                          v1::SessionInfo* response) {
+  auto key = KeyFor(context, request->session_id());
+  if (!key.ok()) return requests_->Count(ToGrpcStatus(key.status()));
+  if (store_ == nullptr) return requests_->Count(ToGrpcStatus(CacheOff()));
+  auto info = store_->Get(*key);
+  if (!info.ok()) return requests_->Count(ToGrpcStatus(info.status()));
+  Fill(*info, response);
+  return requests_->Count(grpc::Status::OK);
+}
+
+grpc::Status CacheServiceImpl::DropSession(grpc::ServerContext* context,
+                                           const v1::DropSessionRequest* request,
+                                           v1::DropSessionResponse*) {
+  auto key = KeyFor(context, request->session_id());
+  if (!key.ok()) return requests_->Count(ToGrpcStatus(key.status()));
+  if (store_ == nullptr) return requests_->Count(ToGrpcStatus(CacheOff()));
+  return requests_->Count(ToGrpcStatus(store_->Drop(*key)));
+}
+
+grpc::Status CacheServiceImpl::ListSessions(grpc::ServerContext* context,
+                                            const v1::ListSessionsRequest*,
+                                            v1::ListSessionsResponse* response) {
+  auto tenant = TenantOf(*context, *api_keys_);
+  if (!tenant.ok()) return requests_->Count(ToGrpcStatus(tenant.status()));
+  if (store_ != nullptr) {
+    for (const storage::SessionInfo& info : store_->List(*tenant)) Fill(info, response->add_sessions());
+  }
+  return requests_->Count(grpc::Status::OK);
+}
+
+grpc::Status CacheServiceImpl::Prefetch(grpc::ServerContext* context,
+                                        const v1::PrefetchRequest* request,
+                                        v1::PrefetchResponse* response) {
+  auto tenant = TenantOf(*context, *api_keys_);
+  if (!tenant.ok()) return requests_->Count(ToGrpcStatus(tenant.status()));
+  for (const std::string& id : request->session_ids()) {
+    if (absl::Status s = ValidateSessionId(id); !s.ok()) return requests_->Count(ToGrpcStatus(s));
+  }
+  // Every stored session already sits in host memory, the fastest tier this build has:
+  // the hint is accepted and there is nothing to move.
+  response->set_accepted(static_cast<uint32_t>(request->session_ids_size()));
+  return requests_->Count(grpc::Status::OK);
+}
+
+grpc::Status CacheServiceImpl::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
+                                     v1::StatsResponse* response) {
+  auto tenant = TenantOf(*context, *api_keys_);
+  if (!tenant.ok()) return requests_->Count(ToGrpcStatus(tenant.status()));
+  response->set_model_fingerprint(absl::StrFormat("%016x", fingerprint_));
+  if (store_ != nullptr) {
+    storage::SessionStoreStats s = store_->Stats();
+    v1::TierStats* host = response->add_tiers();
+    host->set_tier(v1::TIER_HOST);
+    host->set_capacity_bytes(static_cast<uint64_t>(s.host_capacity_bytes));
+    host->set_used_bytes(static_cast<uint64_t>(s.host_used_bytes));
+    host->set_sessions(static_cast<uint32_t>(s.sessions));
+    response->set_lookups(static_cast<uint64_t>(s.lookups));
+    response->set_hits(static_cast<uint64_t>(s.hits));
+    response->set_reused_tokens(static_cast<uint64_t>(s.hit_tokens));
+    response->set_evictions(static_cast<uint64_t>(s.evictions));
+  }
+  return requests_->Count(grpc::Status::OK);
+}
+
+}  // namespace strata::server

@@ -1,0 +1,46 @@
+// CacheService: what the session cache holds, per tenant, and hints about what comes next.
+#ifndef STRATA_SERVER_CACHE_SERVICE_H_
+#define STRATA_SERVER_CACHE_SERVICE_H_
+
+#include "proto/request_traits.h"  // before the generated service: strict request parsing
+
+#include <map>
+#include <string>
+
+#include "server/chat_service.h"
+#include "storage/session_store.h"
+#include "strata/v1/cache.grpc.pb.h"
+
+namespace strata::server {
+
+class CacheServiceImpl final : public v1::CacheService::Service {
+ public:
+  // `store` is null when the cache is off: every session is then NOT_FOUND.
+  CacheServiceImpl(storage::SessionStore* store, uint64_t model_fingerprint,
+                   const std::map<std::string, std::string>* api_keys, RequestCounter* requests)
+      : store_(store), fingerprint_(model_fingerprint), api_keys_(api_keys), requests_(requests) {}
+
+  grpc::Status GetSession(grpc::ServerContext* context, const v1::GetSessionRequest* request,
+                          v1::SessionInfo* response) override;
+  grpc::Status DropSession(grpc::ServerContext* context, const v1::DropSessionRequest* request,
+                           v1::DropSessionResponse* response) override;
+  grpc::Status ListSessions(grpc::ServerContext* context, const v1::ListSessionsRequest* request,
+                            v1::ListSessionsResponse* response) override;
+  grpc::Status Prefetch(grpc::ServerContext* context, const v1::PrefetchRequest* request,
+                        v1::PrefetchResponse* response) override;
+  grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
+                     v1::StatsResponse* response) override;
+
+ private:
+  absl::StatusOr<storage::SessionKey> KeyFor(grpc::ServerContext* context,
+                                             const std::string& session_id) const;
+
+  storage::SessionStore* store_;
+  uint64_t fingerprint_;
+  const std::map<std::string, std::string>* api_keys_;
+  RequestCounter* requests_;
+};
+
+}  // namespace strata::server
+
+#endif  // STRATA_SERVER_CACHE_SERVICE_H_

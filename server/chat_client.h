@@ -1,0 +1,25 @@
+// The `strata chat` command: a scripted multi-turn chat against a running server that
+// prints, per turn, what the session cache did.
+#ifndef STRATA_SERVER_CHAT_CLIENT_H_
+#define STRATA_SERVER_CHAT_CLIENT_H_
+
+#include <string>
+#include <vector>
+
+namespace strata::server {
+
+struct ChatScriptOptions {
+  std::string target = "127.0.0.1:7070";
+  std::string session_id = "demo";
+  std::string api_key;  // sent as `authorization: Bearer` when non-empty
+  std::vector<std::string> user_turns;
+  int max_new_tokens = 48;
+};
+
+// Runs the turns in order, carrying the conversation (with the answers) from turn to
+// turn. Returns 0 on success, 1 if any call failed (the error is printed).
+int RunChatScript(const ChatScriptOptions& options);
+
+}  // namespace strata::server
+
+#endif  // STRATA_SERVER_CHAT_CLIENT_H_

@@ -1,0 +1,132 @@
+#include "server/chat_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/auth.h"
+#include "server/status_map.h"
+
+namespace strata::server {
+namespace {
+
+v1::Tier ToProto(storage::Tier tier) {
+  switch (tier) {
+    case storage::Tier::kNone: return v1::TIER_NONE;
+    case storage::Tier::kHbm: return v1::TIER_HBM;
+    case storage::Tier::kHost: return v1::TIER_HOST;
+    case storage::Tier::kSsd: return v1::TIER_SSD;
+  }
+  return v1::TIER_NONE;
+}
+
+}  // namespace
+
+RequestCounter::RequestCounter(metrics::Registry& registry)
+    : family_(registry.AddCounter("strata_requests_total", "gRPC calls by final status code.")) {
+  for (auto code : {grpc::StatusCode::OK, grpc::StatusCode::INVALID_ARGUMENT,
+                    grpc::StatusCode::NOT_FOUND, grpc::StatusCode::RESOURCE_EXHAUSTED}) {
+    family_.WithLabels({{"code", GrpcCodeName(code)}});
+  }
+}
+
+grpc::Status RequestCounter::Count(grpc::Status status) {
+  family_.WithLabels({{"code", GrpcCodeName(status.error_code())}}).Increment();
+  return status;
+}
+
+absl::Status ValidateSessionId(const std::string& session_id) {
+  if (session_id.empty()) return absl::InvalidArgumentError("session_id is empty");
+  if (session_id.size() > kMaxSessionIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("session_id is ", session_id.size(),
+                                                   " bytes; at most ", kMaxSessionIdBytes));
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status ChatServiceImpl::Chat(grpc::ServerContext* context, const v1::ChatRequest* request,
+                                   grpc::ServerWriter<v1::ChatEvent>* writer) {
+  return requests_->Count(DoChat(context, *request, writer));
+}
+
+grpc::Status ChatServiceImpl::DoChat(grpc::ServerContext* context, const v1::ChatRequest& request,
+                                     grpc::ServerWriter<v1::ChatEvent>* writer) {
+  const absl::Time arrival = absl::Now();
+  auto tenant = TenantOf(*context, *api_keys_);
+  if (!tenant.ok()) return ToGrpcStatus(tenant.status());
+  if (absl::Status s = ValidateSessionId(request.session_id()); !s.ok()) return ToGrpcStatus(s);
+
+  engine::TurnRequest turn;
+  turn.key = storage::SessionKey{*tenant, request.session_id()};
+  turn.arrival = arrival;
+  if (request.messages_size() > 0 && request.token_ids_size() > 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "give either messages or token_ids, not both");
+  }
+  if (request.messages_size() > kMaxMessages) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("at most ", kMaxMessages, " messages"));
+  }
+  if (request.messages_size() > 0) {
+    std::vector<engine::ChatMessage> messages;
+    messages.reserve(static_cast<size_t>(request.messages_size()));
+    for (const v1::Message& m : request.messages()) messages.push_back({m.role(), m.content()});
+    auto rendered = tokenizer_->RenderChat(messages);
+    if (!rendered.ok()) return ToGrpcStatus(rendered.status());
+    turn.prompt = *std::move(rendered);
+  } else {
+    turn.prompt.assign(request.token_ids().begin(), request.token_ids().end());
+  }
+  if (turn.prompt.empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the conversation is empty: give messages or token_ids");
+  }
+  turn.max_new_tokens = static_cast<int>(std::min<uint32_t>(request.max_new_tokens(), 1u << 30));
+  turn.sampling.temperature = request.sampling().temperature();
+  turn.sampling.top_p = request.sampling().top_p() == 0 ? 1.0f : request.sampling().top_p();
+  turn.sampling.seed = request.sampling().seed();
+  turn.stop.assign(request.stop().begin(), request.stop().end());
+
+  auto stream = engine_->Submit(std::move(turn));
+  if (!stream.ok()) return ToGrpcStatus(stream.status());
+
+  bool client_gone = false;
+  for (;;) {
+    engine::TurnStream::Event event;
+    if (!(*stream)->Next(&event, absl::Milliseconds(50))) {
+      if (context->IsCancelled() && !client_gone) {
+        client_gone = true;
+        (*stream)->Cancel();
+      }
+      continue;
+    }
+    if (!event.error.ok()) return ToGrpcStatus(event.error);
+    if (client_gone) continue;  // drain until the engine lets go of the turn
+    v1::ChatEvent out;
+    if (!event.token_ids.empty() || !event.text.empty()) {
+      v1::TokenDelta* delta = out.mutable_delta();
+      delta->mutable_token_ids()->Add(event.token_ids.begin(), event.token_ids.end());
+      delta->set_text(event.text);
+      if (!writer->Write(out)) {
+        client_gone = true;
+        (*stream)->Cancel();
+        continue;
+      }
+    }
+    if (event.done.has_value()) {
+      const engine::TurnResult& r = *event.done;
+      v1::ChatEvent done_event;
+      v1::ChatDone* done = done_event.mutable_done();
+      done->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(r.usage.prompt_tokens));
+      done->mutable_usage()->set_cached_tokens(static_cast<uint32_t>(r.usage.cached_tokens));
+      done->mutable_usage()->set_computed_tokens(static_cast<uint32_t>(r.usage.computed_tokens));
+      done->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(r.usage.completion_tokens));
+      done->set_cache_tier(ToProto(r.cache_tier));
+      done->set_ttft_ms(r.ttft_ms);
+      done->set_finish_reason(r.finish == engine::FinishReason::kLength ? v1::FINISH_REASON_LENGTH
+                                                                         : v1::FINISH_REASON_STOP);
+      writer->Write(done_event);
+      return grpc::Status::OK;
+    }
+  }
+}
+
+}  // namespace strata::server

@@ -1,0 +1,54 @@
+// ChatService: validates a chat turn, hands it to the engine and streams the answer.
+#ifndef STRATA_SERVER_CHAT_SERVICE_H_
+#define STRATA_SERVER_CHAT_SERVICE_H_
+
+#include "proto/request_traits.h"  // before the generated service: strict request parsing
+
+#include <map>
+#include <string>
+
+#include "base/metrics.h"
+#include "engine/engine.h"
+#include "engine/tokenizer.h"
+#include "strata/v1/chat.grpc.pb.h"
+
+namespace strata::server {
+
+inline constexpr size_t kMaxSessionIdBytes = 128;
+inline constexpr int kMaxMessages = 4096;
+
+// Counts every RPC by its final code: strata_requests_total{code}.
+class RequestCounter {
+ public:
+  explicit RequestCounter(metrics::Registry& registry);
+  grpc::Status Count(grpc::Status status);
+
+ private:
+  metrics::Family<metrics::Counter>& family_;
+};
+
+// InvalidArgument unless 1 <= bytes <= kMaxSessionIdBytes.
+absl::Status ValidateSessionId(const std::string& session_id);
+
+class ChatServiceImpl final : public v1::ChatService::Service {
+ public:
+  ChatServiceImpl(engine::Engine* engine, const engine::Tokenizer* tokenizer,
+                  const std::map<std::string, std::string>* api_keys, RequestCounter* requests)
+      : engine_(engine), tokenizer_(tokenizer), api_keys_(api_keys), requests_(requests) {}
+
+  grpc::Status Chat(grpc::ServerContext* context, const v1::ChatRequest* request,
+                    grpc::ServerWriter<v1::ChatEvent>* writer) override;
+
+ private:
+  grpc::Status DoChat(grpc::ServerContext* context, const v1::ChatRequest& request,
+                      grpc::ServerWriter<v1::ChatEvent>* writer);
+
+  engine::Engine* engine_;
+  const engine::Tokenizer* tokenizer_;
+  const std::map<std::string, std::string>* api_keys_;
+  RequestCounter* requests_;
+};
+
+}  // namespace strata::server
+
+#endif  // STRATA_SERVER_CHAT_SERVICE_H_

@@ -1,0 +1,127 @@
+// strata: hierarchical KV-cache store with a co-located LLM inference engine.
+//
+//   strata serve [flags]   serve the gRPC API (and /metrics) on the built-in model
+//   strata chat  [flags]   run a scripted multi-turn chat against a running server
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "base/log.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "server/chat_client.h"
+#include "server/strata_server.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address to listen on");
+ABSL_FLAG(int, port, 7070, "serve: gRPC port (0: pick a free one); chat: port to call");
+ABSL_FLAG(int, metrics_port, 9464, "serve: Prometheus /metrics port (0: pick a free one, -1: off)");
+ABSL_FLAG(std::string, cache, "on", "serve: session KV cache, on or off");
+ABSL_FLAG(int64_t, host_cache_bytes, int64_t{1} << 30, "serve: capacity of the host-memory tier");
+ABSL_FLAG(int, chunk_tokens, 256, "serve: tokens per KV chunk");
+ABSL_FLAG(int, max_batch, 64, "serve: most turns in one decode batch");
+ABSL_FLAG(int, max_step_tokens, 512, "serve: most tokens in one forward step");
+ABSL_FLAG(int, max_new_tokens_limit, 4096, "serve: largest max_new_tokens a request may ask for");
+ABSL_FLAG(std::string, api_keys, "",
+          "serve: comma-separated key=tenant pairs; empty: no auth, one tenant 'default'");
+ABSL_FLAG(std::string, port_file, "", "serve: write 'grpc_port metrics_port' here once listening");
+ABSL_FLAG(std::string, target, "", "chat: server address (default 127.0.0.1:--port)");
+ABSL_FLAG(std::string, session, "demo", "chat: session ID");
+ABSL_FLAG(std::string, api_key, "", "chat: API key to send");
+ABSL_FLAG(int, max_new_tokens, 48, "chat: tokens to generate per turn");
+
+namespace {
+
+strata::server::StrataServer* g_server = nullptr;
+
+int Serve() {
+  strata::server::ServerOptions o;
+  const std::string host = absl::GetFlag(FLAGS_host);
+  o.listen_address = host + ":" + std::to_string(absl::GetFlag(FLAGS_port));
+  int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  o.metrics_address = metrics_port < 0 ? "" : host + ":" + std::to_string(metrics_port);
+  const std::string cache = absl::GetFlag(FLAGS_cache);
+  if (cache != "on" && cache != "off") {
+    std::fprintf(stderr, "--cache must be on or off, got '%s'\n", cache.c_str());
+    return 2;
+  }
+  o.cache_enabled = cache == "on";
+  o.host_cache_bytes = absl::GetFlag(FLAGS_host_cache_bytes);
+  o.chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens);
+  o.engine.max_running = absl::GetFlag(FLAGS_max_batch);
+  o.engine.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
+  o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
+  for (absl::string_view pair : absl::StrSplit(absl::GetFlag(FLAGS_api_keys), ',', absl::SkipEmpty())) {
+    std::vector<std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+    if (kv.size() != 2 || kv[0].empty() || kv[1].empty()) {
+      std::fprintf(stderr, "--api_keys wants key=tenant pairs, got '%s'\n", std::string(pair).c_str());
+      return 2;
+    }
+    o.api_keys[kv[0]] = kv[1];
+  }
+  auto server = strata::server::StrataServer::Start(o);
+  if (!server.ok()) {
+    std::fprintf(stderr, "strata serve: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    std::string tmp = path + ".tmp";
+    if (FILE* f = std::fopen(tmp.c_str(), "w")) {
+      std::fprintf(f, "%d %d\n", (*server)->port(), (*server)->metrics_port());
+      std::fclose(f);
+      std::rename(tmp.c_str(), path.c_str());
+    }
+  }
+  // SIGINT/SIGTERM: shut down from a thread that is allowed to block.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  std::thread([signals]() mutable {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    LOG(INFO) << "signal " << sig << ": shutting down";
+    g_server->Shutdown();
+  }).detach();
+  g_server = server->get();
+  (*server)->Wait();
+  return 0;
+}
+
+int Chat() {
+  strata::server::ChatScriptOptions o;
+  o.target = absl::GetFlag(FLAGS_target);
+  if (o.target.empty()) o.target = "127.0.0.1:" + std::to_string(absl::GetFlag(FLAGS_port));
+  o.session_id = absl::GetFlag(FLAGS_session);
+  o.api_key = absl::GetFlag(FLAGS_api_key);
+  o.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  o.user_turns = {
+      "Hello! I am planning a week of hiking in the Alps in September. What should I pack?",
+      "Good. Which huts would you book near Zermatt, and how early?",
+      "Thanks. Summarise the whole plan in three short bullet points.",
+  };
+  return strata::server::RunChatScript(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Block the shutdown signals in every thread; the serve loop waits for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::SetProgramUsageMessage("strata serve|chat [flags]");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  const std::string command = args.size() > 1 ? args[1] : "";
+  if (command == "serve") return Serve();
+  if (command == "chat") return Chat();
+  std::fprintf(stderr, "usage: strata serve|chat [flags]   (--help for flags)\n");
+  return 2;
+}

@@ -1,0 +1,75 @@
+// StrataServer: the strata gRPC services, the engine and the session cache, wired up and
+// listening. `strata serve` is one of these; tests and benchmarks start them in-process.
+#ifndef STRATA_SERVER_STRATA_SERVER_H_
+#define STRATA_SERVER_STRATA_SERVER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "base/metrics.h"
+#include "base/metrics_exposer.h"
+#include "engine/engine.h"
+#include "engine/tokenizer.h"
+#include "storage/session_store.h"
+
+namespace grpc {
+class Server;
+class Service;
+}
+
+namespace strata::server {
+
+struct ServerOptions {
+  std::string listen_address = "127.0.0.1:7070";   // gRPC; port 0 picks a free port
+  std::string metrics_address = "127.0.0.1:9464";  // Prometheus /metrics; empty: off
+  bool cache_enabled = true;
+  int64_t host_cache_bytes = int64_t{1} << 30;
+  int chunk_tokens = 256;
+  uint64_t model_seed = 20241122;  // seed of the built-in model's weights
+  engine::EngineOptions engine;
+  // API key -> tenant. Empty: no authentication, every caller is tenant "default".
+  std::map<std::string, std::string> api_keys;
+
+  absl::Status Validate() const;
+};
+
+class StrataServer {
+ public:
+  // Builds the model, engine and session cache and starts listening. Unavailable when a
+  // port cannot be bound; InvalidArgument when the options do not validate.
+  static absl::StatusOr<std::unique_ptr<StrataServer>> Start(const ServerOptions& options);
+  // Stops accepting calls, ends running turns, and stops.
+  ~StrataServer();
+
+  int port() const { return port_; }
+  int metrics_port() const { return exposer_ ? exposer_->port() : 0; }
+  // Blocks until Shutdown() (from another thread or a signal handler thread).
+  void Wait();
+  void Shutdown();
+
+  engine::Engine& engine() { return *engine_; }
+  storage::SessionStore* store() { return store_.get(); }
+  metrics::Registry& registry() { return registry_; }
+  const engine::Tokenizer& tokenizer() const { return *tokenizer_; }
+
+ private:
+  StrataServer() = default;
+
+  ServerOptions options_;
+  metrics::Registry registry_;
+  std::unique_ptr<engine::Tokenizer> tokenizer_;
+  std::unique_ptr<storage::SessionStore> store_;
+  std::unique_ptr<engine::Engine> engine_;
+  std::shared_ptr<class RequestCounter> requests_;
+  std::unique_ptr<grpc::Service> chat_service_;
+  std::unique_ptr<grpc::Service> cache_service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<metrics::MetricsExposer> exposer_;
+  int port_ = 0;
+};
+
+}  // namespace strata::server
+
+#endif  // STRATA_SERVER_STRATA_SERVER_H_

@@ -1,0 +1,327 @@
+// End-to-end: a real `strata serve` process, driven over gRPC by the C++ stub.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <future>
+#include <thread>
+
+#include "base/http_get.h"
+#include "base/prometheus_text.h"
+#include "gtest/gtest.h"
+#include "strata/v1/cache.grpc.pb.h"
+#include "strata/v1/chat.grpc.pb.h"
+#include "tests/e2e/server_process.h"
+
+namespace strata {
+namespace {
+
+using testing::ServerProcess;
+
+struct TurnOutput {
+  grpc::Status status;
+  std::vector<int32_t> tokens;
+  std::string text;
+  v1::ChatDone done;
+};
+
+class Client {
+ public:
+  explicit Client(const std::string& target)
+      : channel_(grpc::CreateChannel(target, grpc::InsecureChannelCredentials())),
+        chat_(v1::ChatService::NewStub(channel_)),
+        cache_(v1::CacheService::NewStub(channel_)) {}
+
+  TurnOutput Chat(const v1::ChatRequest& request) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(3));
+    auto reader = chat_->Chat(&ctx, request);
+    TurnOutput out;
+    v1::ChatEvent e;
+    while (reader->Read(&e)) {
+      if (e.has_delta()) {
+        out.tokens.insert(out.tokens.end(), e.delta().token_ids().begin(), e.delta().token_ids().end());
+        out.text += e.delta().text();
+      }
+      if (e.has_done()) out.done = e.done();
+    }
+    out.status = reader->Finish();
+    return out;
+  }
+
+  // Sends `bytes` as the body of a Chat call, bypassing the stub's serialisation.
+  grpc::Status ChatRaw(const std::string& bytes) {
+    grpc::GenericStub generic(channel_);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    grpc::CompletionQueue cq;
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1);
+    auto call = generic.PrepareCall(&ctx, "/strata.v1.ChatService/Chat", &cq);
+    void* tag;
+    bool ok;
+    call->StartCall(reinterpret_cast<void*>(1));
+    cq.Next(&tag, &ok);
+    call->Write(request, grpc::WriteOptions().set_last_message(), reinterpret_cast<void*>(2));
+    cq.Next(&tag, &ok);
+    grpc::ByteBuffer reply;
+    call->Read(&reply, reinterpret_cast<void*>(3));
+    cq.Next(&tag, &ok);
+    grpc::Status status;
+    call->Finish(&status, reinterpret_cast<void*>(4));
+    cq.Next(&tag, &ok);
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {}
+    return status;
+  }
+
+  absl::StatusOr<v1::SessionInfo> GetSession(const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::GetSessionRequest req;
+    req.set_session_id(id);
+    v1::SessionInfo info;
+    grpc::Status s = cache_->GetSession(&ctx, req, &info);
+    if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+    return info;
+  }
+
+  v1::CacheService::Stub& cache() { return *cache_; }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ChatService::Stub> chat_;
+  std::unique_ptr<v1::CacheService::Stub> cache_;
+};
+
+v1::ChatRequest Request(const std::string& session, const std::vector<std::pair<std::string, std::string>>& msgs,
+                        int max_new = 16) {
+  v1::ChatRequest r;
+  r.set_session_id(session);
+  r.set_max_new_tokens(static_cast<uint32_t>(max_new));
+  for (const auto& [role, content] : msgs) {
+    v1::Message* m = r.add_messages();
+    m->set_role(role);
+    m->set_content(content);
+  }
+  return r;
+}
+
+const std::vector<std::string> kUserTurns = {
+    "Hello! Please help me plan a trip to the mountains next month.",
+    "What should I pack for three days of hiking?",
+    "Great, now summarise that in one line.",
+};
+
+// Runs the scripted three turns; each turn appends the answer and the next user message.
+// `tag` makes the conversation differ between sessions.
+std::vector<TurnOutput> ThreeTurns(Client& client, const std::string& session, int max_new = 16,
+                                   const std::string& tag = "") {
+  std::vector<std::pair<std::string, std::string>> conv;
+  std::vector<TurnOutput> outs;
+  for (const std::string& user : kUserTurns) {
+    conv.push_back({"user", user + tag});
+    outs.push_back(client.Chat(Request(session, conv, max_new)));
+    EXPECT_TRUE(outs.back().status.ok()) << outs.back().status.error_message();
+    conv.push_back({"assistant", outs.back().text});
+  }
+  return outs;
+}
+
+class ChatE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto on = ServerProcess::Start({});
+    ASSERT_TRUE(on.ok()) << on.status();
+    cache_on_ = on->release();
+    auto off = ServerProcess::Start({"--cache=off"});
+    ASSERT_TRUE(off.ok()) << off.status();
+    cache_off_ = off->release();
+  }
+  static void TearDownTestSuite() {
+    delete cache_on_;
+    delete cache_off_;
+  }
+  static ServerProcess* cache_on_;
+  static ServerProcess* cache_off_;
+};
+ServerProcess* ChatE2eTest::cache_on_ = nullptr;
+ServerProcess* ChatE2eTest::cache_off_ = nullptr;
+
+TEST_F(ChatE2eTest, LaterTurnsComputeExactlyTheNewTokens) {
+  Client client(cache_on_->target());
+  auto outs = ThreeTurns(client, "three-turns");
+  EXPECT_EQ(outs[0].done.usage().cached_tokens(), 0u);
+  EXPECT_EQ(outs[0].done.cache_tier(), v1::TIER_NONE);
+  for (int t = 1; t < 3; ++t) {
+    const v1::Usage& u = outs[t].done.usage();
+    const v1::Usage& prev = outs[t - 1].done.usage();
+    // The previous turn left the KV of its prompt and of every answer token it fed
+    // (all but the last, which was sampled and never fed).
+    const uint32_t known = prev.prompt_tokens() + prev.completion_tokens() - 1;
+    EXPECT_EQ(u.cached_tokens(), known) << "turn " << t + 1;
+    EXPECT_EQ(u.computed_tokens(), u.prompt_tokens() - known) << "turn " << t + 1;
+    EXPECT_EQ(outs[t].done.cache_tier(), v1::TIER_HOST);
+    EXPECT_GT(outs[t].done.ttft_ms(), 0.0);
+  }
+  auto info = client.GetSession("three-turns");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->tier(), v1::TIER_HOST);
+  EXPECT_EQ(info->cached_tokens(),
+            outs[2].done.usage().prompt_tokens() + outs[2].done.usage().completion_tokens() - 1);
+}
+
+TEST_F(ChatE2eTest, CachedAnswersEqualCacheOffAnswers) {
+  Client on(cache_on_->target());
+  Client off(cache_off_->target());
+  auto a = ThreeTurns(on, "equal");
+  auto b = ThreeTurns(off, "equal");
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_EQ(a[t].tokens, b[t].tokens) << "turn " << t + 1 << " differs with the cache on";
+    EXPECT_EQ(b[t].done.usage().cached_tokens(), 0u);
+    EXPECT_EQ(b[t].done.cache_tier(), v1::TIER_NONE);
+  }
+}
+
+TEST_F(ChatE2eTest, EditedHistoryReusesOnlyTheUnchangedPrefix) {
+  Client on(cache_on_->target());
+  Client off(cache_off_->target());
+  auto first = on.Chat(Request("edited", {{"user", "My name is Ada and I like chess."}}));
+  ASSERT_TRUE(first.status.ok());
+  // The client edits its first message and goes on.
+  std::vector<std::pair<std::string, std::string>> edited = {
+      {"user", "My name is Bob and I like chess."}, {"assistant", first.text}, {"user", "And you?"}};
+  auto cached = on.Chat(Request("edited", edited));
+  auto fresh = off.Chat(Request("edited", edited));
+  ASSERT_TRUE(cached.status.ok() && fresh.status.ok());
+  // <bos> <|user|> "My name is " = 2 + 11 tokens are unchanged.
+  EXPECT_EQ(cached.done.usage().cached_tokens(), 13u);
+  EXPECT_EQ(cached.tokens, fresh.tokens);
+}
+
+TEST_F(ChatE2eTest, MetricsShowTheReuse) {
+  Client on(cache_on_->target());
+  ThreeTurns(on, "metrics");
+  auto body = metrics::HttpGet("127.0.0.1", cache_on_->metrics_port(), "/metrics");
+  ASSERT_TRUE(body.ok()) << body.status();
+  auto samples = metrics::ParsePrometheusText(*body);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  auto value = [&](const std::string& key) {
+    auto it = samples->find(key);
+    EXPECT_NE(it, samples->end()) << key << " missing from /metrics";
+    return it == samples->end() ? -1.0 : it->second;
+  };
+  EXPECT_GT(value("strata_prefill_tokens_total{source=\"reused\"}"), 0);
+  EXPECT_GT(value("strata_prefill_tokens_total{source=\"computed\"}"), 0);
+  EXPECT_GE(value("strata_cache_hits_total{tier=\"host\"}"), 2);
+  EXPECT_GE(value("strata_cache_lookups_total"), 3);
+  EXPECT_GE(value("strata_requests_total{code=\"ok\"}"), 3);
+  EXPECT_GE(value("strata_ttft_seconds_count"), 3);
+  EXPECT_GT(value("strata_generated_tokens_total"), 0);
+  EXPECT_GT(value("strata_tier_bytes{tier=\"host\"}"), 0);
+  EXPECT_GE(value("strata_sessions{tier=\"host\"}"), 1);
+  EXPECT_GE(value("strata_batch_size_count"), 1);
+}
+
+// Each bad request gets its status, and the session's stored state does not change.
+TEST_F(ChatE2eTest, BadInputGetsClearStatusAndChangesNothing) {
+  Client client(cache_on_->target());
+  ASSERT_TRUE(client.Chat(Request("victim", {{"user", "keep me"}}, 4)).status.ok());
+  auto before = client.GetSession("victim");
+  ASSERT_TRUE(before.ok());
+  auto expect = [&](const v1::ChatRequest& r, grpc::StatusCode code, const std::string& what) {
+    TurnOutput out = client.Chat(r);
+    EXPECT_EQ(out.status.error_code(), code) << what << ": " << out.status.error_message();
+    EXPECT_FALSE(out.status.error_message().empty()) << what;
+    EXPECT_TRUE(out.tokens.empty()) << what;
+  };
+  using C = grpc::StatusCode;
+  expect(Request("", {{"user", "hi"}}), C::INVALID_ARGUMENT, "empty session id");
+  expect(Request(std::string(129, 's'), {{"user", "hi"}}), C::INVALID_ARGUMENT, "long session id");
+  expect(Request("victim", {}), C::INVALID_ARGUMENT, "empty conversation");
+  expect(Request("victim", {{"user", "keep me"}, {"wizard", "x"}}), C::INVALID_ARGUMENT, "unknown role");
+  expect(Request("victim", {{"user", std::string(9000, 'a')}}), C::INVALID_ARGUMENT, "longer than context");
+  expect(Request("victim", {{"user", "keep me"}}, 0), C::INVALID_ARGUMENT, "max_new_tokens 0");
+  expect(Request("victim", {{"user", "keep me"}}, 2000000000), C::INVALID_ARGUMENT, "absurd max_new_tokens");
+  v1::ChatRequest both = Request("victim", {{"user", "x"}});
+  both.add_token_ids(1);
+  expect(both, C::INVALID_ARGUMENT, "messages and token_ids");
+  v1::ChatRequest bad_token;
+  bad_token.set_session_id("victim");
+  bad_token.set_max_new_tokens(4);
+  bad_token.add_token_ids(1 << 20);
+  expect(bad_token, C::INVALID_ARGUMENT, "token outside vocabulary");
+
+  // Raw bytes: invalid UTF-8 in a string field, and bytes that are no protobuf at all.
+  v1::ChatRequest valid = Request("victim", {{"user", "PLACEHOLDER"}});
+  std::string wire = valid.SerializeAsString();
+  wire.replace(wire.find("PLACEHOLDER"), 11, "\xff\xfe\xfd invalid");
+  grpc::Status utf8 = client.ChatRaw(wire);
+  EXPECT_EQ(utf8.error_code(), C::INVALID_ARGUMENT) << utf8.error_message();
+  grpc::Status garbage = client.ChatRaw(std::string("\x0a\xff\xff\xff\xff\x0f garbage", 12));
+  EXPECT_EQ(garbage.error_code(), C::INVALID_ARGUMENT) << garbage.error_message();
+  // session_id (field 1) sent as a varint instead of a string.
+  grpc::Status wrong_type = client.ChatRaw(std::string("\x08\x05", 2));
+  EXPECT_EQ(wrong_type.error_code(), C::INVALID_ARGUMENT) << wrong_type.error_message();
+
+  auto after = client.GetSession("victim");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->cached_tokens(), before->cached_tokens());
+  EXPECT_EQ(after->chunks(), before->chunks());
+  EXPECT_EQ(after->last_access_unix_ms(), before->last_access_unix_ms());
+}
+
+TEST_F(ChatE2eTest, CacheServiceReportsAndDropsSessions) {
+  Client client(cache_on_->target());
+  ASSERT_TRUE(client.Chat(Request("to-drop", {{"user", "hello"}}, 4)).status.ok());
+  grpc::ClientContext list_ctx;
+  v1::ListSessionsResponse list;
+  ASSERT_TRUE(client.cache().ListSessions(&list_ctx, v1::ListSessionsRequest(), &list).ok());
+  bool listed = false;
+  for (const auto& s : list.sessions()) listed |= s.session_id() == "to-drop";
+  EXPECT_TRUE(listed);
+  grpc::ClientContext drop_ctx;
+  v1::DropSessionRequest drop;
+  drop.set_session_id("to-drop");
+  v1::DropSessionResponse dropped;
+  ASSERT_TRUE(client.cache().DropSession(&drop_ctx, drop, &dropped).ok());
+  EXPECT_TRUE(absl::IsNotFound(client.GetSession("to-drop").status()));
+  grpc::ClientContext again_ctx;
+  EXPECT_EQ(client.cache().DropSession(&again_ctx, drop, &dropped).error_code(), grpc::StatusCode::NOT_FOUND);
+  grpc::ClientContext stats_ctx;
+  v1::StatsResponse stats;
+  ASSERT_TRUE(client.cache().Stats(&stats_ctx, v1::StatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.model_fingerprint().size(), 16u);
+  ASSERT_EQ(stats.tiers_size(), 1);
+  EXPECT_GT(stats.tiers(0).capacity_bytes(), 0u);
+  grpc::ClientContext prefetch_ctx;
+  v1::PrefetchRequest prefetch;
+  prefetch.add_session_ids("three-turns");
+  prefetch.add_session_ids("never-seen");
+  v1::PrefetchResponse pr;
+  ASSERT_TRUE(client.cache().Prefetch(&prefetch_ctx, prefetch, &pr).ok());
+}
+
+TEST_F(ChatE2eTest, ThirtyTwoConcurrentSessionsMatchSequentialRuns) {
+  constexpr int kSessions = 32;
+  Client off(cache_off_->target());
+  // Sequential reference: one session after the other, cache off.
+  std::vector<std::vector<TurnOutput>> reference;
+  for (int i = 0; i < kSessions; ++i) reference.push_back(ThreeTurns(off, "ref", 8, " #" + std::to_string(i)));
+  std::vector<std::future<std::vector<TurnOutput>>> runs;
+  for (int i = 0; i < kSessions; ++i) {
+    runs.push_back(std::async(std::launch::async, [this, i] {
+      Client client(cache_on_->target());
+      return ThreeTurns(client, "concurrent-" + std::to_string(i), 8, " #" + std::to_string(i));
+    }));
+  }
+  for (int i = 0; i < kSessions; ++i) {
+    std::vector<TurnOutput> got = runs[i].get();
+    for (int t = 0; t < 3; ++t) {
+      ASSERT_TRUE(got[t].status.ok()) << got[t].status.error_message();
+      EXPECT_EQ(got[t].tokens, reference[i][t].tokens) << "session " << i << " turn " << t + 1;
+      if (t > 0) EXPECT_GT(got[t].done.usage().cached_tokens(), 0u);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata
