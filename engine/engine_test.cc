@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <atomic>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -223,6 +224,53 @@ TEST_F(EngineTest, SmallCacheEvictsButAnswersStayRight) {
   Build(/*cache=*/false);
   auto ua = ThreeTurns("a");
   for (int t = 0; t < 3; ++t) EXPECT_EQ(a[t].tokens, ua[t].tokens);
+}
+
+TEST_F(EngineTest, ManyThreadsSubmitCancelAndFinish) {
+  Build(/*cache=*/true);
+  std::vector<std::thread> threads;
+  std::atomic<int> finished{0}, cancelled{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 4; ++i) {
+        TurnRequest r;
+        r.key = {"t", "s" + std::to_string(t % 4)};  // pairs of threads share a session
+        r.prompt = *tokenizer_.RenderChat({{"user", "thread " + std::to_string(t)}});
+        r.max_new_tokens = 32;
+        auto stream = engine_->Submit(std::move(r));
+        ASSERT_TRUE(stream.ok());
+        if ((t + i) % 3 == 0) (*stream)->Cancel();
+        TurnOutput out = Collect(*stream);
+        if (out.status.ok()) ++finished;
+        else if (absl::IsCancelled(out.status)) ++cancelled;
+        else ADD_FAILURE() << out.status;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(finished + cancelled, 32);
+  EXPECT_GT(cancelled.load(), 0);
+  // No session is left stuck: each can take another turn.
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_TRUE(Run("s" + std::to_string(s), {{"user", "after"}}, 2).status.ok());
+  }
+}
+
+TEST_F(EngineTest, DestroyingTheEngineEndsQueuedAndRunningTurns) {
+  Build(/*cache=*/true);
+  std::vector<std::shared_ptr<TurnStream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    TurnRequest r;
+    r.key = {"t", "same"};  // one runs, three wait behind it
+    r.prompt = *tokenizer_.RenderChat({{"user", "long answer please"}});
+    r.max_new_tokens = 400;
+    streams.push_back(*engine_->Submit(std::move(r)));
+  }
+  engine_.reset();
+  for (auto& s : streams) {
+    TurnOutput out = Collect(s);
+    EXPECT_TRUE(out.status.ok() || absl::IsUnavailable(out.status)) << out.status;
+  }
 }
 
 }  // namespace

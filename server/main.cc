@@ -76,6 +76,7 @@ int Serve() {
       std::rename(tmp.c_str(), path.c_str());
     }
   }
+  g_server = server->get();
   // SIGINT/SIGTERM: shut down from a thread that is allowed to block.
   sigset_t signals;
   sigemptyset(&signals);
@@ -87,7 +88,6 @@ int Serve() {
     LOG(INFO) << "signal " << sig << ": shutting down";
     g_server->Shutdown();
   }).detach();
-  g_server = server->get();
   (*server)->Wait();
   return 0;
 }

@@ -2,6 +2,8 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <sys/wait.h>
+
 #include <future>
 #include <thread>
 
@@ -137,8 +139,15 @@ class ChatE2eTest : public ::testing::Test {
     cache_off_ = off->release();
   }
   static void TearDownTestSuite() {
-    delete cache_on_;
-    delete cache_off_;
+    // A clean exit also means the sanitizers found nothing in the server process.
+    for (ServerProcess* server : {cache_on_, cache_off_}) {
+      if (server == nullptr) continue;
+      int status = server->Stop();
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        ADD_FAILURE() << "strata serve did not exit cleanly: wait status " << status;
+      }
+      delete server;
+    }
   }
   static ServerProcess* cache_on_;
   static ServerProcess* cache_off_;
@@ -298,6 +307,26 @@ TEST_F(ChatE2eTest, CacheServiceReportsAndDropsSessions) {
   prefetch.add_session_ids("never-seen");
   v1::PrefetchResponse pr;
   ASSERT_TRUE(client.cache().Prefetch(&prefetch_ctx, prefetch, &pr).ok());
+}
+
+TEST_F(ChatE2eTest, ClientThatGoesAwayFreesItsSession) {
+  Client client(cache_on_->target());
+  {
+    grpc::ClientContext ctx;
+    v1::ChatRequest long_turn = Request("walk-away", {{"user", "talk for a long time"}}, 4000);
+    auto reader = v1::ChatService::NewStub(
+                      grpc::CreateChannel(cache_on_->target(), grpc::InsecureChannelCredentials()))
+                      ->Chat(&ctx, long_turn);
+    v1::ChatEvent e;
+    ASSERT_TRUE(reader->Read(&e));  // the turn is running
+    ctx.TryCancel();
+    while (reader->Read(&e)) {}
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // The next turn of the session is admitted (nothing stuck) and answers.
+  TurnOutput next = client.Chat(Request("walk-away", {{"user", "short one"}}, 4));
+  EXPECT_TRUE(next.status.ok()) << next.status.error_message();
+  EXPECT_GE(next.done.usage().completion_tokens(), 1u);
 }
 
 TEST_F(ChatE2eTest, ThirtyTwoConcurrentSessionsMatchSequentialRuns) {

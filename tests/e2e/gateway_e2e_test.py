@@ -48,7 +48,7 @@ class Server:
     def stop(self):
         self.channel.close()
         self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=30)
+        return self.proc.wait(timeout=30)
 
     def metrics(self):
         body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port,
@@ -99,8 +99,9 @@ class GatewayE2eTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.on.stop()
-        cls.off.stop()
+        # A clean exit also means the sanitizers found nothing in the server process.
+        codes = (cls.on.stop(), cls.off.stop())
+        assert codes == (0, 0), "strata serve exit codes %s" % (codes,)
 
     def test_later_turns_compute_exactly_the_new_tokens(self):
         outs = three_turns(self.on, "py-three")
