@@ -74,7 +74,7 @@ absl::Status EngineOptions::Validate() const {
 storage::ChunkLayout Engine::ChunkLayoutFor(const ModelConfig& config, int chunk_tokens) {
   return storage::ChunkLayout{.layers = config.num_layers,
                               .chunk_tokens = chunk_tokens,
-                              .row_bytes = static_cast<int64_t>(config.kv_dim()) * sizeof(float)};
+                              .row_bytes = static_cast<int64_t>(config.kv_dim() * sizeof(float))};
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
