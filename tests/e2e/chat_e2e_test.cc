@@ -33,8 +33,17 @@ class Client {
         chat_(v1::ChatService::NewStub(channel_)),
         cache_(v1::CacheService::NewStub(channel_)) {}
 
+  explicit Client(const std::string& target, std::string api_key) : Client(target) {
+    api_key_ = std::move(api_key);
+  }
+
+  void Authorize(grpc::ClientContext& ctx) const {
+    if (!api_key_.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key_);
+  }
+
   TurnOutput Chat(const v1::ChatRequest& request) {
     grpc::ClientContext ctx;
+    Authorize(ctx);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(3));
     auto reader = chat_->Chat(&ctx, request);
     TurnOutput out;
@@ -78,6 +87,7 @@ class Client {
 
   absl::StatusOr<v1::SessionInfo> GetSession(const std::string& id) {
     grpc::ClientContext ctx;
+    Authorize(ctx);
     v1::GetSessionRequest req;
     req.set_session_id(id);
     v1::SessionInfo info;
@@ -92,6 +102,7 @@ class Client {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ChatService::Stub> chat_;
   std::unique_ptr<v1::CacheService::Stub> cache_;
+  std::string api_key_;
 };
 
 v1::ChatRequest Request(const std::string& session, const std::vector<std::pair<std::string, std::string>>& msgs,
@@ -350,6 +361,39 @@ TEST_F(ChatE2eTest, ThirtyTwoConcurrentSessionsMatchSequentialRuns) {
       if (t > 0) EXPECT_GT(got[t].done.usage().cached_tokens(), 0u);
     }
   }
+  // Concurrent sessions were batched together: some forward step carried several turns.
+  auto body = metrics::HttpGet("127.0.0.1", cache_on_->metrics_port(), "/metrics");
+  ASSERT_TRUE(body.ok());
+  auto samples = metrics::ParsePrometheusText(*body);
+  ASSERT_TRUE(samples.ok());
+  const double single = (*samples)["strata_batch_size_bucket{le=\"1\"}"];
+  const double all = (*samples)["strata_batch_size_count"];
+  EXPECT_LT(single, all) << "every step carried one turn: no continuous batching";
+}
+
+TEST(TenancyE2eTest, TenantsAreIsolatedAndKeysRequired) {
+  auto server = ServerProcess::Start({"--api_keys=key-a=alpha,key-b=beta"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client alpha((*server)->target(), "key-a");
+  Client beta((*server)->target(), "key-b");
+  Client anonymous((*server)->target());
+  Client forger((*server)->target(), "key-c");
+  auto first = alpha.Chat(Request("shared-id", {{"user", "alpha's secret prompt"}}, 4));
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  EXPECT_EQ(anonymous.Chat(Request("shared-id", {{"user", "x"}}, 4)).status.error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(forger.Chat(Request("shared-id", {{"user", "x"}}, 4)).status.error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  // Beta sends the very same conversation under the same session ID: nothing is reused,
+  // and alpha's session is invisible to it.
+  EXPECT_TRUE(absl::IsNotFound(beta.GetSession("shared-id").status()));
+  auto probe = beta.Chat(Request("shared-id", {{"user", "alpha's secret prompt"}}, 4));
+  ASSERT_TRUE(probe.status.ok());
+  EXPECT_EQ(probe.done.usage().cached_tokens(), 0u);
+  auto again = alpha.Chat(Request("shared-id", {{"user", "alpha's secret prompt"}, {"assistant", first.text},
+                                                {"user", "more"}}, 4));
+  EXPECT_GT(again.done.usage().cached_tokens(), 0u);
+  EXPECT_EQ((*server)->Stop() >> 8, 0);
 }
 
 }  // namespace
