@@ -125,21 +125,21 @@ std::string FormatLabels(const Labels& labels, const std::pair<std::string, std:
 template <>
 void Family<Counter>::Serialize(std::string& out) const {
   AppendHeader(out, name_, help_, type_);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (const auto& [labels, c] : children_) AppendSample(out, name_, labels, c->Value());
 }
 
 template <>
 void Family<Gauge>::Serialize(std::string& out) const {
   AppendHeader(out, name_, help_, type_);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (const auto& [labels, g] : children_) AppendSample(out, name_, labels, g->Value());
 }
 
 template <>
 void Family<Histogram>::Serialize(std::string& out) const {
   AppendHeader(out, name_, help_, type_);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (const auto& [labels, h] : children_) {
     // Read the count first: buckets and sum observed after it only make them larger,
     // never smaller than +Inf's bucket, which is printed as count.
@@ -158,7 +158,7 @@ void Family<Histogram>::Serialize(std::string& out) const {
 template <class M>
 Family<M>& Registry::Add(const std::string& name, const std::string& help, const char* type,
                          std::function<std::unique_ptr<M>()> make) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = by_name_.find(name);
   if (it != by_name_.end()) {
     if (it->second.second != type) {
@@ -190,7 +190,7 @@ Family<Histogram>& Registry::AddHistogram(const std::string& name, const std::st
 }
 
 void Registry::AddCollector(std::function<void()> collect) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   collectors_.push_back(std::move(collect));
 }
 
@@ -198,7 +198,7 @@ std::string Registry::Serialize() const {
   std::vector<std::function<void()>> collectors;
   std::vector<const FamilyBase*> families;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     collectors = collectors_;
     for (const auto& f : families_) families.push_back(f.get());
   }

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 
 namespace strata::metrics {
 
@@ -93,7 +93,7 @@ class Family final : public FamilyBase {
       : name_(std::move(name)), help_(std::move(help)), type_(std::move(type)), make_(std::move(make)) {}
 
   M& WithLabels(const Labels& labels) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto& slot = children_[labels];
     if (slot == nullptr) slot = make_();
     return *slot;
@@ -104,7 +104,7 @@ class Family final : public FamilyBase {
  private:
   const std::string name_, help_, type_;
   const std::function<std::unique_ptr<M>()> make_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::map<Labels, std::unique_ptr<M>> children_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -136,7 +136,7 @@ class Registry {
   Family<M>& Add(const std::string& name, const std::string& help, const char* type,
                  std::function<std::unique_ptr<M>()> make);
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<std::unique_ptr<FamilyBase>> families_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::pair<FamilyBase*, std::string>> by_name_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void()>> collectors_ ABSL_GUARDED_BY(mu_);

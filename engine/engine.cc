@@ -109,11 +109,11 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<CpuModel> model,
 
 Engine::~Engine() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
   loop_.join();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (Queued& q : queue_) q.stream->Fail(absl::UnavailableError("the server is shutting down"));
   queue_.clear();
 }
@@ -168,7 +168,7 @@ absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) 
       std::min<int64_t>(request.max_new_tokens, c.max_context - prompt));
 
   auto stream = std::make_shared<TurnStream>();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("the server is shutting down");
   if (static_cast<int>(queue_.size()) >= options_.max_queued) {
     return absl::ResourceExhaustedError(absl::StrCat("the queue holds ", queue_.size(),
@@ -180,7 +180,7 @@ absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) 
 }
 
 EngineStats Engine::Stats() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
@@ -247,14 +247,14 @@ void Engine::Loop() {
   for (;;) {
     std::vector<Queued> admitted;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (running_.empty()) {
         // Idle: sleep until a turn arrives. (The condition reads only guarded state: absl
         // may evaluate it on another thread.)
         auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           return stopping_ || !queue_.empty();
         };
-        mu_.Await(absl::Condition(&has_work));
+        mu_.Await(has_work);
       }
       if (stopping_) break;
       admitted = AdmitLocked();
@@ -297,7 +297,7 @@ void Engine::Step() {
   }
   model_->Forward(batch);
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     ++stats_.steps;
     stats_.max_batch_turns = std::max<int64_t>(stats_.max_batch_turns, static_cast<int64_t>(batch.size()));
   }
@@ -372,7 +372,7 @@ void Engine::End(Running& r, FinishReason reason) {
     r.stream->Finish(result);
   }
   r.kv.reset();  // marks the turn as ended for the step's clean-up
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   active_sessions_.erase(r.session_key);
 }
 

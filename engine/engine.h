@@ -20,7 +20,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "base/metrics.h"
 #include "engine/cpu_model.h"
 #include "engine/tokenizer.h"
@@ -97,7 +97,7 @@ class Engine {
   storage::SessionStore* store_;
   std::unique_ptr<Metrics> metrics_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> active_sessions_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -3,10 +3,10 @@
 namespace strata::engine {
 
 bool TurnStream::Next(Event* event, absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (drained_) return false;
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty(); };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) return false;
+  if (!mu_.AwaitWithTimeout(ready, timeout)) return false;
   *event = std::move(events_.front());
   events_.pop_front();
   if (event->done.has_value() || !event->error.ok()) drained_ = true;
@@ -14,17 +14,17 @@ bool TurnStream::Next(Event* event, absl::Duration timeout) {
 }
 
 void TurnStream::Cancel() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   cancelled_ = true;
 }
 
 bool TurnStream::cancelled() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return cancelled_;
 }
 
 void TurnStream::PushDelta(absl::Span<const int32_t> token_ids, std::string_view text) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (closed_) return;
   // Coalesce into the last undelivered delta, so a slow reader costs no memory per token.
   if (!events_.empty() && !events_.back().done.has_value() && events_.back().error.ok()) {
@@ -40,7 +40,7 @@ void TurnStream::PushDelta(absl::Span<const int32_t> token_ids, std::string_view
 }
 
 void TurnStream::Finish(const TurnResult& result) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (closed_) return;
   closed_ = true;
   Event e;
@@ -49,7 +49,7 @@ void TurnStream::Finish(const TurnResult& result) {
 }
 
 void TurnStream::Fail(const absl::Status& status) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (closed_) return;
   closed_ = true;
   Event e;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "absl/time/time.h"
 #include "storage/session_store.h"
 
@@ -72,7 +72,7 @@ class TurnStream {
   void Fail(const absl::Status& status);
 
  private:
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;    // last event pushed
   bool drained_ ABSL_GUARDED_BY(mu_) = false;   // last event taken

@@ -22,7 +22,9 @@ typedef float V16 __attribute__((vector_size(64)));
 
 // On x86 the hot loops are built for AVX2 and for the baseline, picked at load time, and
 // MatMulWT has an AVX-512 variant. The results are the same bits on every path.
-#if defined(__x86_64__)
+// Not under ThreadSanitizer: an ifunc resolver runs before the TSan runtime is set up, and
+// the instrumented resolver crashes the program at load.
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define STRATA_X86 1
 #define STRATA_MULTIVERSIONED __attribute__((target_clones("avx2", "default")))
 #else

@@ -63,7 +63,7 @@ SessionInfo SessionStore::InfoLocked(const Session& s) const {
 
 PrefixMatch SessionStore::Match(const SessionKey& key, absl::Span<const int32_t> tokens,
                                 int64_t max_tokens) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ++stats_.lookups;
   auto it = sessions_.find(MapKey(key));
   if (it == sessions_.end()) return {};
@@ -81,7 +81,7 @@ PrefixMatch SessionStore::Match(const SessionKey& key, absl::Span<const int32_t>
 
 absl::StatusOr<int64_t> SessionStore::Read(const SessionKey& key, int64_t tokens,
                                            VisitFn visit) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = sessions_.find(MapKey(key));
   if (it == sessions_.end()) {
     return absl::NotFoundError(absl::StrCat("session '", key.session_id, "' is not stored"));
@@ -139,7 +139,7 @@ bool SessionStore::MakeRoomLocked(int64_t blocks, const Session* keep) {
 absl::Status SessionStore::Save(const SessionKey& key, absl::Span<const int32_t> tokens,
                                 int64_t keep_tokens, FillFn fill) {
   const ChunkLayout& layout = options_.layout;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::string map_key = MapKey(key);
   auto it = sessions_.find(map_key);
   const int64_t stored = it == sessions_.end() ? 0 : static_cast<int64_t>(it->second->tokens.size());
@@ -187,7 +187,7 @@ absl::Status SessionStore::Save(const SessionKey& key, absl::Span<const int32_t>
 }
 
 absl::StatusOr<SessionInfo> SessionStore::Get(const SessionKey& key) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = sessions_.find(MapKey(key));
   if (it == sessions_.end()) {
     return absl::NotFoundError(absl::StrCat("session '", key.session_id, "' is not stored"));
@@ -196,7 +196,7 @@ absl::StatusOr<SessionInfo> SessionStore::Get(const SessionKey& key) const {
 }
 
 absl::Status SessionStore::Drop(const SessionKey& key) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = sessions_.find(MapKey(key));
   if (it == sessions_.end()) {
     return absl::NotFoundError(absl::StrCat("session '", key.session_id, "' is not stored"));
@@ -207,7 +207,7 @@ absl::Status SessionStore::Drop(const SessionKey& key) {
 }
 
 std::vector<SessionInfo> SessionStore::List(const std::string& tenant) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<SessionInfo> out;
   for (const auto& [k, s] : sessions_) {
     if (s->tenant == tenant) out.push_back(InfoLocked(*s));
@@ -218,7 +218,7 @@ std::vector<SessionInfo> SessionStore::List(const std::string& tenant) const {
 }
 
 SessionStoreStats SessionStore::Stats() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   SessionStoreStats s = stats_;
   s.host_capacity_bytes = host_->capacity_bytes();
   s.host_used_bytes = host_->used_bytes();

@@ -22,7 +22,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "absl/types/span.h"
 #include "storage/chunk_format.h"
 #include "storage/host_tier.h"
@@ -131,7 +131,7 @@ class SessionStore {
   bool MakeRoomLocked(int64_t blocks, const Session* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SessionStoreOptions options_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::unique_ptr<HostTier> host_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
