@@ -40,6 +40,7 @@ STRATA_STRICT_REQUEST_TRAITS(strata::v1::DropSessionRequest)
 STRATA_STRICT_REQUEST_TRAITS(strata::v1::ListSessionsRequest)
 STRATA_STRICT_REQUEST_TRAITS(strata::v1::PrefetchRequest)
 STRATA_STRICT_REQUEST_TRAITS(strata::v1::StatsRequest)
+STRATA_STRICT_REQUEST_TRAITS(strata::v1::FlushRequest)
 
 #undef STRATA_STRICT_REQUEST_TRAITS
 

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "server/auth.h"
 #include "server/status_map.h"
 
@@ -15,7 +16,7 @@ void Fill(const storage::SessionInfo& in, v1::SessionInfo* out) {
   out->set_chunks(static_cast<uint32_t>(in.chunks));
   out->set_tier(static_cast<v1::Tier>(in.tier));
   out->set_last_access_unix_ms(in.last_access_unix_ms);
-  out->set_persisted(false);  // no durable tier yet
+  out->set_persisted(in.persisted);
 }
 
 absl::Status CacheOff() { return absl::NotFoundError("the session cache is off (--cache=off)"); }
@@ -87,11 +88,37 @@ grpc::Status CacheServiceImpl::Stats(grpc::ServerContext* context, const v1::Sta
     host->set_tier(v1::TIER_HOST);
     host->set_capacity_bytes(static_cast<uint64_t>(s.host_capacity_bytes));
     host->set_used_bytes(static_cast<uint64_t>(s.host_used_bytes));
-    host->set_sessions(static_cast<uint32_t>(s.sessions));
+    host->set_sessions(static_cast<uint32_t>(s.host_sessions));
+    if (s.ssd_enabled) {
+      v1::TierStats* ssd = response->add_tiers();
+      ssd->set_tier(v1::TIER_SSD);
+      ssd->set_capacity_bytes(static_cast<uint64_t>(s.ssd_capacity_bytes));
+      ssd->set_used_bytes(static_cast<uint64_t>(s.ssd_used_bytes));
+      ssd->set_sessions(static_cast<uint32_t>(s.ssd_sessions));
+    }
+    response->set_ssd_degraded(s.ssd_degraded);
     response->set_lookups(static_cast<uint64_t>(s.lookups));
     response->set_hits(static_cast<uint64_t>(s.hits));
     response->set_reused_tokens(static_cast<uint64_t>(s.hit_tokens));
     response->set_evictions(static_cast<uint64_t>(s.evictions));
+  }
+  return requests_->Count(grpc::Status::OK);
+}
+
+grpc::Status CacheServiceImpl::Flush(grpc::ServerContext* context, const v1::FlushRequest* request,
+                                     v1::FlushResponse*) {
+  auto tenant = TenantOf(*context, *api_keys_);
+  if (!tenant.ok()) return requests_->Count(ToGrpcStatus(tenant.status()));
+  for (const std::string& id : request->session_ids()) {
+    if (absl::Status s = ValidateSessionId(id); !s.ok()) return requests_->Count(ToGrpcStatus(s));
+  }
+  if (store_ == nullptr) return requests_->Count(ToGrpcStatus(CacheOff()));
+  const absl::Duration timeout =
+      request->timeout_ms() == 0 ? absl::Seconds(30) : absl::Milliseconds(request->timeout_ms());
+  const absl::Time deadline = absl::Now() + timeout;
+  for (const std::string& id : request->session_ids()) {
+    absl::Status s = store_->Flush(storage::SessionKey{*tenant, id}, deadline - absl::Now());
+    if (!s.ok()) return requests_->Count(ToGrpcStatus(s));
   }
   return requests_->Count(grpc::Status::OK);
 }

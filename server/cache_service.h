@@ -30,6 +30,8 @@ class CacheServiceImpl final : public v1::CacheService::Service {
                         v1::PrefetchResponse* response) override;
   grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
                      v1::StatsResponse* response) override;
+  grpc::Status Flush(grpc::ServerContext* context, const v1::FlushRequest* request,
+                     v1::FlushResponse* response) override;
 
  private:
   absl::StatusOr<storage::SessionKey> KeyFor(grpc::ServerContext* context,

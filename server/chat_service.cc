@@ -84,6 +84,7 @@ grpc::Status ChatServiceImpl::DoChat(grpc::ServerContext* context, const v1::Cha
   turn.sampling.top_p = request.sampling().top_p() == 0 ? 1.0f : request.sampling().top_p();
   turn.sampling.seed = request.sampling().seed();
   turn.stop.assign(request.stop().begin(), request.stop().end());
+  const storage::SessionKey key = turn.key;
 
   auto stream = engine_->Submit(std::move(turn));
   if (!stream.ok()) return ToGrpcStatus(stream.status());
@@ -123,6 +124,10 @@ grpc::Status ChatServiceImpl::DoChat(grpc::ServerContext* context, const v1::Cha
       done->set_ttft_ms(r.ttft_ms);
       done->set_finish_reason(r.finish == engine::FinishReason::kLength ? v1::FINISH_REASON_LENGTH
                                                                          : v1::FINISH_REASON_STOP);
+      if (request.persist()) {
+        // The client asked to wait for durability; this thread waits, the engine does not.
+        done->set_persisted(store_ != nullptr && store_->Flush(key, absl::Seconds(30)).ok());
+      }
       writer->Write(done_event);
       return grpc::Status::OK;
     }

@@ -32,9 +32,11 @@ absl::Status ValidateSessionId(const std::string& session_id);
 
 class ChatServiceImpl final : public v1::ChatService::Service {
  public:
+  // `store` may be null (cache off); it answers the per-turn `persist` option.
   ChatServiceImpl(engine::Engine* engine, const engine::Tokenizer* tokenizer,
-                  const std::map<std::string, std::string>* api_keys, RequestCounter* requests)
-      : engine_(engine), tokenizer_(tokenizer), api_keys_(api_keys), requests_(requests) {}
+                  storage::SessionStore* store, const std::map<std::string, std::string>* api_keys,
+                  RequestCounter* requests)
+      : engine_(engine), tokenizer_(tokenizer), store_(store), api_keys_(api_keys), requests_(requests) {}
 
   grpc::Status Chat(grpc::ServerContext* context, const v1::ChatRequest* request,
                     grpc::ServerWriter<v1::ChatEvent>* writer) override;
@@ -45,6 +47,7 @@ class ChatServiceImpl final : public v1::ChatService::Service {
 
   engine::Engine* engine_;
   const engine::Tokenizer* tokenizer_;
+  storage::SessionStore* store_;
   const std::map<std::string, std::string>* api_keys_;
   RequestCounter* requests_;
 };

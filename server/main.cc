@@ -22,7 +22,14 @@ ABSL_FLAG(int, port, 7070, "serve: gRPC port (0: pick a free one); chat: port to
 ABSL_FLAG(int, metrics_port, 9464, "serve: Prometheus /metrics port (0: pick a free one, -1: off)");
 ABSL_FLAG(std::string, cache, "on", "serve: session KV cache, on or off");
 ABSL_FLAG(int64_t, host_cache_bytes, int64_t{1} << 30, "serve: capacity of the host-memory tier");
+ABSL_FLAG(bool, pin_host_memory, true,
+          "serve: lock the host tier in memory (needs CAP_IPC_LOCK or a memlock limit as large)");
 ABSL_FLAG(int, chunk_tokens, 256, "serve: tokens per KV chunk");
+ABSL_FLAG(std::string, ssd_dirs, "",
+          "serve: comma-separated directories for the SSD tier (one preallocated file each); empty: off");
+ABSL_FLAG(int64_t, ssd_capacity_bytes, int64_t{16} << 30, "serve: SSD tier capacity per directory");
+ABSL_FLAG(std::string, index_dir, "", "serve: RocksDB session index (default: <first ssd dir>/index)");
+ABSL_FLAG(int64_t, ttl_seconds, 86400, "serve: sessions unused this long are dropped from every tier");
 ABSL_FLAG(int, max_batch, 64, "serve: most turns in one decode batch");
 ABSL_FLAG(int, max_step_tokens, 512, "serve: most tokens in one forward step");
 ABSL_FLAG(int, max_new_tokens_limit, 4096, "serve: largest max_new_tokens a request may ask for");
@@ -51,7 +58,14 @@ int Serve() {
   }
   o.cache_enabled = cache == "on";
   o.host_cache_bytes = absl::GetFlag(FLAGS_host_cache_bytes);
+  o.pin_host_memory = absl::GetFlag(FLAGS_pin_host_memory);
   o.chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens);
+  for (absl::string_view dir : absl::StrSplit(absl::GetFlag(FLAGS_ssd_dirs), ',', absl::SkipEmpty())) {
+    o.ssd_dirs.emplace_back(dir);
+  }
+  o.ssd_capacity_bytes_per_dir = absl::GetFlag(FLAGS_ssd_capacity_bytes);
+  o.index_dir = absl::GetFlag(FLAGS_index_dir);
+  o.ttl = absl::Seconds(absl::GetFlag(FLAGS_ttl_seconds));
   o.engine.max_running = absl::GetFlag(FLAGS_max_batch);
   o.engine.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);

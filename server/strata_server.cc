@@ -15,6 +15,7 @@ namespace strata::server {
 absl::Status ServerOptions::Validate() const {
   if (listen_address.empty()) return absl::InvalidArgumentError("listen address is empty");
   if (host_cache_bytes < 0) return absl::InvalidArgumentError("--host_cache_bytes must be >= 0");
+  if (ttl <= absl::ZeroDuration()) return absl::InvalidArgumentError("--ttl_seconds must be positive");
   if (chunk_tokens <= 0 || chunk_tokens > 65536) {
     return absl::InvalidArgumentError("--chunk_tokens must be in 1..65536");
   }
@@ -28,29 +29,63 @@ void ExportStoreStats(metrics::Registry& r, storage::SessionStore* store, bool c
   auto& tier_bytes = r.AddGauge("strata_tier_bytes", "Bytes held in each tier.");
   auto& tier_capacity = r.AddGauge("strata_tier_capacity_bytes", "Capacity of each tier (0: off).");
   auto& sessions = r.AddGauge("strata_sessions", "Sessions with KV held in each tier.");
-  auto& evictions = r.AddCounter("strata_cache_evictions_total", "Sessions evicted, by tier.");
+  auto& evictions = r.AddCounter("strata_cache_evictions_total", "Sessions that left the store for room.");
+  auto& demotions = r.AddCounter("strata_cache_demotions_total",
+                                 "Host copies dropped under pressure (the session stays on SSD).");
+  auto& promotions = r.AddCounter("strata_cache_promotions_total",
+                                  "Sessions read back from SSD into host memory, by outcome.");
+  auto& moved = r.AddCounter("strata_bytes_moved_total", "Bytes moved between tiers, by direction.");
+  auto& persisted = r.AddCounter("strata_cache_persisted_total",
+                                 "Write-backs that made a session durable (chunks synced, index committed).");
+  auto& ssd_errors = r.AddCounter("strata_ssd_write_errors_total", "SSD write, sync or index failures.");
+  auto& degraded = r.AddGauge("strata_ssd_degraded", "1 when the SSD tier failed and caching is host-only.");
   auto& rejected = r.AddCounter("strata_cache_save_rejected_total",
                                 "Sessions too large for the tier, not stored.");
   auto& corrupt = r.AddCounter("strata_cache_corrupt_chunks_total",
                                "Chunks that failed their checksum or fingerprint (served as misses).");
+  auto& expired = r.AddCounter("strata_cache_expired_total", "Sessions dropped by TTL.");
+  auto& io_seconds = r.AddHistogram(
+      "strata_tier_io_seconds",
+      "Latency of tier I/O: host = a session's chunk copies in or out of the arena, ssd = one "
+      "chunk request from submission to completion.",
+      {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1});
   auto& enabled = r.AddGauge("strata_cache_enabled", "1 when the session cache is on.");
   enabled.WithLabels({}).Set(cache_enabled ? 1 : 0);
   auto sync = [](metrics::Counter& c, int64_t total) {
     double delta = static_cast<double>(total) - c.Value();
     if (delta > 0) c.Increment(delta);
   };
-  r.AddCollector([=, &tier_bytes, &tier_capacity, &sessions, &evictions, &rejected, &corrupt] {
+  r.AddCollector([=, &tier_bytes, &tier_capacity, &sessions, &evictions, &demotions, &promotions,
+                  &moved, &persisted, &ssd_errors, &degraded, &rejected, &corrupt, &expired, &io_seconds] {
     storage::SessionStoreStats s;
-    if (store != nullptr) s = store->Stats();
-    for (const char* tier : {"hbm", "host", "ssd"}) {
-      bool host = std::string_view(tier) == "host";
-      tier_bytes.WithLabels({{"tier", tier}}).Set(host ? static_cast<double>(s.host_used_bytes) : 0);
-      tier_capacity.WithLabels({{"tier", tier}}).Set(host ? static_cast<double>(s.host_capacity_bytes) : 0);
-      sessions.WithLabels({{"tier", tier}}).Set(host ? static_cast<double>(s.sessions) : 0);
+    if (store != nullptr) {
+      s = store->Stats();
+      for (const storage::TierIoSample& io : store->TakeIoSamples()) {
+        io_seconds.WithLabels({{"tier", storage::TierName(io.tier)}, {"op", io.write ? "write" : "read"}})
+            .Observe(io.seconds);
+      }
     }
-    sync(evictions.WithLabels({{"tier", "host"}}), s.evictions);
+    tier_bytes.WithLabels({{"tier", "hbm"}}).Set(0);
+    tier_capacity.WithLabels({{"tier", "hbm"}}).Set(0);
+    sessions.WithLabels({{"tier", "hbm"}}).Set(0);
+    tier_bytes.WithLabels({{"tier", "host"}}).Set(static_cast<double>(s.host_used_bytes));
+    tier_capacity.WithLabels({{"tier", "host"}}).Set(static_cast<double>(s.host_capacity_bytes));
+    sessions.WithLabels({{"tier", "host"}}).Set(static_cast<double>(s.host_sessions));
+    tier_bytes.WithLabels({{"tier", "ssd"}}).Set(static_cast<double>(s.ssd_used_bytes));
+    tier_capacity.WithLabels({{"tier", "ssd"}}).Set(static_cast<double>(s.ssd_capacity_bytes));
+    sessions.WithLabels({{"tier", "ssd"}}).Set(static_cast<double>(s.ssd_sessions));
+    sync(evictions.WithLabels({}), s.evictions);
+    sync(demotions.WithLabels({}), s.demotions);
+    sync(promotions.WithLabels({{"outcome", "ok"}}), s.promotions);
+    sync(promotions.WithLabels({{"outcome", "failed"}}), s.promotion_failures);
+    sync(moved.WithLabels({{"direction", "host_to_ssd"}}), s.ssd_bytes_written);
+    sync(moved.WithLabels({{"direction", "ssd_to_host"}}), s.ssd_bytes_read);
+    sync(persisted.WithLabels({}), s.persisted_saves);
+    sync(ssd_errors.WithLabels({}), s.ssd_write_errors);
+    degraded.WithLabels({}).Set(s.ssd_degraded ? 1 : 0);
     sync(rejected.WithLabels({}), s.save_rejected);
     sync(corrupt.WithLabels({}), s.corrupt_chunks);
+    sync(expired.WithLabels({}), s.expired);
   });
 }
 
@@ -70,11 +105,24 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
     so.host_capacity_bytes = options.host_cache_bytes;
     so.layout = engine::Engine::ChunkLayoutFor(config, options.chunk_tokens);
     so.model_fingerprint = fingerprint;
+    so.ssd_dirs = options.ssd_dirs;
+    so.ssd_capacity_bytes_per_dir = options.ssd_capacity_bytes_per_dir;
+    so.index_dir = options.index_dir;
+    if (so.index_dir.empty() && !so.ssd_dirs.empty()) so.index_dir = so.ssd_dirs[0] + "/index";
+    so.ttl = options.ttl;
+    so.lock_host_memory = options.pin_host_memory;
     auto store = storage::SessionStore::Create(so);
     if (!store.ok()) return store.status();
     server->store_ = *std::move(store);
     LOG(INFO) << "session cache on: host tier " << options.host_cache_bytes << " bytes, chunks of "
               << options.chunk_tokens << " tokens (" << so.layout.BlockBytes() << " bytes)";
+    if (so.ssd_dirs.empty()) {
+      LOG(WARNING) << "SSD tier OFF (no --ssd_dirs): sessions live in host memory only and do not "
+                      "survive a restart";
+    } else {
+      LOG(INFO) << "SSD tier on: " << so.ssd_dirs.size() << " director" << (so.ssd_dirs.size() == 1 ? "y" : "ies")
+                << " of " << so.ssd_capacity_bytes_per_dir << " bytes, index in " << so.index_dir;
+    }
   } else {
     LOG(WARNING) << "session cache OFF (--cache=off): every turn recomputes its whole prompt";
   }
@@ -88,7 +136,8 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   auto requests = std::make_shared<RequestCounter>(server->registry_);
   server->requests_ = requests;
   server->chat_service_ = std::make_unique<ChatServiceImpl>(
-      server->engine_.get(), server->tokenizer_.get(), &server->options_.api_keys, requests.get());
+      server->engine_.get(), server->tokenizer_.get(), server->store_.get(), &server->options_.api_keys,
+      requests.get());
   server->cache_service_ = std::make_unique<CacheServiceImpl>(
       server->store_.get(), fingerprint, &server->options_.api_keys, requests.get());
 

@@ -6,6 +6,9 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "absl/time/time.h"
 
 #include "absl/status/statusor.h"
 #include "base/metrics.h"
@@ -26,7 +29,13 @@ struct ServerOptions {
   std::string metrics_address = "127.0.0.1:9464";  // Prometheus /metrics; empty: off
   bool cache_enabled = true;
   int64_t host_cache_bytes = int64_t{1} << 30;
+  bool pin_host_memory = true;  // lock the host arena in memory
   int chunk_tokens = 256;
+  // SSD tier (off when empty) and its RocksDB index (default: <first ssd dir>/index).
+  std::vector<std::string> ssd_dirs;
+  int64_t ssd_capacity_bytes_per_dir = int64_t{16} << 30;
+  std::string index_dir;
+  absl::Duration ttl = absl::Hours(24);
   uint64_t model_seed = 20241122;  // seed of the built-in model's weights
   engine::EngineOptions engine;
   // API key -> tenant. Empty: no authentication, every caller is tenant "default".

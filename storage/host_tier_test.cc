@@ -34,6 +34,17 @@ TEST(HostTierTest, FreedBlocksAreReused) {
   EXPECT_NE((*tier)->Block(a).data(), (*tier)->Block(b).data());
 }
 
+TEST(HostTierTest, ReferencedBlockIsFreedByTheLastHolder) {
+  auto tier = HostTier::Create(2 * 4096, 4096);
+  ASSERT_TRUE(tier.ok());
+  uint32_t a = *(*tier)->Allocate();
+  (*tier)->Ref(a);  // e.g. an SSD write still reads from it
+  (*tier)->Free(a);
+  EXPECT_EQ((*tier)->free_blocks(), 1) << "a referenced block went back to the free list";
+  (*tier)->Free(a);
+  EXPECT_EQ((*tier)->free_blocks(), 2);
+}
+
 TEST(HostTierTest, ZeroCapacityHoldsNothing) {
   auto tier = HostTier::Create(0, 4096);
   ASSERT_TRUE(tier.ok());

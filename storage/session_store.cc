@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/log.h"
+#include "xxhash.h"
 
 namespace strata::storage {
 
@@ -22,19 +24,68 @@ absl::Status SessionStoreOptions::Validate() const {
   if (host_capacity_bytes < 0) {
     return absl::InvalidArgumentError("host capacity must not be negative");
   }
+  if (!ssd_dirs.empty()) {
+    if (ssd_capacity_bytes_per_dir < layout.BlockBytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SSD capacity per directory (", ssd_capacity_bytes_per_dir, " bytes) holds no chunk of ",
+          layout.BlockBytes(), " bytes"));
+    }
+    if (index_dir.empty()) return absl::InvalidArgumentError("an SSD tier needs an index directory");
+    // A host tier smaller than one SSD directory is fine; one that cannot hold a single
+    // chunk would make every promotion fail.
+    if (host_capacity_bytes < layout.BlockBytes()) {
+      return absl::InvalidArgumentError("the host tier must hold at least one chunk to use an SSD tier");
+    }
+  }
+  if (ttl <= absl::ZeroDuration()) return absl::InvalidArgumentError("TTL must be positive");
   return layout.Validate();
 }
 
 absl::StatusOr<std::unique_ptr<SessionStore>> SessionStore::Create(
     const SessionStoreOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
-  auto host = HostTier::Create(options.host_capacity_bytes, options.layout.BlockBytes());
+  auto host = HostTier::Create(options.host_capacity_bytes, options.layout.BlockBytes(),
+                               options.lock_host_memory);
   if (!host.ok()) return host.status();
-  return std::unique_ptr<SessionStore>(new SessionStore(options, *std::move(host)));
+  std::unique_ptr<SsdTier> ssd;
+  std::unique_ptr<SessionIndex> index;
+  if (!options.ssd_dirs.empty()) {
+    SsdTierOptions so;
+    so.dirs = options.ssd_dirs;
+    so.capacity_bytes_per_dir = options.ssd_capacity_bytes_per_dir;
+    so.block_bytes = options.layout.BlockBytes();
+    so.queue_depth = options.ssd_queue_depth;
+    auto opened = SsdTier::Open(so);
+    if (!opened.ok()) return opened.status();
+    ssd = *std::move(opened);
+    if ((*host)->total_blocks() > 0) {
+      absl::Status reg = ssd->RegisterBuffers((*host)->arena_base(), (*host)->arena_bytes());
+      if (!reg.ok()) LOG(WARNING) << "SSD I/O will not use registered buffers: " << reg;
+    }
+    auto idx = SessionIndex::Open(options.index_dir);
+    if (!idx.ok()) return idx.status();
+    index = *std::move(idx);
+  }
+  std::unique_ptr<SessionStore> store(
+      new SessionStore(options, *std::move(host), std::move(ssd), std::move(index)));
+  if (store->ssd_ != nullptr) {
+    if (absl::Status s = store->Recover(); !s.ok()) return s;
+    store->persist_thread_ = std::thread([s = store.get()] { s->PersistLoop(); });
+  }
+  return store;
 }
 
-SessionStore::SessionStore(const SessionStoreOptions& options, std::unique_ptr<HostTier> host)
-    : options_(options), host_(std::move(host)) {}
+SessionStore::SessionStore(const SessionStoreOptions& options, std::unique_ptr<HostTier> host,
+                           std::unique_ptr<SsdTier> ssd, std::unique_ptr<SessionIndex> index)
+    : options_(options), host_(std::move(host)), ssd_(std::move(ssd)), index_(std::move(index)) {}
+
+SessionStore::~SessionStore() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (persist_thread_.joinable()) persist_thread_.join();
+}
 
 std::string SessionStore::MapKey(const SessionKey& key) {
   // Tenants cannot contain '\0' (they come from the server's configuration), so this
@@ -50,14 +101,19 @@ void SessionStore::TouchLocked(Session& s) {
   s.last_access_unix_ms = absl::ToUnixMillis(absl::Now());
 }
 
+bool SessionStore::ExpiredLocked(const Session& s) const {
+  return absl::FromUnixMillis(s.last_access_unix_ms) + options_.ttl < absl::Now();
+}
+
 SessionInfo SessionStore::InfoLocked(const Session& s) const {
   SessionInfo info;
   info.session_id = s.session_id;
   info.cached_tokens = static_cast<int64_t>(s.tokens.size());
-  info.chunks = static_cast<int>(s.blocks.size());
-  info.bytes = info.chunks * host_->block_bytes();
-  info.tier = s.blocks.empty() ? Tier::kNone : Tier::kHost;
+  info.chunks = static_cast<int>(s.checksums.size());
+  info.bytes = info.chunks * options_.layout.BlockBytes();
+  info.tier = !s.host.empty() ? Tier::kHost : s.persisted ? Tier::kSsd : Tier::kNone;
   info.last_access_unix_ms = s.last_access_unix_ms;
+  info.persisted = s.persisted;
   return info;
 }
 
@@ -65,9 +121,17 @@ PrefixMatch SessionStore::Match(const SessionKey& key, absl::Span<const int32_t>
                                 int64_t max_tokens) {
   MutexLock lock(&mu_);
   ++stats_.lookups;
-  auto it = sessions_.find(MapKey(key));
+  std::string map_key = MapKey(key);
+  auto it = sessions_.find(map_key);
   if (it == sessions_.end()) return {};
   Session& s = *it->second;
+  if (ExpiredLocked(s) && s.readers == 0) {
+    ++stats_.expired;
+    RemoveLocked(map_key);
+    return {};
+  }
+  const bool on_host = !s.host.empty();
+  if (!on_host && !s.persisted) return {};
   TouchLocked(s);
   int64_t limit = std::min<int64_t>({static_cast<int64_t>(tokens.size()),
                                      static_cast<int64_t>(s.tokens.size()), max_tokens});
@@ -76,62 +140,148 @@ PrefixMatch SessionStore::Match(const SessionKey& key, absl::Span<const int32_t>
   if (n == 0) return {};
   ++stats_.hits;
   stats_.hit_tokens += n;
-  return {n, Tier::kHost};
+  return {n, on_host ? Tier::kHost : Tier::kSsd};
 }
 
 absl::StatusOr<int64_t> SessionStore::Read(const SessionKey& key, int64_t tokens,
                                            VisitFn visit) {
   MutexLock lock(&mu_);
-  auto it = sessions_.find(MapKey(key));
+  const std::string map_key = MapKey(key);
+  auto it = sessions_.find(map_key);
   if (it == sessions_.end()) {
     return absl::NotFoundError(absl::StrCat("session '", key.session_id, "' is not stored"));
   }
-  Session& s = *it->second;
-  tokens = std::min<int64_t>(tokens, static_cast<int64_t>(s.tokens.size()));
+  Session* s = it->second.get();
+  if (s->host.empty()) {
+    if (!s->persisted) return int64_t{0};
+    if (absl::Status p = PromoteLocked(map_key, *s); !p.ok()) {
+      ++stats_.promotion_failures;
+      LOG(WARNING) << "promotion of session '" << key.session_id << "' from SSD failed: " << p;
+      // Bytes that fail verification are gone for good; a full host tier is a miss now.
+      auto again = sessions_.find(map_key);
+      if (absl::IsDataLoss(p) && again != sessions_.end() && again->second->host.empty()) {
+        RemoveLocked(map_key);
+      }
+      return int64_t{0};
+    }
+    it = sessions_.find(map_key);
+    if (it == sessions_.end()) return int64_t{0};
+    s = it->second.get();
+  }
+  tokens = std::min<int64_t>(tokens, static_cast<int64_t>(s->tokens.size()));
   const int chunk_tokens = options_.layout.chunk_tokens;
+  const absl::Time start = absl::Now();
   int64_t delivered = 0;
-  for (size_t c = 0; c < s.blocks.size() && delivered < tokens; ++c) {
-    absl::Span<std::byte> block = host_->Block(s.blocks[c]);
+  int64_t chunks_read = 0;
+  for (size_t c = 0; c < s->host.size() && delivered < tokens; ++c) {
+    absl::Span<std::byte> block = host_->Block(s->host[c]);
     int held = 0;
     absl::Status ok = VerifyChunk(options_.layout, options_.model_fingerprint, block, &held);
     int64_t begin = static_cast<int64_t>(c) * chunk_tokens;
-    int64_t expected = std::min<int64_t>(chunk_tokens, static_cast<int64_t>(s.tokens.size()) - begin);
+    int64_t expected = std::min<int64_t>(chunk_tokens, static_cast<int64_t>(s->tokens.size()) - begin);
     if (ok.ok() && held != expected) ok = absl::DataLossError("chunk token count mismatch");
     if (!ok.ok()) {
       ++stats_.corrupt_chunks;
-      FreeBlocksLocked(s, c);
-      s.tokens.resize(static_cast<size_t>(begin));
+      LOG(WARNING) << "session '" << key.session_id << "' chunk " << c << " is not served: " << ok;
+      // Cut the session before the bad chunk; its SSD copy named the bad bytes too.
+      DropHostLocked(*s, c);
+      s->tokens.resize(static_cast<size_t>(begin));
+      s->checksums.resize(c);
+      s->persisted = false;
+      ++s->version;
+      if (s->tokens.empty()) {
+        RemoveLocked(map_key);  // its index record goes too
+      } else {
+        EnqueueWriteBackLocked(map_key, *s);  // the record is replaced by the cut version
+      }
       break;
     }
+    ++chunks_read;
     int count = static_cast<int>(std::min<int64_t>(held, tokens - delivered));
     visit(begin, count, absl::Span<const std::byte>(ChunkPayload(block), options_.layout.PayloadBytes()));
     delivered += count;
   }
+  if (chunks_read > 0) AddHostSampleLocked(false, chunks_read * options_.layout.BlockBytes(), absl::Now() - start);
   return delivered;
 }
 
-void SessionStore::FreeBlocksLocked(Session& s, size_t keep_chunks) {
-  while (s.blocks.size() > keep_chunks) {
-    host_->Free(s.blocks.back());
-    s.blocks.pop_back();
+void SessionStore::AddHostSampleLocked(bool write, int64_t bytes, absl::Duration d) {
+  constexpr size_t kMaxSamples = 8192;
+  if (host_samples_.size() >= kMaxSamples) host_samples_.pop_front();
+  host_samples_.push_back(TierIoSample{Tier::kHost, write, bytes, absl::ToDoubleSeconds(d)});
+}
+
+std::vector<TierIoSample> SessionStore::TakeIoSamples() {
+  std::vector<TierIoSample> out;
+  {
+    MutexLock lock(&mu_);
+    out.assign(host_samples_.begin(), host_samples_.end());
+    host_samples_.clear();
+  }
+  if (ssd_ != nullptr) {
+    for (const SsdIoSample& io : ssd_->TakeIoSamples()) {
+      out.push_back(TierIoSample{Tier::kSsd, io.write, io.bytes, io.seconds});
+    }
+  }
+  return out;
+}
+
+void SessionStore::EnqueueWriteBackLocked(const std::string& map_key, const Session& s) {
+  if (ssd_ == nullptr || degraded_) return;
+  PersistJob job;
+  job.map_key = map_key;
+  job.version = s.version;
+  persist_queue_.push_back(std::move(job));
+}
+
+void SessionStore::DropHostLocked(Session& s, size_t keep_chunks) {
+  while (s.host.size() > keep_chunks) {
+    host_->Free(s.host.back());
+    s.host.pop_back();
   }
 }
 
-bool SessionStore::MakeRoomLocked(int64_t blocks, const Session* keep) {
+void SessionStore::RemoveLocked(const std::string& map_key) {
+  auto it = sessions_.find(map_key);
+  if (it == sessions_.end()) return;
+  Session& s = *it->second;
+  DropHostLocked(s, 0);
+  if (index_ != nullptr) {
+    PersistJob job;
+    job.drop = true;
+    job.tenant = s.tenant;
+    job.session_id = s.session_id;
+    job.free_after = std::move(s.ssd);
+    persist_queue_.push_back(std::move(job));
+  }
+  sessions_.erase(it);
+}
+
+bool SessionStore::MakeHostRoomLocked(int64_t blocks, const Session* keep) {
   while (host_->free_blocks() < blocks) {
     Session* victim = nullptr;
     std::string victim_key;
     for (auto& [k, s] : sessions_) {
-      if (s.get() == keep || s->blocks.empty()) continue;
+      if (s.get() == keep || s->host.empty() || s->readers > 0) continue;
       if (victim == nullptr || s->last_use < victim->last_use) {
         victim = s.get();
         victim_key = k;
       }
     }
     if (victim == nullptr) return false;
-    FreeBlocksLocked(*victim, 0);
-    sessions_.erase(victim_key);
-    ++stats_.evictions;
+    const int64_t free_before = host_->free_blocks();
+    if (victim->persisted) {
+      DropHostLocked(*victim, 0);  // the SSD copy stays: a demotion
+      ++stats_.demotions;
+    } else {
+      RemoveLocked(victim_key);
+      ++stats_.evictions;
+    }
+    if (host_->free_blocks() == free_before) {
+      // Its blocks are still being written to SSD; they come back when the write ends.
+      // Taking more victims for them would empty the tier, so give up for now.
+      return false;
+    }
   }
   return true;
 }
@@ -158,38 +308,51 @@ absl::Status SessionStore::Save(const SessionKey& key, absl::Span<const int32_t>
   }
   Session& s = *slot;
   const int64_t total_chunks = (static_cast<int64_t>(tokens.size()) + layout.chunk_tokens - 1) / layout.chunk_tokens;
-  // Only whole chunks are kept; a kept partial chunk is rewritten with its new tokens.
-  const size_t keep_chunks = static_cast<size_t>(keep_tokens / layout.chunk_tokens);
-  FreeBlocksLocked(s, keep_chunks);
+  // Only whole chunks are kept, and only from a host copy (a session saved right after an
+  // SSD read has one); a kept partial chunk is rewritten with its new tokens.
+  size_t keep_chunks = std::min(static_cast<size_t>(keep_tokens / layout.chunk_tokens), s.host.size());
+  DropHostLocked(s, keep_chunks);
+  s.checksums.resize(keep_chunks);
   const int64_t needed = total_chunks - static_cast<int64_t>(keep_chunks);
-  if (!MakeRoomLocked(needed, &s)) {
-    FreeBlocksLocked(s, 0);
-    sessions_.erase(map_key);
+  if (!MakeHostRoomLocked(needed, &s)) {
+    RemoveLocked(map_key);
     ++stats_.save_rejected;
     return absl::ResourceExhaustedError(absl::StrCat(
         "session of ", tokens.size(), " tokens needs ", total_chunks, " chunks; the host tier holds ",
-        host_->total_blocks()));
+        host_->total_blocks(), " (", host_->free_blocks(), " free)"));
   }
+  const absl::Time start = absl::Now();
   for (int64_t c = static_cast<int64_t>(keep_chunks); c < total_chunks; ++c) {
-    uint32_t b = *host_->Allocate();  // MakeRoomLocked guaranteed the room
+    uint32_t b = *host_->Allocate();  // MakeHostRoomLocked guaranteed the room
     absl::Span<std::byte> block = host_->Block(b);
     int64_t begin = c * layout.chunk_tokens;
     int count = static_cast<int>(std::min<int64_t>(layout.chunk_tokens, static_cast<int64_t>(tokens.size()) - begin));
     absl::Span<std::byte> payload(ChunkPayload(block), static_cast<size_t>(layout.PayloadBytes()));
-    std::memset(payload.data(), 0, payload.size());
+    // Rows past `count` are zero so that a partial chunk's checksum is deterministic; a
+    // full chunk is wholly overwritten by `fill`.
+    if (count < layout.chunk_tokens) std::memset(payload.data(), 0, payload.size());
     fill(begin, count, payload);
     SealChunk(layout, options_.model_fingerprint, count, block);
-    s.blocks.push_back(b);
+    s.host.push_back(b);
+    ChunkHeader header;
+    std::memcpy(&header, block.data(), sizeof(header));
+    s.checksums.push_back(header.payload_checksum);  // hashed once, by SealChunk
   }
+  if (needed > 0) AddHostSampleLocked(true, needed * layout.BlockBytes(), absl::Now() - start);
   s.tokens.assign(tokens.begin(), tokens.end());
+  // The SSD copy (if any) now holds an older version; it stays named by the committed
+  // record until the write-back of this version replaces it.
+  s.persisted = false;
+  ++s.version;
   TouchLocked(s);
+  EnqueueWriteBackLocked(map_key, s);
   return absl::OkStatus();
 }
 
 absl::StatusOr<SessionInfo> SessionStore::Get(const SessionKey& key) const {
   MutexLock lock(&mu_);
   auto it = sessions_.find(MapKey(key));
-  if (it == sessions_.end()) {
+  if (it == sessions_.end() || (it->second->host.empty() && !it->second->persisted)) {
     return absl::NotFoundError(absl::StrCat("session '", key.session_id, "' is not stored"));
   }
   return InfoLocked(*it->second);
@@ -197,12 +360,12 @@ absl::StatusOr<SessionInfo> SessionStore::Get(const SessionKey& key) const {
 
 absl::Status SessionStore::Drop(const SessionKey& key) {
   MutexLock lock(&mu_);
-  auto it = sessions_.find(MapKey(key));
+  std::string map_key = MapKey(key);
+  auto it = sessions_.find(map_key);
   if (it == sessions_.end()) {
     return absl::NotFoundError(absl::StrCat("session '", key.session_id, "' is not stored"));
   }
-  FreeBlocksLocked(*it->second, 0);
-  sessions_.erase(it);
+  RemoveLocked(map_key);
   return absl::OkStatus();
 }
 
@@ -210,7 +373,7 @@ std::vector<SessionInfo> SessionStore::List(const std::string& tenant) const {
   MutexLock lock(&mu_);
   std::vector<SessionInfo> out;
   for (const auto& [k, s] : sessions_) {
-    if (s->tenant == tenant) out.push_back(InfoLocked(*s));
+    if (s->tenant == tenant && (!s->host.empty() || s->persisted)) out.push_back(InfoLocked(*s));
   }
   std::sort(out.begin(), out.end(),
             [](const SessionInfo& a, const SessionInfo& b) { return a.session_id < b.session_id; });
@@ -223,6 +386,16 @@ SessionStoreStats SessionStore::Stats() const {
   s.host_capacity_bytes = host_->capacity_bytes();
   s.host_used_bytes = host_->used_bytes();
   s.sessions = static_cast<int64_t>(sessions_.size());
+  for (const auto& [k, session] : sessions_) {
+    if (!session->host.empty()) ++s.host_sessions;
+    if (session->persisted) ++s.ssd_sessions;
+  }
+  s.ssd_enabled = ssd_ != nullptr;
+  s.ssd_degraded = degraded_;
+  if (ssd_ != nullptr) {
+    s.ssd_capacity_bytes = ssd_->capacity_bytes();
+    s.ssd_used_bytes = ssd_->used_bytes();
+  }
   return s;
 }
 

@@ -1,21 +1,38 @@
-// SessionStore: each session's KV cache, kept across turns, in fixed-size chunks.
+// SessionStore: each session's KV cache, kept across turns, in fixed-size chunks, in a
+// host-memory tier and (optionally) an SSD tier with a RocksDB index.
 //
 // A session is identified by (tenant, session_id); nothing is visible across tenants. For
 // each session the store keeps the token IDs whose KV it holds (to match prefixes and to
-// recompute) and the list of chunks holding that KV, position-free and layer-major (see
-// chunk_format.h). The session is the unit of eviction: when room is needed, whole
-// sessions leave, least recently used first.
+// recompute) and the chunks holding that KV, position-free and layer-major (see
+// chunk_format.h). The session is the unit of eviction and of movement.
+//
+// Tiers. Save() writes a session's chunks to the host tier. With an SSD tier, every save
+// is then written back asynchronously: the chunks go to the SSD files (O_DIRECT, from
+// the registered host buffers), the files are synced, and only then the session's index
+// record is committed (RocksDB, synced). From that moment the session is *persisted*:
+// it survives a crash or restart (Create() recovers it) and its host copy may be dropped
+// under pressure (demotion); a later Read() promotes it back. A session's bytes are
+// always in a place the in-memory state names; SSD blocks an index record names are
+// never reused until a newer record has replaced it or the record is deleted.
+//
+// Faults. An SSD write error (ENOSPC, EIO) switches the store to host-only caching
+// (degraded(), logged once) and nothing is lost that was acknowledged as persisted. A
+// chunk that fails its checks on read is a miss: never served, and the session is cut
+// before it.
 //
 // Thread-safety: every method may be called from any thread. Read() and Save() run the
-// caller's callback under the store's lock; callbacks must only copy bytes.
+// caller's callback under the store's lock; callbacks must only copy bytes. Read() of a
+// session held only on SSD blocks its caller on the SSD reads; Flush() blocks until the
+// session is persisted. Nothing else waits on the disk.
 #ifndef STRATA_STORAGE_SESSION_STORE_H_
 #define STRATA_STORAGE_SESSION_STORE_H_
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -23,9 +40,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "storage/chunk_format.h"
 #include "storage/host_tier.h"
+#include "storage/session_index.h"
+#include "storage/ssd_tier.h"
 
 namespace strata::storage {
 
@@ -41,6 +61,16 @@ struct SessionStoreOptions {
   int64_t host_capacity_bytes = int64_t{1} << 30;
   ChunkLayout layout;
   uint64_t model_fingerprint = 0;
+  // SSD tier: off when ssd_dirs is empty. One preallocated file per directory.
+  std::vector<std::string> ssd_dirs;
+  int64_t ssd_capacity_bytes_per_dir = 0;
+  int ssd_queue_depth = 64;
+  // Directory of the RocksDB index; required with an SSD tier.
+  std::string index_dir;
+  // Sessions not used for this long are dropped from every tier.
+  absl::Duration ttl = absl::Hours(24);
+  // Lock the host arena in memory (see HostTier::Create).
+  bool lock_host_memory = false;
 
   absl::Status Validate() const;
 };
@@ -48,10 +78,11 @@ struct SessionStoreOptions {
 struct SessionInfo {
   std::string session_id;
   int64_t cached_tokens = 0;
-  int64_t bytes = 0;
+  int64_t bytes = 0;  // bytes of one copy of the session's chunks
   int chunks = 0;
-  Tier tier = Tier::kNone;
+  Tier tier = Tier::kNone;  // fastest tier holding the session
   int64_t last_access_unix_ms = 0;
+  bool persisted = false;
 };
 
 struct PrefixMatch {
@@ -64,12 +95,36 @@ struct SessionStoreStats {
   int64_t lookups = 0;
   int64_t hits = 0;            // lookups that matched at least one token
   int64_t hit_tokens = 0;      // tokens matched by those lookups
-  int64_t evictions = 0;       // sessions evicted for room
+  int64_t evictions = 0;       // sessions that left the store for room
+  int64_t demotions = 0;       // host copies dropped because an SSD copy exists
+  int64_t promotions = 0;      // sessions read back from SSD into host memory
+  int64_t promotion_failures = 0;
   int64_t save_rejected = 0;   // saves that did not fit even after eviction
   int64_t corrupt_chunks = 0;  // chunks that failed verification on read
+  int64_t expired = 0;         // sessions dropped by TTL
+  int64_t persisted_saves = 0; // write-backs that committed an index record
+  int64_t ssd_write_errors = 0;
+  int64_t ssd_bytes_written = 0;
+  int64_t ssd_bytes_read = 0;
   int64_t host_capacity_bytes = 0;
   int64_t host_used_bytes = 0;
+  int64_t ssd_capacity_bytes = 0;
+  int64_t ssd_used_bytes = 0;
   int64_t sessions = 0;
+  int64_t host_sessions = 0;
+  int64_t ssd_sessions = 0;       // sessions with a persisted SSD copy
+  bool ssd_enabled = false;
+  bool ssd_degraded = false;
+};
+
+// One timed tier operation, for the per-tier I/O latency histograms. Host samples time
+// a session's chunk copies in Read() (read) and Save() (write); SSD samples time one
+// block request from submission to completion.
+struct TierIoSample {
+  Tier tier = Tier::kNone;
+  bool write = false;
+  int64_t bytes = 0;
+  double seconds = 0;
 };
 
 class SessionStore {
@@ -81,34 +136,48 @@ class SessionStore {
   using VisitFn =
       absl::FunctionRef<void(int64_t token_begin, int count, absl::Span<const std::byte>)>;
 
-  // Returns InvalidArgument when the options do not validate.
+  // Returns InvalidArgument when the options do not validate; the SSD tier's and the
+  // index's errors when they cannot be opened. With an SSD tier, recovers every
+  // persisted session of this model from the index (warm restart).
   static absl::StatusOr<std::unique_ptr<SessionStore>> Create(const SessionStoreOptions& options);
+  // Waits for write-backs in flight, then stops.
+  ~SessionStore();
 
   // The longest prefix of `tokens` whose KV is stored for `key`, capped at `max_tokens`.
   // Counts as one lookup (a hit when it matched anything) and refreshes the session's
-  // last access.
+  // last access. The tier is host when a host copy exists, else SSD.
   PrefixMatch Match(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t max_tokens);
 
   // Delivers the KV of the first `tokens` tokens of the session to `visit`, chunk by
-  // chunk, in order. Each chunk is verified first; at the first chunk that fails, the
-  // session is truncated to the tokens before it (the bad chunk is never served) and
-  // the count delivered so far is returned. Returns NotFound when the session is gone.
+  // chunk, in order, promoting the session from SSD first if it has no host copy. Each
+  // chunk is verified first; at the first chunk that fails, the session is truncated to
+  // the tokens before it (the bad chunk is never served) and the count delivered so far
+  // is returned. Returns NotFound when the session is gone.
   absl::StatusOr<int64_t> Read(const SessionKey& key, int64_t tokens, VisitFn visit);
 
   // Stores the session as `tokens` (all tokens whose KV the caller holds). Chunks that
   // cover only tokens [0, keep_tokens) are kept as they are (the caller guarantees those
   // tokens equal the stored ones); every later chunk is written anew through `fill`.
-  // Other sessions are evicted (least recently used first) to make room. Returns
-  // ResourceExhausted, with the session dropped, when it cannot fit even in an empty
-  // tier; InvalidArgument when keep_tokens exceeds what is stored.
+  // Other sessions are demoted or evicted (least recently used first) to make room.
+  // Returns ResourceExhausted, with the session dropped, when it cannot fit even in an
+  // empty tier; InvalidArgument when keep_tokens exceeds what is stored. With an SSD tier
+  // the write-back starts in the background.
   absl::Status Save(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t keep_tokens,
                     FillFn fill);
 
+  // Blocks until the session as last saved is persisted (OK), or `timeout` passes
+  // (DeadlineExceeded). NotFound when there is no such session; FailedPrecondition when
+  // there is no SSD tier or it is degraded (nothing can be persisted).
+  absl::Status Flush(const SessionKey& key, absl::Duration timeout);
+
   // NotFound when the tenant has no such session.
   absl::StatusOr<SessionInfo> Get(const SessionKey& key) const;
+  // Drops the session from every tier (its index record is deleted in the background).
   absl::Status Drop(const SessionKey& key);
   std::vector<SessionInfo> List(const std::string& tenant) const;
   SessionStoreStats Stats() const;
+  // Latency samples since the last call (bounded; the oldest are dropped).
+  std::vector<TierIoSample> TakeIoSamples();
 
   const ChunkLayout& layout() const { return options_.layout; }
 
@@ -116,26 +185,67 @@ class SessionStore {
   struct Session {
     std::string tenant;
     std::string session_id;
-    std::vector<int32_t> tokens;   // tokens whose KV the chunks hold
-    std::vector<uint32_t> blocks;  // host tier block of each chunk
-    uint64_t last_use = 0;         // logical clock for LRU
+    std::vector<int32_t> tokens;       // tokens whose KV the chunks hold
+    std::vector<uint32_t> host;        // host block of each chunk; empty: no host copy
+    std::vector<SsdLocation> ssd;      // SSD copy named by the committed index record
+    std::vector<uint64_t> checksums;   // payload checksum of each chunk (binds record to bytes)
+    bool persisted = false;            // `ssd` holds exactly `tokens`, record committed
+    uint64_t version = 0;              // bumped by every Save
+    uint64_t last_use = 0;             // logical clock for LRU
     int64_t last_access_unix_ms = 0;
+    int readers = 0;                   // Read() calls promoting or reading this session
+  };
+  struct PersistJob {
+    std::string map_key;
+    uint64_t version = 0;
+    bool drop = false;                 // delete the record, then free `free_after`
+    std::string tenant, session_id;
+    std::vector<SsdLocation> free_after;
   };
 
-  SessionStore(const SessionStoreOptions& options, std::unique_ptr<HostTier> host);
+  SessionStore(const SessionStoreOptions& options, std::unique_ptr<HostTier> host,
+               std::unique_ptr<SsdTier> ssd, std::unique_ptr<SessionIndex> index);
   static std::string MapKey(const SessionKey& key);
   SessionInfo InfoLocked(const Session& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TouchLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FreeBlocksLocked(Session& s, size_t keep_chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Evicts least recently used sessions other than `keep` until `blocks` are free.
-  bool MakeRoomLocked(int64_t blocks, const Session* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ExpiredLocked(const Session& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropHostLocked(Session& s, size_t keep_chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the session from every tier; the SSD blocks are freed after its record is
+  // deleted (in the background).
+  void RemoveLocked(const std::string& map_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Demotes or evicts least recently used sessions other than `keep` until `blocks` host
+  // blocks are free.
+  bool MakeHostRoomLocked(int64_t blocks, const Session* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts SSD-only sessions (least recently used first) until `blocks` SSD blocks are free.
+  bool MakeSsdRoomLocked(int64_t blocks, const Session* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PromoteLocked(const std::string& map_key, Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Persistence (session_persistence.cc).
+  absl::Status Recover();
+  void PersistLoop();
+  void RunPersistJob(PersistJob job);
+  void WriteBack(const std::string& map_key, uint64_t version);
+  void EnterDegradedLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SweepExpiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues the write-back of the session's current version (no-op without an SSD tier).
+  void EnqueueWriteBackLocked(const std::string& map_key, const Session& s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddHostSampleLocked(bool write, int64_t bytes, absl::Duration d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SessionStoreOptions options_;
   mutable Mutex mu_;
   std::unique_ptr<HostTier> host_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<SsdTier> ssd_;            // thread-safe itself; null: no SSD tier
+  std::unique_ptr<SessionIndex> index_;     // thread-safe itself; null: no SSD tier
   absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
   SessionStoreStats stats_ ABSL_GUARDED_BY(mu_);
+  bool degraded_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<PersistJob> persist_queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<TierIoSample> host_samples_ ABSL_GUARDED_BY(mu_);
+  int persist_busy_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread persist_thread_;
 };
 
 }  // namespace strata::storage

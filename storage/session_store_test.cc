@@ -1,10 +1,16 @@
 #include "storage/session_store.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
+#include <thread>
 #include <numeric>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "storage/testing/temp_dir.h"
 
 namespace strata::storage {
 namespace {
@@ -169,7 +175,7 @@ TEST_F(SessionStoreTest, CorruptChunkIsNeverServed) {
   EXPECT_EQ(*got, 0) << "a corrupt first chunk must end the readable prefix";
   EXPECT_EQ(delivered, 0);
   EXPECT_EQ(store_->Stats().corrupt_chunks, 1);
-  EXPECT_EQ(store_->Get(key)->cached_tokens, 0);
+  EXPECT_TRUE(absl::IsNotFound(store_->Get(key).status())) << "nothing of the session is left";
   EXPECT_EQ(store_->Match(key, Iota(10), 100).tokens, 0);
 }
 
@@ -181,6 +187,183 @@ TEST_F(SessionStoreTest, DropFreesSpace) {
   EXPECT_TRUE(absl::IsNotFound(store_->Drop(key)));
   EXPECT_EQ(store_->Stats().host_used_bytes, 0);
   EXPECT_EQ(store_->Stats().sessions, 0);
+}
+
+// With an SSD tier and an index.
+class TieredStoreTest : public SessionStoreTest {
+ protected:
+  void SetUp() override { std::filesystem::create_directories(dir_ + "/ssd"); }
+  void TearDown() override { store_.reset(); }
+  void MakeTiered(int64_t host_chunks, int64_t ssd_chunks, uint64_t fingerprint = kFingerprint,
+                  absl::Duration ttl = absl::Hours(1)) {
+    store_.reset();
+    SessionStoreOptions o;
+    o.layout = ChunkLayout{.layers = 2, .chunk_tokens = 4, .row_bytes = 8};
+    o.host_capacity_bytes = host_chunks * o.layout.BlockBytes();
+    o.model_fingerprint = fingerprint;
+    o.ssd_dirs = {dir_ + "/ssd"};
+    o.ssd_capacity_bytes_per_dir = ssd_chunks * o.layout.BlockBytes();
+    o.index_dir = dir_ + "/index";
+    o.ttl = ttl;
+    auto s = SessionStore::Create(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = *std::move(s);
+  }
+  testing::TempDir tmp_{"strata-store"};
+  std::string dir_ = tmp_.path();
+};
+
+TEST_F(TieredStoreTest, FlushPersistsAndGetSaysSo) {
+  MakeTiered(8, 32);
+  SessionKey key{"t", "s"};
+  ASSERT_TRUE(SaveAll(key, Iota(10), 0).ok());
+  ASSERT_TRUE(store_->Flush(key, absl::Seconds(10)).ok());
+  auto info = store_->Get(key);
+  ASSERT_TRUE(info.ok());
+  EXPECT_TRUE(info->persisted);
+  EXPECT_EQ(info->tier, Tier::kHost);
+  EXPECT_GT(store_->Stats().ssd_used_bytes, 0);
+  EXPECT_TRUE(absl::IsNotFound(store_->Flush({"t", "nobody"}, absl::Seconds(1))));
+}
+
+TEST_F(TieredStoreTest, PersistedSessionIsDemotedThenPromotedOnRead) {
+  MakeTiered(3, 32);
+  SessionKey a{"t", "a"};
+  ASSERT_TRUE(SaveAll(a, Iota(8), 0).ok());  // 2 chunks
+  ASSERT_TRUE(store_->Flush(a, absl::Seconds(10)).ok());
+  ASSERT_TRUE(SaveAll({"t", "b"}, Iota(8, 500), 0).ok());  // needs a's host room
+  auto info = store_->Get(a);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->tier, Tier::kSsd);
+  EXPECT_EQ(store_->Stats().demotions, 1);
+  PrefixMatch m = store_->Match(a, Iota(12), 100);
+  EXPECT_EQ(m.tokens, 8);
+  EXPECT_EQ(m.tier, Tier::kSsd);
+  ASSERT_TRUE(store_->Flush({"t", "b"}, absl::Seconds(10)).ok());  // so b can make room
+  EXPECT_EQ(ReadAndCheck(a, 8), 8);
+  EXPECT_EQ(store_->Get(a)->tier, Tier::kHost);
+  EXPECT_EQ(store_->Stats().promotions, 1);
+}
+
+TEST_F(TieredStoreTest, ReopenRecoversPersistedSessionsBitExact) {
+  MakeTiered(8, 32);
+  ASSERT_TRUE(SaveAll({"t", "p"}, Iota(11), 0).ok());
+  ASSERT_TRUE(store_->Flush({"t", "p"}, absl::Seconds(10)).ok());
+  ASSERT_TRUE(SaveAll({"u", "q"}, Iota(5, 900), 0).ok());
+  ASSERT_TRUE(store_->Flush({"u", "q"}, absl::Seconds(10)).ok());
+  MakeTiered(8, 32);  // a restart
+  EXPECT_EQ(store_->Match({"t", "p"}, Iota(11), 100).tokens, 11);
+  EXPECT_EQ(ReadAndCheck({"t", "p"}, 11), 11);
+  EXPECT_EQ(store_->List("u").size(), 1u);
+  EXPECT_TRUE(store_->Get({"u", "q"})->persisted);
+}
+
+TEST_F(TieredStoreTest, AnotherModelDoesNotRecoverOldKv) {
+  MakeTiered(8, 32);
+  ASSERT_TRUE(SaveAll({"t", "p"}, Iota(9), 0).ok());
+  ASSERT_TRUE(store_->Flush({"t", "p"}, absl::Seconds(10)).ok());
+  MakeTiered(8, 32, /*fingerprint=*/kFingerprint + 1);
+  EXPECT_TRUE(absl::IsNotFound(store_->Get({"t", "p"}).status()));
+  EXPECT_EQ(store_->Stats().ssd_used_bytes, 0);
+}
+
+TEST_F(TieredStoreTest, DroppedSessionStaysGoneAfterRestart) {
+  MakeTiered(8, 32);
+  ASSERT_TRUE(SaveAll({"t", "d"}, Iota(9), 0).ok());
+  ASSERT_TRUE(store_->Flush({"t", "d"}, absl::Seconds(10)).ok());
+  ASSERT_TRUE(store_->Drop({"t", "d"}).ok());
+  MakeTiered(8, 32);  // the destructor drains the record deletion first
+  EXPECT_TRUE(absl::IsNotFound(store_->Get({"t", "d"}).status()));
+  EXPECT_EQ(store_->Stats().ssd_used_bytes, 0);
+}
+
+TEST_F(TieredStoreTest, ExpiredSessionsAreDropped) {
+  MakeTiered(8, 32, kFingerprint, absl::Milliseconds(50));
+  ASSERT_TRUE(SaveAll({"t", "old"}, Iota(5), 0).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  EXPECT_EQ(store_->Match({"t", "old"}, Iota(5), 100).tokens, 0);
+  EXPECT_EQ(store_->Stats().expired, 1);
+  EXPECT_EQ(store_->Stats().host_used_bytes, 0);
+}
+
+TEST_F(TieredStoreTest, FullSsdEvictsSsdOnlySessions) {
+  MakeTiered(2, 3);
+  ASSERT_TRUE(SaveAll({"t", "a"}, Iota(8), 0).ok());  // 2 chunks
+  ASSERT_TRUE(store_->Flush({"t", "a"}, absl::Seconds(10)).ok());
+  ASSERT_TRUE(SaveAll({"t", "b"}, Iota(8, 300), 0).ok());  // demotes a
+  ASSERT_TRUE(store_->Flush({"t", "b"}, absl::Seconds(10)).ok());  // SSD full: a leaves
+  EXPECT_TRUE(absl::IsNotFound(store_->Get({"t", "a"}).status()));
+  EXPECT_TRUE(store_->Get({"t", "b"})->persisted);
+}
+
+// Flips a payload byte of the chunk at `block` of the SSD file, behind the store's back.
+void CorruptSsdBlock(const std::string& ssd_dir, int64_t block, int64_t block_bytes) {
+  int fd = open((ssd_dir + "/strata-ssd.data").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  std::byte b{};
+  const off_t at = static_cast<off_t>(block * block_bytes + kChunkHeaderBytes + 5);
+  ASSERT_EQ(pread(fd, &b, 1, at), 1);
+  b ^= std::byte{0x40};
+  ASSERT_EQ(pwrite(fd, &b, 1, at), 1);
+  ASSERT_EQ(fsync(fd), 0);
+  close(fd);
+}
+
+TEST_F(TieredStoreTest, CorruptSsdChunkIsCutOffAndTheRecordReplaced) {
+  MakeTiered(3, 32);
+  SessionKey a{"t", "a"};
+  ASSERT_TRUE(SaveAll(a, Iota(8), 0).ok());  // 2 chunks: SSD blocks 0 and 1
+  ASSERT_TRUE(store_->Flush(a, absl::Seconds(10)).ok());
+  ASSERT_TRUE(SaveAll({"t", "b"}, Iota(8, 500), 0).ok());  // demotes a
+  ASSERT_TRUE(store_->Flush({"t", "b"}, absl::Seconds(10)).ok());
+  ASSERT_EQ(store_->Get(a)->tier, Tier::kSsd);
+  CorruptSsdBlock(dir_ + "/ssd", 1, store_->layout().BlockBytes());
+  EXPECT_EQ(ReadAndCheck(a, 8), 4) << "only the verified first chunk is served";
+  EXPECT_EQ(store_->Stats().corrupt_chunks, 1);
+  ASSERT_TRUE(store_->Flush(a, absl::Seconds(10)).ok()) << "the cut session is persisted anew";
+  MakeTiered(3, 32);  // restart: the record names only the good chunk
+  EXPECT_EQ(store_->Match(a, Iota(8), 100).tokens, 4);
+  EXPECT_EQ(ReadAndCheck(a, 4), 4);
+  EXPECT_EQ(store_->Stats().corrupt_chunks, 0);
+}
+
+TEST_F(TieredStoreTest, SessionWhoseFirstSsdChunkIsCorruptIsAMissAndLeavesTheIndex) {
+  MakeTiered(2, 32);
+  SessionKey a{"t", "a"};
+  ASSERT_TRUE(SaveAll(a, Iota(6), 0).ok());  // SSD blocks 0 and 1
+  ASSERT_TRUE(store_->Flush(a, absl::Seconds(10)).ok());
+  ASSERT_TRUE(SaveAll({"t", "b"}, Iota(8, 500), 0).ok());  // demotes a
+  ASSERT_TRUE(store_->Flush({"t", "b"}, absl::Seconds(10)).ok());
+  CorruptSsdBlock(dir_ + "/ssd", 0, store_->layout().BlockBytes());
+  int64_t served = 0;
+  auto got = store_->Read(a, 6, [&](int64_t, int count, absl::Span<const std::byte>) { served += count; });
+  EXPECT_EQ(served, 0) << "corrupt bytes are never served";
+  EXPECT_TRUE(absl::IsNotFound(store_->Get(a).status()));
+  MakeTiered(2, 32);  // the destructor drained the record's deletion
+  EXPECT_TRUE(absl::IsNotFound(store_->Get(a).status()));
+  EXPECT_TRUE(store_->Get({"t", "b"}).ok());
+}
+
+TEST_F(TieredStoreTest, IoSamplesCoverBothTiers) {
+  MakeTiered(8, 32);
+  ASSERT_TRUE(SaveAll({"t", "s"}, Iota(9), 0).ok());
+  ASSERT_TRUE(store_->Flush({"t", "s"}, absl::Seconds(10)).ok());
+  EXPECT_EQ(ReadAndCheck({"t", "s"}, 9), 9);
+  bool host_write = false, host_read = false, ssd_write = false;
+  for (const TierIoSample& io : store_->TakeIoSamples()) {
+    EXPECT_GE(io.seconds, 0);
+    EXPECT_GT(io.bytes, 0);
+    host_write |= io.tier == Tier::kHost && io.write;
+    host_read |= io.tier == Tier::kHost && !io.write;
+    ssd_write |= io.tier == Tier::kSsd && io.write;
+  }
+  EXPECT_TRUE(host_write && host_read && ssd_write);
+}
+
+TEST_F(SessionStoreTest, FlushWithoutSsdIsFailedPrecondition) {
+  MakeStore(4);
+  ASSERT_TRUE(SaveAll({"t", "s"}, Iota(3), 0).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(store_->Flush({"t", "s"}, absl::Seconds(1))));
 }
 
 }  // namespace

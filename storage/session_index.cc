@@ -1,0 +1,200 @@
+#include "storage/session_index.h"
+
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "xxhash.h"
+
+namespace strata::storage {
+namespace {
+
+constexpr uint32_t kMagic = 0x53535231;  // "SSR1"
+constexpr uint32_t kVersion = 1;
+// No record is larger than this: a bigger length field is damage.
+constexpr uint64_t kMaxField = uint64_t{1} << 28;
+
+class Writer {
+ public:
+  template <typename T>
+  void Put(T v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  void PutString(std::string_view s) {
+    Put(static_cast<uint32_t>(s.size()));
+    out_.append(s);
+  }
+  std::string& out() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (in_.size() < sizeof(T)) return false;
+    std::memcpy(v, in_.data(), sizeof(T));
+    in_.remove_prefix(sizeof(T));
+    return true;
+  }
+  bool GetString(std::string* s) {
+    uint32_t n = 0;
+    if (!Get(&n) || n > in_.size()) return false;
+    s->assign(in_.substr(0, n));
+    in_.remove_prefix(n);
+    return true;
+  }
+  bool done() const { return in_.empty(); }
+
+ private:
+  std::string_view in_;
+};
+
+absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  std::string msg = absl::StrCat(what, ": ", s.ToString());
+  if (s.IsNotFound()) return absl::NotFoundError(msg);
+  if (s.IsCorruption()) return absl::DataLossError(msg);
+  if (s.IsNoSpace()) return absl::ResourceExhaustedError(msg);
+  if (s.IsIOError()) return absl::UnavailableError(msg);
+  return absl::InternalError(msg);
+}
+
+}  // namespace
+
+std::string EncodeSessionRecord(const SessionRecord& r) {
+  Writer w;
+  w.Put(kMagic);
+  w.Put(kVersion);
+  w.PutString(r.tenant);
+  w.PutString(r.session_id);
+  w.Put(r.model_fingerprint);
+  w.Put(r.last_access_unix_ms);
+  w.Put(r.expires_unix_ms);
+  w.Put(static_cast<uint32_t>(r.tokens.size()));
+  w.out().append(reinterpret_cast<const char*>(r.tokens.data()), r.tokens.size() * sizeof(int32_t));
+  w.Put(static_cast<uint32_t>(r.chunks.size()));
+  for (const IndexedChunk& c : r.chunks) {
+    w.Put(c.file);
+    w.Put(c.offset);
+    w.Put(c.tokens);
+    w.Put(c.checksum);
+  }
+  w.Put(static_cast<uint64_t>(XXH3_64bits(w.out().data(), w.out().size())));
+  return std::move(w.out());
+}
+
+absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes) {
+  if (bytes.size() < 16) return absl::DataLossError("session record is truncated");
+  uint64_t stored = 0;
+  std::memcpy(&stored, bytes.data() + bytes.size() - sizeof(stored), sizeof(stored));
+  std::string_view body = bytes.substr(0, bytes.size() - sizeof(stored));
+  if (XXH3_64bits(body.data(), body.size()) != stored) {
+    return absl::DataLossError("session record checksum mismatch");
+  }
+  Reader in(body);
+  uint32_t magic = 0, version = 0, n_tokens = 0, n_chunks = 0;
+  if (!in.Get(&magic) || magic != kMagic) return absl::DataLossError("not a session record");
+  if (!in.Get(&version) || version != kVersion) {
+    return absl::DataLossError(absl::StrCat("session record version ", version, " is not ", kVersion));
+  }
+  SessionRecord r;
+  bool ok = in.GetString(&r.tenant) && in.GetString(&r.session_id) && in.Get(&r.model_fingerprint) &&
+            in.Get(&r.last_access_unix_ms) && in.Get(&r.expires_unix_ms) && in.Get(&n_tokens) &&
+            n_tokens < kMaxField;
+  if (ok) {
+    r.tokens.resize(n_tokens);
+    for (uint32_t i = 0; ok && i < n_tokens; ++i) ok = in.Get(&r.tokens[i]);
+  }
+  ok = ok && in.Get(&n_chunks) && n_chunks < kMaxField;
+  if (ok) {
+    r.chunks.resize(n_chunks);
+    for (IndexedChunk& c : r.chunks) {
+      ok = ok && in.Get(&c.file) && in.Get(&c.offset) && in.Get(&c.tokens) && in.Get(&c.checksum);
+    }
+  }
+  if (!ok || !in.done()) return absl::DataLossError("session record is malformed");
+  return r;
+}
+
+absl::StatusOr<std::unique_ptr<SessionIndex>> SessionIndex::Open(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create index directory ", dir, ": ", ec.message()));
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.paranoid_checks = true;
+  options.max_open_files = 256;
+  options.keep_log_file_num = 4;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
+  if (!s.ok()) return FromRocks(s, absl::StrCat("cannot open the session index in ", dir));
+  return std::unique_ptr<SessionIndex>(new SessionIndex(std::unique_ptr<rocksdb::DB>(db)));
+}
+
+SessionIndex::SessionIndex(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+
+SessionIndex::~SessionIndex() {
+  if (db_ != nullptr) db_->Close().PermitUncheckedError();
+}
+
+std::string SessionIndex::Key(const std::string& tenant, const std::string& session_id) {
+  std::string k = tenant;
+  k.push_back('\0');
+  k += session_id;
+  return k;
+}
+
+absl::Status SessionIndex::Put(const SessionRecord& record) {
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocks(db_->Put(wo, Key(record.tenant, record.session_id), EncodeSessionRecord(record)),
+                   "session index put");
+}
+
+absl::Status SessionIndex::Delete(const std::string& tenant, const std::string& session_id) {
+  std::string value;
+  rocksdb::Status g = db_->Get(rocksdb::ReadOptions(), Key(tenant, session_id), &value);
+  if (g.IsNotFound()) return absl::NotFoundError(absl::StrCat("no index record for '", session_id, "'"));
+  return DeleteKey(Key(tenant, session_id));
+}
+
+absl::Status SessionIndex::DeleteKey(std::string_view key) {
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocks(db_->Delete(wo, rocksdb::Slice(key.data(), key.size())), "session index delete");
+}
+
+absl::StatusOr<SessionRecord> SessionIndex::Get(const std::string& tenant,
+                                                const std::string& session_id) const {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), Key(tenant, session_id), &value);
+  if (s.IsNotFound()) return absl::NotFoundError(absl::StrCat("no index record for '", session_id, "'"));
+  if (!s.ok()) return FromRocks(s, "session index get");
+  return DecodeSessionRecord(value);
+}
+
+absl::Status SessionIndex::ForEach(
+    const std::function<void(const SessionRecord&)>& visit,
+    const std::function<void(std::string_view key, const absl::Status&)>& bad) const {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    std::string_view key(it->key().data(), it->key().size());
+    absl::StatusOr<SessionRecord> r = DecodeSessionRecord(std::string_view(it->value().data(), it->value().size()));
+    if (r.ok() && Key(r->tenant, r->session_id) != key) r = absl::DataLossError("record is stored under another key");
+    if (r.ok()) {
+      visit(*r);
+    } else {
+      bad(key, r.status());
+    }
+  }
+  return FromRocks(it->status(), "session index scan");
+}
+
+}  // namespace strata::storage

@@ -1,0 +1,122 @@
+#include "storage/session_index.h"
+
+#include <map>
+
+#include "gtest/gtest.h"
+#include "rocksdb/db.h"
+#include "storage/testing/temp_dir.h"
+
+namespace strata::storage {
+namespace {
+
+SessionRecord Record(const std::string& tenant, const std::string& id, int tokens) {
+  SessionRecord r;
+  r.tenant = tenant;
+  r.session_id = id;
+  r.model_fingerprint = 0xfeedbeef;
+  for (int i = 0; i < tokens; ++i) r.tokens.push_back(i * 3 - 7);
+  for (int c = 0; c * 4 < tokens; ++c) {
+    r.chunks.push_back(IndexedChunk{static_cast<uint32_t>(c % 2), static_cast<uint64_t>(c) * 8192,
+                                    static_cast<uint32_t>(std::min(4, tokens - c * 4)),
+                                    0x1234567890abcdefull + static_cast<uint64_t>(c)});
+  }
+  r.last_access_unix_ms = 1700000000000;
+  r.expires_unix_ms = 1700086400000;
+  return r;
+}
+
+TEST(SessionRecordTest, RoundTrips) {
+  SessionRecord r = Record("tenant", "session", 10);
+  auto back = DecodeSessionRecord(EncodeSessionRecord(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, r);
+}
+
+TEST(SessionRecordTest, EveryFlippedByteAndEveryTruncationIsDataLoss) {
+  const std::string bytes = EncodeSessionRecord(Record("t", "s", 9));
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::string bad = bytes;
+    bad[i] = static_cast<char>(bad[i] ^ 0x10);
+    EXPECT_TRUE(absl::IsDataLoss(DecodeSessionRecord(bad).status())) << "flipped byte " << i;
+  }
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_TRUE(absl::IsDataLoss(DecodeSessionRecord(bytes.substr(0, n)).status())) << "cut at " << n;
+  }
+}
+
+class SessionIndexTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<SessionIndex> Open() {
+    auto idx = SessionIndex::Open(dir_ / "index");
+    EXPECT_TRUE(idx.ok()) << idx.status();
+    return idx.ok() ? *std::move(idx) : nullptr;
+  }
+  std::map<std::string, SessionRecord> All(SessionIndex& idx, std::vector<std::string>* bad = nullptr) {
+    std::map<std::string, SessionRecord> out;
+    absl::Status s = idx.ForEach([&](const SessionRecord& r) { out[r.tenant + "/" + r.session_id] = r; },
+                                 [&](std::string_view key, const absl::Status&) {
+                                   if (bad != nullptr) bad->emplace_back(key);
+                                 });
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+  testing::TempDir dir_{"strata-index"};
+};
+
+TEST_F(SessionIndexTest, RecordsSurviveReopen) {
+  {
+    auto idx = Open();
+    ASSERT_NE(idx, nullptr);
+    ASSERT_TRUE(idx->Put(Record("a", "one", 5)).ok());
+    ASSERT_TRUE(idx->Put(Record("a", "two", 12)).ok());
+    ASSERT_TRUE(idx->Put(Record("b", "one", 3)).ok());
+    ASSERT_TRUE(idx->Put(Record("a", "two", 13)).ok());  // replaces
+    ASSERT_TRUE(idx->Delete("b", "one").ok());
+    EXPECT_TRUE(absl::IsNotFound(idx->Delete("b", "one")));
+  }
+  auto idx = Open();
+  ASSERT_NE(idx, nullptr);
+  auto all = All(*idx);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all["a/one"], Record("a", "one", 5));
+  EXPECT_EQ(all["a/two"], Record("a", "two", 13));
+  auto got = idx->Get("a", "two");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->tokens.size(), 13u);
+  EXPECT_TRUE(absl::IsNotFound(idx->Get("b", "one").status()));
+  EXPECT_TRUE(absl::IsNotFound(idx->Get("b", "a").status())) << "tenants are separate";
+}
+
+TEST_F(SessionIndexTest, DamagedRecordsAreReportedNotTrusted) {
+  {
+    auto idx = Open();
+    ASSERT_NE(idx, nullptr);
+    ASSERT_TRUE(idx->Put(Record("t", "good", 6)).ok());
+  }
+  {
+    // Damage one record and store a good one under another session's key.
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir_ / "index", &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    std::string damaged = EncodeSessionRecord(Record("t", "damaged", 6));
+    damaged[damaged.size() / 2] ^= 1;
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), SessionIndex::Key("t", "damaged"), damaged).ok());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), SessionIndex::Key("t", "moved"),
+                        EncodeSessionRecord(Record("t", "good", 6))).ok());
+  }
+  auto idx = Open();
+  ASSERT_NE(idx, nullptr);
+  std::vector<std::string> bad;
+  auto all = All(*idx, &bad);
+  EXPECT_EQ(all.size(), 1u);
+  EXPECT_EQ(all.count("t/good"), 1u);
+  ASSERT_EQ(bad.size(), 2u);
+  for (const std::string& key : bad) EXPECT_TRUE(idx->DeleteKey(key).ok());
+  bad.clear();
+  All(*idx, &bad);
+  EXPECT_TRUE(bad.empty());
+  EXPECT_TRUE(absl::IsDataLoss(DecodeSessionRecord("garbage that is long enough").status()));
+}
+
+}  // namespace
+}  // namespace strata::storage

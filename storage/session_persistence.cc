@@ -1,0 +1,304 @@
+// SessionStore, the SSD half: write-back and index commits, promotion, recovery, TTL.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "base/log.h"
+#include "storage/io_batch.h"
+#include "storage/session_store.h"
+#include "xxhash.h"
+
+namespace strata::storage {
+namespace {
+
+constexpr absl::Duration kSweepInterval = absl::Seconds(10);
+
+}  // namespace
+
+absl::Status SessionStore::Recover() {
+  std::vector<SessionRecord> stale;
+  std::vector<std::string> bad_keys;
+  int recovered = 0;
+  absl::Status scan = index_->ForEach(
+      [&](const SessionRecord& r) {
+        bool usable = r.model_fingerprint == options_.model_fingerprint && !r.chunks.empty() &&
+                      !r.tokens.empty() &&
+                      absl::FromUnixMillis(r.last_access_unix_ms) + options_.ttl >= absl::Now();
+        const int64_t chunk_tokens = options_.layout.chunk_tokens;
+        usable = usable && static_cast<int64_t>(r.chunks.size()) ==
+                               (static_cast<int64_t>(r.tokens.size()) + chunk_tokens - 1) / chunk_tokens;
+        for (const IndexedChunk& c : r.chunks) usable = usable && ssd_->IsValidLocation({c.file, c.offset});
+        if (!usable) {
+          stale.push_back(r);
+          return;
+        }
+        auto s = std::make_unique<Session>();
+        s->tenant = r.tenant;
+        s->session_id = r.session_id;
+        s->tokens = r.tokens;
+        for (const IndexedChunk& c : r.chunks) {
+          SsdLocation loc{c.file, c.offset};
+          ssd_->MarkAllocated(loc);
+          s->ssd.push_back(loc);
+          s->checksums.push_back(c.checksum);
+        }
+        s->persisted = true;
+        s->last_access_unix_ms = r.last_access_unix_ms;
+        MutexLock lock(&mu_);
+        s->last_use = ++clock_;
+        sessions_[MapKey({r.tenant, r.session_id})] = std::move(s);
+        ++recovered;
+      },
+      [&](std::string_view key, const absl::Status& why) {
+        LOG(WARNING) << "index record is unreadable and is dropped: " << why;
+        bad_keys.emplace_back(key);
+      });
+  if (!scan.ok()) return scan;
+  for (const SessionRecord& r : stale) {
+    if (absl::Status s = index_->Delete(r.tenant, r.session_id); !s.ok() && !absl::IsNotFound(s)) return s;
+  }
+  for (const std::string& key : bad_keys) {
+    if (absl::Status s = index_->DeleteKey(key); !s.ok() && !absl::IsNotFound(s)) return s;
+  }
+  LOG(INFO) << "session index: recovered " << recovered << " persisted sessions, dropped "
+            << stale.size() + bad_keys.size() << " stale or unreadable records";
+  return absl::OkStatus();
+}
+
+void SessionStore::PersistLoop() {
+  for (;;) {
+    PersistJob job;
+    {
+      MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !persist_queue_.empty();
+      };
+      mu_.AwaitWithTimeout(ready, kSweepInterval);
+      if (persist_queue_.empty()) {
+        if (stopping_) return;
+        SweepExpiredLocked();
+        continue;
+      }
+      job = std::move(persist_queue_.front());
+      persist_queue_.pop_front();
+      ++persist_busy_;
+    }
+    RunPersistJob(std::move(job));
+    MutexLock lock(&mu_);
+    --persist_busy_;
+  }
+}
+
+void SessionStore::RunPersistJob(PersistJob job) {
+  if (!job.drop) {
+    WriteBack(job.map_key, job.version);
+    return;
+  }
+  absl::Status s = index_->Delete(job.tenant, job.session_id);
+  if (!s.ok() && !absl::IsNotFound(s)) {
+    // The record may still name these blocks: keep them allocated rather than risk
+    // another session's bytes under this record after a restart.
+    LOG(ERROR) << "cannot delete index record of session '" << job.session_id << "': " << s;
+    return;
+  }
+  for (const SsdLocation& loc : job.free_after) ssd_->Free(loc);
+}
+
+void SessionStore::WriteBack(const std::string& map_key, uint64_t version) {
+  SessionRecord record;
+  std::vector<uint32_t> host_blocks;
+  std::vector<const std::byte*> sources;
+  std::vector<SsdLocation> targets;
+  std::vector<std::pair<SessionKey, std::vector<SsdLocation>>> evicted;
+  {
+    MutexLock lock(&mu_);
+    auto it = sessions_.find(map_key);
+    if (degraded_ || it == sessions_.end() || it->second->version != version || it->second->host.empty()) {
+      return;  // dropped, demoted before it was written, or a newer version will follow
+    }
+    Session& s = *it->second;
+    const int64_t n = static_cast<int64_t>(s.host.size());
+    // Room on SSD: the least recently used sessions that live only there leave the store.
+    while (ssd_->free_blocks() < n) {
+      Session* victim = nullptr;
+      std::string victim_key;
+      for (auto& [k, v] : sessions_) {
+        if (v.get() == &s || !v->host.empty() || !v->persisted || v->readers > 0) continue;
+        if (victim == nullptr || v->last_use < victim->last_use) {
+          victim = v.get();
+          victim_key = k;
+        }
+      }
+      if (victim == nullptr) break;
+      evicted.push_back({SessionKey{victim->tenant, victim->session_id}, std::move(victim->ssd)});
+      sessions_.erase(victim_key);
+      ++stats_.evictions;
+      // Their blocks are freed below, once their records are deleted.
+      if (static_cast<int64_t>(evicted.size()) > n + 64) break;
+    }
+    if (!evicted.empty()) {
+      mu_.Unlock();
+      std::vector<SsdLocation> freeable;
+      for (auto& [key, blocks] : evicted) {
+        absl::Status d = index_->Delete(key.tenant, key.session_id);
+        if (d.ok() || absl::IsNotFound(d)) freeable.insert(freeable.end(), blocks.begin(), blocks.end());
+      }
+      for (const SsdLocation& loc : freeable) ssd_->Free(loc);
+      mu_.Lock();
+      it = sessions_.find(map_key);
+      if (it == sessions_.end() || it->second->version != version || it->second->host.empty()) return;
+    }
+    Session& cur = *it->second;
+    if (ssd_->free_blocks() < n) return;  // stays host-only until room appears
+    for (int64_t c = 0; c < n; ++c) {
+      targets.push_back(*ssd_->Allocate());
+      host_->Ref(cur.host[c]);
+      host_blocks.push_back(cur.host[c]);
+      sources.push_back(host_->Block(cur.host[c]).data());
+    }
+    record.tenant = cur.tenant;
+    record.session_id = cur.session_id;
+    record.model_fingerprint = options_.model_fingerprint;
+    record.tokens = cur.tokens;
+    record.last_access_unix_ms = cur.last_access_unix_ms;
+    for (int64_t c = 0; c < n; ++c) {
+      record.chunks.push_back(IndexedChunk{targets[c].file, targets[c].offset,
+                                           static_cast<uint32_t>(std::min<int64_t>(
+                                               options_.layout.chunk_tokens,
+                                               static_cast<int64_t>(cur.tokens.size()) - c * options_.layout.chunk_tokens)),
+                                           cur.checksums[c]});
+    }
+  }
+
+  // Chunks first, then the durability point, then the record that names them.
+  IoBatch batch;
+  for (size_t c = 0; c < targets.size(); ++c) ssd_->Write(targets[c], sources[c], batch.Callback());
+  absl::Status status = batch.Wait();
+  if (status.ok()) status = ssd_->Sync();
+  if (status.ok()) status = index_->Put(record);
+
+  MutexLock lock(&mu_);
+  for (uint32_t b : host_blocks) host_->Free(b);
+  if (!status.ok()) {
+    for (const SsdLocation& loc : targets) ssd_->Free(loc);
+    EnterDegradedLocked(status);
+    return;
+  }
+  stats_.ssd_bytes_written += static_cast<int64_t>(targets.size()) * options_.layout.BlockBytes();
+  ++stats_.persisted_saves;
+  auto it = sessions_.find(map_key);
+  if (it == sessions_.end()) {
+    // Dropped while being written: the record just committed names `targets`.
+    PersistJob drop;
+    drop.drop = true;
+    drop.tenant = record.tenant;
+    drop.session_id = record.session_id;
+    drop.free_after = std::move(targets);
+    persist_queue_.push_back(std::move(drop));
+    return;
+  }
+  Session& s = *it->second;
+  // The committed record now names `targets`; the blocks of the previous record are free.
+  for (const SsdLocation& loc : s.ssd) ssd_->Free(loc);
+  s.ssd = std::move(targets);
+  s.persisted = s.version == version;
+}
+
+void SessionStore::EnterDegradedLocked(const absl::Status& why) {
+  ++stats_.ssd_write_errors;
+  if (degraded_) return;
+  degraded_ = true;
+  LOG(ERROR) << "SSD tier write failed (" << why
+             << "); continuing with host-only caching. Sessions persisted before this stay "
+                "readable; free space or replace the device and restart to persist again.";
+  std::erase_if(persist_queue_, [](const PersistJob& j) { return !j.drop; });
+}
+
+void SessionStore::SweepExpiredLocked() {
+  std::vector<std::string> expired;
+  for (const auto& [k, s] : sessions_) {
+    if (s->readers == 0 && ExpiredLocked(*s)) expired.push_back(k);
+  }
+  for (const std::string& k : expired) RemoveLocked(k);
+  stats_.expired += static_cast<int64_t>(expired.size());
+}
+
+absl::Status SessionStore::PromoteLocked(const std::string& map_key, Session& s) {
+  const int64_t n = static_cast<int64_t>(s.ssd.size());
+  if (!MakeHostRoomLocked(n, &s)) {
+    return absl::ResourceExhaustedError(absl::StrCat("no room on the host tier for ", n, " chunks"));
+  }
+  std::vector<uint32_t> blocks;
+  std::vector<std::byte*> targets;
+  for (int64_t c = 0; c < n; ++c) {
+    blocks.push_back(*host_->Allocate());
+    targets.push_back(host_->Block(blocks.back()).data());
+  }
+  const std::vector<SsdLocation> sources = s.ssd;
+  const uint64_t version = s.version;
+  ++s.readers;
+  mu_.Unlock();
+  IoBatch batch;
+  for (int64_t c = 0; c < n; ++c) ssd_->Read(sources[c], targets[c], batch.Callback());
+  absl::Status io = batch.Wait();
+  mu_.Lock();
+  auto it = sessions_.find(map_key);
+  Session* cur = it == sessions_.end() ? nullptr : it->second.get();
+  if (cur != nullptr) --cur->readers;
+  if (!io.ok() || cur != &s || cur->version != version) {
+    for (uint32_t b : blocks) host_->Free(b);
+    return io.ok() ? absl::AbortedError("session changed during promotion") : io;
+  }
+  stats_.ssd_bytes_read += n * options_.layout.BlockBytes();
+  // Verify here, against the checksums the committed record holds: a block that holds
+  // anything else (a torn write, another session's chunk) is cut off with what follows.
+  size_t good = 0;
+  for (; good < blocks.size(); ++good) {
+    absl::Span<std::byte> block = host_->Block(blocks[good]);
+    int held = 0;
+    absl::Status ok = VerifyChunk(options_.layout, options_.model_fingerprint, block, &held);
+    if (ok.ok() && XXH3_64bits(ChunkPayload(block), options_.layout.PayloadBytes()) != s.checksums[good]) {
+      ok = absl::DataLossError("chunk is not the one the index record names");
+    }
+    if (!ok.ok()) {
+      ++stats_.corrupt_chunks;
+      LOG(WARNING) << "session '" << s.session_id << "' SSD chunk " << good << " is not served: " << ok;
+      break;
+    }
+  }
+  for (size_t c = good; c < blocks.size(); ++c) host_->Free(blocks[c]);
+  blocks.resize(good);
+  s.host = std::move(blocks);
+  if (good < static_cast<size_t>(n)) {
+    s.tokens.resize(std::min(s.tokens.size(), good * static_cast<size_t>(options_.layout.chunk_tokens)));
+    s.checksums.resize(good);
+    s.persisted = false;  // the record names bytes that are gone
+    ++s.version;
+    if (s.tokens.empty()) return absl::DataLossError("no chunk of the session survived verification");
+    EnqueueWriteBackLocked(map_key, s);  // replace the record with the verified prefix
+  }
+  ++stats_.promotions;
+  return absl::OkStatus();
+}
+
+absl::Status SessionStore::Flush(const SessionKey& key, absl::Duration timeout) {
+  if (ssd_ == nullptr) return absl::FailedPreconditionError("there is no SSD tier to persist to");
+  const std::string map_key = MapKey(key);
+  MutexLock lock(&mu_);
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = sessions_.find(map_key);
+    return it == sessions_.end() || it->second->persisted || degraded_;
+  };
+  bool done = mu_.AwaitWithTimeout(settled, timeout);
+  auto it = sessions_.find(map_key);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrCat("session '", key.session_id, "' is not stored"));
+  }
+  if (it->second->persisted) return absl::OkStatus();
+  if (degraded_) return absl::FailedPreconditionError("the SSD tier is degraded: nothing can be persisted");
+  (void)done;
+  return absl::DeadlineExceededError("the session was not persisted in time");
+}
+
+}  // namespace strata::storage

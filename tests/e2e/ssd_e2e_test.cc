@@ -1,0 +1,216 @@
+// End-to-end with the SSD tier: a real `strata serve` whose host tier is smaller than the
+// working set, so sessions are demoted to SSD, promoted back, and recovered after a
+// restart; answers always equal the cache-off answers.
+#include <grpcpp/grpcpp.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+
+#include "base/http_get.h"
+#include "base/prometheus_text.h"
+#include "gtest/gtest.h"
+#include "strata/v1/cache.grpc.pb.h"
+#include "strata/v1/chat.grpc.pb.h"
+#include "storage/testing/temp_dir.h"
+#include "tests/e2e/server_process.h"
+
+namespace strata {
+namespace {
+
+using testing::ServerProcess;
+
+struct Turn {
+  grpc::Status status;
+  std::vector<int32_t> tokens;
+  std::string text;
+  v1::ChatDone done;
+};
+
+Turn Chat(const std::string& target, const std::string& session,
+          const std::vector<std::pair<std::string, std::string>>& messages, bool persist) {
+  auto stub = v1::ChatService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  v1::ChatRequest r;
+  r.set_session_id(session);
+  r.set_max_new_tokens(12);
+  r.set_persist(persist);
+  for (const auto& [role, content] : messages) {
+    v1::Message* m = r.add_messages();
+    m->set_role(role);
+    m->set_content(content);
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(2));
+  auto reader = stub->Chat(&ctx, r);
+  Turn t;
+  v1::ChatEvent e;
+  while (reader->Read(&e)) {
+    if (e.has_delta()) {
+      t.tokens.insert(t.tokens.end(), e.delta().token_ids().begin(), e.delta().token_ids().end());
+      t.text += e.delta().text();
+    }
+    if (e.has_done()) t.done = e.done();
+  }
+  t.status = reader->Finish();
+  return t;
+}
+
+absl::StatusOr<v1::SessionInfo> GetSession(const std::string& target, const std::string& session) {
+  auto stub = v1::CacheService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::GetSessionRequest req;
+  req.set_session_id(session);
+  v1::SessionInfo info;
+  grpc::Status s = stub->GetSession(&ctx, req, &info);
+  if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  return info;
+}
+
+class SsdE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto off = ServerProcess::Start({"--cache=off"});
+    ASSERT_TRUE(off.ok()) << off.status();
+    cache_off_ = *std::move(off);
+  }
+  std::unique_ptr<ServerProcess> StartTiered() {
+    // Room for 3 chunks of the built-in model on the host: less than the working set.
+    auto s = ServerProcess::Start({"--host_cache_bytes=" + std::to_string(3 * 1052672),
+                                   "--ssd_dirs=" + dir_ + "/ssd", "--ssd_capacity_bytes=67108864",
+                                   "--index_dir=" + dir_ + "/index"});
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *std::move(s) : nullptr;
+  }
+  storage::testing::TempDir tmp_{"strata-ssd-e2e"};
+  std::string dir_ = tmp_.path();
+  std::unique_ptr<ServerProcess> cache_off_;
+};
+
+TEST_F(SsdE2eTest, DemotedSessionIsServedFromSsdAndAfterRestart) {
+  std::filesystem::create_directories(dir_ + "/ssd");
+  auto server = StartTiered();
+  ASSERT_NE(server, nullptr);
+  std::vector<std::pair<std::string, std::string>> conv = {{"user", "Remember: my favourite colour is teal."}};
+  Turn first = Chat(server->target(), "keeper", conv, /*persist=*/true);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  EXPECT_TRUE(first.done.persisted());
+  // Other sessions fill the host tier: the keeper's host copy is dropped (it is on SSD).
+  for (int i = 0; i < 4; ++i) {
+    Turn other = Chat(server->target(), "filler-" + std::to_string(i), {{"user", "filler " + std::to_string(i)}}, true);
+    ASSERT_TRUE(other.status.ok()) << other.status.error_message();
+  }
+  auto info = GetSession(server->target(), "keeper");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->tier(), v1::TIER_SSD);
+  EXPECT_TRUE(info->persisted());
+
+  conv.push_back({"assistant", first.text});
+  conv.push_back({"user", "What is my favourite colour?"});
+  Turn second = Chat(server->target(), "keeper", conv, true);
+  Turn reference = Chat(cache_off_->target(), "keeper", conv, false);
+  ASSERT_TRUE(second.status.ok() && reference.status.ok());
+  EXPECT_EQ(second.done.cache_tier(), v1::TIER_SSD);
+  EXPECT_EQ(second.done.usage().cached_tokens(),
+            first.done.usage().prompt_tokens() + first.done.usage().completion_tokens() - 1);
+  EXPECT_EQ(second.tokens, reference.tokens) << "the SSD-served answer differs from the cache-off one";
+
+  auto body = metrics::HttpGet("127.0.0.1", server->metrics_port(), "/metrics");
+  ASSERT_TRUE(body.ok());
+  auto samples = metrics::ParsePrometheusText(*body);
+  ASSERT_TRUE(samples.ok());
+  EXPECT_GE((*samples)["strata_cache_hits_total{tier=\"ssd\"}"], 1);
+  EXPECT_GE((*samples)["strata_cache_demotions_total"], 1);
+  EXPECT_GT((*samples)["strata_bytes_moved_total{direction=\"host_to_ssd\"}"], 0);
+  EXPECT_GT((*samples)["strata_bytes_moved_total{direction=\"ssd_to_host\"}"], 0);
+  EXPECT_EQ((*samples)["strata_ssd_degraded"], 0);
+
+  // Restart: every persisted session is served again, from SSD.
+  int status = server->Stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  server = StartTiered();
+  ASSERT_NE(server, nullptr);
+  info = GetSession(server->target(), "keeper");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(info->persisted());
+  conv.push_back({"assistant", second.text});
+  conv.push_back({"user", "And after a restart?"});
+  Turn third = Chat(server->target(), "keeper", conv, false);
+  Turn reference3 = Chat(cache_off_->target(), "keeper", conv, false);
+  ASSERT_TRUE(third.status.ok());
+  EXPECT_EQ(third.done.cache_tier(), v1::TIER_SSD);
+  EXPECT_EQ(third.done.usage().cached_tokens(),
+            second.done.usage().prompt_tokens() + second.done.usage().completion_tokens() - 1);
+  EXPECT_EQ(third.tokens, reference3.tokens);
+}
+
+// A small file system of its own, loop-mounted for one test (needs root and a loop device).
+class SmallFileSystem {
+ public:
+  // Empty reason: mounted.
+  std::string Mount(const std::string& dir, int megabytes) {
+    image_ = dir + "/fs.img";
+    mount_point_ = dir + "/mnt";
+    std::filesystem::create_directories(mount_point_);
+    if (geteuid() != 0) return "mounting a file system needs root";
+    std::string make = "truncate -s " + std::to_string(megabytes) + "M " + image_ + " && mkfs.ext4 -q -F " + image_ +
+                       " >/dev/null 2>&1";
+    if (std::system(make.c_str()) != 0) return "cannot make an ext4 image (mkfs.ext4)";
+    if (std::system(("mount -o loop " + image_ + " " + mount_point_ + " >/dev/null 2>&1").c_str()) != 0) {
+      return "cannot loop-mount an image here (no loop device?)";
+    }
+    mounted_ = true;
+    return "";
+  }
+  ~SmallFileSystem() {
+    if (mounted_) std::system(("umount -l " + mount_point_).c_str());
+  }
+  const std::string& path() const { return mount_point_; }
+
+ private:
+  std::string image_, mount_point_;
+  bool mounted_ = false;
+};
+
+TEST_F(SsdE2eTest, FullDiskDegradesToHostOnlyAndEveryAnswerStaysCorrect) {
+  SmallFileSystem fs;
+  if (std::string why = fs.Mount(dir_, 8); !why.empty()) GTEST_SKIP() << "disk-full test skipped: " << why;
+  std::unique_ptr<ServerProcess> server;
+  {
+    // 64 MiB of SSD tier asked for on a file system of 8: it fills up after a few chunks.
+    auto s = ServerProcess::Start({"--host_cache_bytes=" + std::to_string(3 * 1052672),
+                                   "--ssd_dirs=" + fs.path() + "/ssd", "--ssd_capacity_bytes=67108864",
+                                   "--index_dir=" + dir_ + "/index"});
+    ASSERT_TRUE(s.ok()) << s.status();
+    server = *std::move(s);
+  }
+  constexpr int kSessions = 10;
+  std::vector<std::vector<std::pair<std::string, std::string>>> convs(kSessions);
+  for (int i = 0; i < kSessions; ++i) {
+    for (int turn = 0; turn < 2; ++turn) {
+      convs[i].push_back({"user", "Session " + std::to_string(i) + " turn " + std::to_string(turn) +
+                                      ": tell me something about the number " + std::to_string(i * 7 + turn)});
+      Turn got = Chat(server->target(), "full-" + std::to_string(i), convs[i], /*persist=*/false);
+      Turn want = Chat(cache_off_->target(), "full-" + std::to_string(i), convs[i], false);
+      ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+      ASSERT_TRUE(want.status.ok());
+      EXPECT_EQ(got.tokens, want.tokens) << "session " << i << " turn " << turn;
+      convs[i].push_back({"assistant", got.text});
+    }
+  }
+  auto body = metrics::HttpGet("127.0.0.1", server->metrics_port(), "/metrics");
+  ASSERT_TRUE(body.ok());
+  auto samples = metrics::ParsePrometheusText(*body);
+  ASSERT_TRUE(samples.ok());
+  EXPECT_EQ((*samples)["strata_ssd_degraded"], 1) << "the full disk was not noticed";
+  EXPECT_GE((*samples)["strata_ssd_write_errors_total"], 1);
+  EXPECT_GT((*samples)["strata_cache_hits_total{tier=\"host\"}"], 0) << "host caching goes on";
+  // A chat that asks for persistence is told it did not happen, and still answered.
+  Turn asked = Chat(server->target(), "full-0", convs[0], /*persist=*/true);
+  ASSERT_TRUE(asked.status.ok()) << asked.status.error_message();
+  EXPECT_FALSE(asked.done.persisted());
+  int status = server->Stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+}  // namespace
+}  // namespace strata
