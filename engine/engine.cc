@@ -114,6 +114,8 @@ Engine::~Engine() {
   }
   loop_.join();
   MutexLock lock(&mu_);
+  // Promotion callbacks touch the queue: wait for those in flight.
+  mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return promotions_in_flight_ == 0; });
   for (Queued& q : queue_) q.stream->Fail(absl::UnavailableError("the server is shutting down"));
   queue_.clear();
 }
@@ -174,7 +176,7 @@ absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) 
     return absl::ResourceExhaustedError(absl::StrCat("the queue holds ", queue_.size(),
                                                      " turns; try again later"));
   }
-  queue_.push_back(Queued{std::move(request), stream});
+  queue_.push_back(Queued{std::move(request), stream, next_id_++});
   if (metrics_) metrics_->queue_depth.Set(static_cast<double>(queue_.size()));
   return stream;
 }
@@ -184,20 +186,53 @@ EngineStats Engine::Stats() const {
   return stats_;
 }
 
-std::vector<Engine::Queued> Engine::AdmitLocked() {
+std::vector<Engine::Queued> Engine::AdmitLocked(std::vector<Promotion>* promote) {
   std::vector<Queued> admitted;
   size_t room = static_cast<size_t>(options_.max_running) - running_.size();
   for (auto it = queue_.begin(); it != queue_.end() && admitted.size() < room;) {
+    if (it->load == Queued::Load::kPromoting) {
+      ++it;
+      continue;
+    }
     std::string key = SessionMapKey(it->request.key);
     if (active_sessions_.contains(key)) {
       ++it;  // the session's previous turn is still running: this one waits its turn
       continue;
+    }
+    if (it->load == Queued::Load::kUnchecked) {
+      it->load = Queued::Load::kReady;
+      if (store_ != nullptr) {
+        auto info = store_->Get(it->request.key);
+        if (info.ok() && info->tier == storage::Tier::kSsd) {
+          it->load = Queued::Load::kPromoting;
+          ++promotions_in_flight_;
+          promote->push_back(Promotion{it->id, it->request.key});
+          ++it;
+          continue;
+        }
+      }
     }
     active_sessions_.insert(std::move(key));
     admitted.push_back(std::move(*it));
     it = queue_.erase(it);
   }
   return admitted;
+}
+
+void Engine::StartPromotions(std::vector<Promotion> promote) {
+  for (Promotion& p : promote) {
+    // Whatever the outcome, the turn is then admitted: on a failed promotion its prefix
+    // is a miss (or a synchronous read) and it is computed.
+    store_->Promote(p.key, [this, id = p.id](absl::Status status) {
+      MutexLock lock(&mu_);
+      for (Queued& q : queue_) {
+        if (q.id != id) continue;
+        q.load = Queued::Load::kReady;
+        q.promoted = status.ok();
+      }
+      --promotions_in_flight_;
+    });
+  }
 }
 
 std::unique_ptr<Engine::Running> Engine::Start(Queued queued) {
@@ -230,8 +265,8 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued queued) {
       });
       r->reused = read.ok() ? *read : 0;
       if (r->reused > 0) {
-        r->tier = match.tier;
-        if (metrics_) metrics_->hits->WithLabels({{"tier", storage::TierName(match.tier)}}).Increment();
+        r->tier = queued.promoted ? storage::Tier::kSsd : match.tier;
+        if (metrics_) metrics_->hits->WithLabels({{"tier", storage::TierName(r->tier)}}).Increment();
       }
     }
   }
@@ -246,20 +281,24 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued queued) {
 void Engine::Loop() {
   for (;;) {
     std::vector<Queued> admitted;
+    std::vector<Promotion> promote;
     {
       MutexLock lock(&mu_);
       if (running_.empty()) {
-        // Idle: sleep until a turn arrives. (The condition reads only guarded state: absl
+        // Idle: sleep until a turn can start. (The condition reads only guarded state: absl
         // may evaluate it on another thread.)
         auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stopping_ || !queue_.empty();
+          return stopping_ || std::any_of(queue_.begin(), queue_.end(), [](const Queued& q) {
+                   return q.load != Queued::Load::kPromoting;
+                 });
         };
         mu_.Await(has_work);
       }
       if (stopping_) break;
-      admitted = AdmitLocked();
+      admitted = AdmitLocked(&promote);
       if (metrics_) metrics_->queue_depth.Set(static_cast<double>(queue_.size()));
     }
+    StartPromotions(std::move(promote));
     for (Queued& q : admitted) running_.push_back(Start(std::move(q)));
     Step();
   }

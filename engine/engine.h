@@ -76,6 +76,15 @@ class Engine {
   struct Queued {
     TurnRequest request;
     std::shared_ptr<TurnStream> stream;
+    uint64_t id = 0;
+    // A turn whose session is held only on SSD waits in the queue, not admitted, while
+    // the store promotes it; the engine never waits on the disk.
+    enum class Load { kUnchecked, kPromoting, kReady } load = Load::kUnchecked;
+    bool promoted = false;  // its session came up from SSD for it: an SSD hit
+  };
+  struct Promotion {
+    uint64_t id;
+    storage::SessionKey key;
   };
   struct Running;
   struct Metrics;
@@ -84,7 +93,10 @@ class Engine {
          storage::SessionStore* store, metrics::Registry* registry);
   static std::string SessionMapKey(const storage::SessionKey& key);
   void Loop();
-  std::vector<Queued> AdmitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the turns that can start now; fills `promote` with the sessions to bring up
+  // from SSD first (started by the caller, outside the lock).
+  std::vector<Queued> AdmitLocked(std::vector<Promotion>* promote) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartPromotions(std::vector<Promotion> promote);
   std::unique_ptr<Running> Start(Queued queued);
   void Step();
   // Samples after a step; returns true when the turn has ended.
@@ -101,6 +113,8 @@ class Engine {
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> active_sessions_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  int promotions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
 
   std::vector<std::unique_ptr<Running>> running_;  // engine loop only

@@ -71,9 +71,18 @@ grpc::Status CacheServiceImpl::Prefetch(grpc::ServerContext* context,
   for (const std::string& id : request->session_ids()) {
     if (absl::Status s = ValidateSessionId(id); !s.ok()) return requests_->Count(ToGrpcStatus(s));
   }
-  // Every stored session already sits in host memory, the fastest tier this build has:
-  // the hint is accepted and there is nothing to move.
-  response->set_accepted(static_cast<uint32_t>(request->session_ids_size()));
+  // Sessions held only on SSD start coming up to host memory now, in the background; the
+  // answer does not wait for the reads. `accepted` counts the sessions that are stored.
+  uint32_t accepted = 0;
+  if (store_ != nullptr) {
+    for (const std::string& id : request->session_ids()) {
+      storage::SessionKey key{*tenant, id};
+      if (!store_->Get(key).ok()) continue;
+      ++accepted;
+      store_->Promote(key, [](absl::Status) {});
+    }
+  }
+  response->set_accepted(accepted);
   return requests_->Count(grpc::Status::OK);
 }
 

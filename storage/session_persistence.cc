@@ -224,62 +224,131 @@ void SessionStore::SweepExpiredLocked() {
   stats_.expired += static_cast<int64_t>(expired.size());
 }
 
-absl::Status SessionStore::PromoteLocked(const std::string& map_key, Session& s) {
-  const int64_t n = static_cast<int64_t>(s.ssd.size());
-  if (!MakeHostRoomLocked(n, &s)) {
-    return absl::ResourceExhaustedError(absl::StrCat("no room on the host tier for ", n, " chunks"));
-  }
-  std::vector<uint32_t> blocks;
+void SessionStore::Promote(const SessionKey& key, PromoteDone done) {
+  const std::string map_key = MapKey(key);
+  std::shared_ptr<Promotion> promotion;
+  std::vector<SsdLocation> sources;
   std::vector<std::byte*> targets;
-  for (int64_t c = 0; c < n; ++c) {
-    blocks.push_back(*host_->Allocate());
-    targets.push_back(host_->Block(blocks.back()).data());
-  }
-  const std::vector<SsdLocation> sources = s.ssd;
-  const uint64_t version = s.version;
-  ++s.readers;
-  mu_.Unlock();
-  IoBatch batch;
-  for (int64_t c = 0; c < n; ++c) ssd_->Read(sources[c], targets[c], batch.Callback());
-  absl::Status io = batch.Wait();
-  mu_.Lock();
-  auto it = sessions_.find(map_key);
-  Session* cur = it == sessions_.end() ? nullptr : it->second.get();
-  if (cur != nullptr) --cur->readers;
-  if (!io.ok() || cur != &s || cur->version != version) {
-    for (uint32_t b : blocks) host_->Free(b);
-    return io.ok() ? absl::AbortedError("session changed during promotion") : io;
-  }
-  stats_.ssd_bytes_read += n * options_.layout.BlockBytes();
-  // Verify here, against the checksums the committed record holds: a block that holds
-  // anything else (a torn write, another session's chunk) is cut off with what follows.
-  size_t good = 0;
-  for (; good < blocks.size(); ++good) {
-    absl::Span<std::byte> block = host_->Block(blocks[good]);
-    int held = 0;
-    absl::Status ok = VerifyChunk(options_.layout, options_.model_fingerprint, block, &held);
-    if (ok.ok() && XXH3_64bits(ChunkPayload(block), options_.layout.PayloadBytes()) != s.checksums[good]) {
-      ok = absl::DataLossError("chunk is not the one the index record names");
-    }
-    if (!ok.ok()) {
-      ++stats_.corrupt_chunks;
-      LOG(WARNING) << "session '" << s.session_id << "' SSD chunk " << good << " is not served: " << ok;
-      break;
+  absl::Status now;
+  {
+    MutexLock lock(&mu_);
+    auto it = sessions_.find(map_key);
+    Session* s = it == sessions_.end() ? nullptr : it->second.get();
+    if (s == nullptr || (s->host.empty() && !s->persisted)) {
+      now = absl::NotFoundError(absl::StrCat("session '", key.session_id, "' has no stored copy to promote"));
+    } else if (!s->host.empty()) {
+      now = absl::OkStatus();
+    } else if (s->promotion != nullptr) {
+      s->promotion->waiters.push_back(std::move(done));  // one promotion serves every caller
+      return;
+    } else {
+      const int64_t n = static_cast<int64_t>(s->ssd.size());
+      if (!MakeHostRoomLocked(n, s)) {
+        ++stats_.promotion_failures;
+        now = absl::ResourceExhaustedError(absl::StrCat("no room on the host tier for ", n, " chunks"));
+      } else {
+        promotion = std::make_shared<Promotion>();
+        promotion->version = s->version;
+        promotion->waiters.push_back(std::move(done));
+        for (int64_t c = 0; c < n; ++c) {
+          promotion->blocks.push_back(*host_->Allocate());
+          targets.push_back(host_->Block(promotion->blocks.back()).data());
+        }
+        sources = s->ssd;
+        s->promotion = promotion;
+        ++s->readers;  // keeps the SSD copy from being evicted while it is read
+        ++promotions_in_flight_;
+      }
     }
   }
-  for (size_t c = good; c < blocks.size(); ++c) host_->Free(blocks[c]);
-  blocks.resize(good);
-  s.host = std::move(blocks);
-  if (good < static_cast<size_t>(n)) {
-    s.tokens.resize(std::min(s.tokens.size(), good * static_cast<size_t>(options_.layout.chunk_tokens)));
-    s.checksums.resize(good);
-    s.persisted = false;  // the record names bytes that are gone
-    ++s.version;
-    if (s.tokens.empty()) return absl::DataLossError("no chunk of the session survived verification");
-    EnqueueWriteBackLocked(map_key, s);  // replace the record with the verified prefix
+  if (promotion == nullptr) {
+    done(now);
+    return;
   }
-  ++stats_.promotions;
-  return absl::OkStatus();
+  // Reads are issued outside the lock: a completion may run on any thread, at once.
+  struct Pending {
+    Mutex mu;
+    size_t left ABSL_GUARDED_BY(mu);
+    absl::Status status ABSL_GUARDED_BY(mu);
+  };
+  auto pending = std::make_shared<Pending>();
+  {
+    MutexLock lock(&pending->mu);
+    pending->left = sources.size();
+  }
+  for (size_t c = 0; c < sources.size(); ++c) {
+    ssd_->Read(sources[c], targets[c], [this, map_key, promotion, pending](absl::Status st) {
+      absl::Status io;
+      {
+        MutexLock lock(&pending->mu);
+        if (!st.ok() && pending->status.ok()) pending->status = std::move(st);
+        if (--pending->left > 0) return;
+        io = pending->status;
+      }
+      FinishPromotion(map_key, promotion, std::move(io));
+    });
+  }
+}
+
+void SessionStore::FinishPromotion(const std::string& map_key, const std::shared_ptr<Promotion>& promotion,
+                                   absl::Status io) {
+  std::vector<PromoteDone> waiters;
+  absl::Status result;
+  {
+    MutexLock lock(&mu_);
+    waiters = std::move(promotion->waiters);
+    --promotions_in_flight_;
+    auto it = sessions_.find(map_key);
+    Session* s = it != sessions_.end() && it->second->promotion == promotion ? it->second.get() : nullptr;
+    if (s != nullptr) {
+      --s->readers;
+      s->promotion.reset();
+    }
+    std::vector<uint32_t> blocks = std::move(promotion->blocks);
+    if (!io.ok() || s == nullptr || s->version != promotion->version) {
+      for (uint32_t b : blocks) host_->Free(b);
+      result = io.ok() ? absl::AbortedError("the session was saved or dropped during its promotion") : io;
+      if (!io.ok()) ++stats_.promotion_failures;
+    } else {
+      stats_.ssd_bytes_read += static_cast<int64_t>(blocks.size()) * options_.layout.BlockBytes();
+      // Verify here, against the checksums the committed record holds: a block that holds
+      // anything else (a torn write, another session's chunk) is cut off with what follows.
+      size_t good = 0;
+      for (; good < blocks.size(); ++good) {
+        absl::Span<std::byte> block = host_->Block(blocks[good]);
+        int held = 0;
+        absl::Status ok = VerifyChunk(options_.layout, options_.model_fingerprint, block, &held);
+        if (ok.ok() && XXH3_64bits(ChunkPayload(block), options_.layout.PayloadBytes()) != s->checksums[good]) {
+          ok = absl::DataLossError("chunk is not the one the index record names");
+        }
+        if (!ok.ok()) {
+          ++stats_.corrupt_chunks;
+          LOG(WARNING) << "session '" << s->session_id << "' SSD chunk " << good << " is not served: " << ok;
+          break;
+        }
+      }
+      const size_t n = blocks.size();
+      for (size_t c = good; c < n; ++c) host_->Free(blocks[c]);
+      blocks.resize(good);
+      s->host = std::move(blocks);
+      if (good < n) {
+        s->tokens.resize(std::min(s->tokens.size(), good * static_cast<size_t>(options_.layout.chunk_tokens)));
+        s->checksums.resize(good);
+        s->persisted = false;  // the record names bytes that are gone
+        ++s->version;
+      }
+      if (s->tokens.empty()) {
+        ++stats_.promotion_failures;
+        RemoveLocked(map_key);  // nothing survived: the record goes too
+        result = absl::DataLossError("no chunk of the session survived verification");
+      } else {
+        if (good < n) EnqueueWriteBackLocked(map_key, *s);  // replace the record with the verified prefix
+        ++stats_.promotions;
+      }
+    }
+    if (!result.ok()) LOG(WARNING) << "promotion of a session from SSD failed: " << result;
+  }
+  for (PromoteDone& w : waiters) w(result);
 }
 
 absl::Status SessionStore::Flush(const SessionKey& key, absl::Duration timeout) {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/log.h"
 #include "xxhash.h"
@@ -83,6 +84,8 @@ SessionStore::~SessionStore() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
+    // Promotions finish on the SSD completion thread and touch the sessions.
+    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return promotions_in_flight_ == 0; });
   }
   if (persist_thread_.joinable()) persist_thread_.join();
 }
@@ -154,18 +157,19 @@ absl::StatusOr<int64_t> SessionStore::Read(const SessionKey& key, int64_t tokens
   Session* s = it->second.get();
   if (s->host.empty()) {
     if (!s->persisted) return int64_t{0};
-    if (absl::Status p = PromoteLocked(map_key, *s); !p.ok()) {
-      ++stats_.promotion_failures;
-      LOG(WARNING) << "promotion of session '" << key.session_id << "' from SSD failed: " << p;
-      // Bytes that fail verification are gone for good; a full host tier is a miss now.
-      auto again = sessions_.find(map_key);
-      if (absl::IsDataLoss(p) && again != sessions_.end() && again->second->host.empty()) {
-        RemoveLocked(map_key);
-      }
-      return int64_t{0};
-    }
+    // Promote, waiting (this caller only) for the SSD reads with the lock released.
+    absl::Notification promoted;
+    absl::Status status;
+    mu_.Unlock();
+    Promote(key, [&](absl::Status st) {
+      status = std::move(st);
+      promoted.Notify();
+    });
+    promoted.WaitForNotification();
+    mu_.Lock();
+    if (!status.ok()) return int64_t{0};  // a miss; FinishPromotion counted and logged it
     it = sessions_.find(map_key);
-    if (it == sessions_.end()) return int64_t{0};
+    if (it == sessions_.end() || it->second->host.empty()) return int64_t{0};
     s = it->second.get();
   }
   tokens = std::min<int64_t>(tokens, static_cast<int64_t>(s->tokens.size()));

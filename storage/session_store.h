@@ -21,15 +21,18 @@
 // before it.
 //
 // Thread-safety: every method may be called from any thread. Read() and Save() run the
-// caller's callback under the store's lock; callbacks must only copy bytes. Read() of a
-// session held only on SSD blocks its caller on the SSD reads; Flush() blocks until the
-// session is persisted. Nothing else waits on the disk.
+// caller's callback under the store's lock; callbacks must only copy bytes. Promote()
+// moves a session from SSD to host without blocking anyone; Read() of a session held only
+// on SSD promotes it and blocks its caller (only) on those reads, so the engine promotes
+// before admission; Flush() blocks until the session is persisted. Nothing else waits on
+// the disk.
 #ifndef STRATA_STORAGE_SESSION_STORE_H_
 #define STRATA_STORAGE_SESSION_STORE_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -39,9 +42,9 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "base/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/mutex.h"
 #include "storage/chunk_format.h"
 #include "storage/host_tier.h"
 #include "storage/session_index.h"
@@ -155,6 +158,17 @@ class SessionStore {
   // is returned. Returns NotFound when the session is gone.
   absl::StatusOr<int64_t> Read(const SessionKey& key, int64_t tokens, VisitFn visit);
 
+  // Brings a session held only on SSD back into host memory, asynchronously: the SSD
+  // reads go in flight and `done` runs (on the SSD completion thread, or at once on this
+  // thread when there is nothing to do) with OK once the session has a verified host
+  // copy. OK at once when it already has one; NotFound when it is not stored (or has no
+  // persisted copy); ResourceExhausted when the host tier has no room that eviction can
+  // make; DataLoss when no chunk survived verification (the session is dropped); Aborted
+  // when the session was saved or dropped meanwhile. Concurrent calls for one session
+  // share one promotion. `done` must not call back into the store synchronously.
+  using PromoteDone = std::function<void(absl::Status)>;
+  void Promote(const SessionKey& key, PromoteDone done);
+
   // Stores the session as `tokens` (all tokens whose KV the caller holds). Chunks that
   // cover only tokens [0, keep_tokens) are kept as they are (the caller guarantees those
   // tokens equal the stored ones); every later chunk is written anew through `fill`.
@@ -182,6 +196,11 @@ class SessionStore {
   const ChunkLayout& layout() const { return options_.layout; }
 
  private:
+  struct Promotion {
+    uint64_t version = 0;              // the session's version when it started
+    std::vector<uint32_t> blocks;      // host blocks being read into, one per chunk
+    std::vector<PromoteDone> waiters;
+  };
   struct Session {
     std::string tenant;
     std::string session_id;
@@ -193,7 +212,8 @@ class SessionStore {
     uint64_t version = 0;              // bumped by every Save
     uint64_t last_use = 0;             // logical clock for LRU
     int64_t last_access_unix_ms = 0;
-    int readers = 0;                   // Read() calls promoting or reading this session
+    int readers = 0;                   // promotions in flight for this session (0 or 1)
+    std::shared_ptr<Promotion> promotion;  // set while SSD reads are in flight
   };
   struct PersistJob {
     std::string map_key;
@@ -218,7 +238,9 @@ class SessionStore {
   bool MakeHostRoomLocked(int64_t blocks, const Session* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts SSD-only sessions (least recently used first) until `blocks` SSD blocks are free.
   bool MakeSsdRoomLocked(int64_t blocks, const Session* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status PromoteLocked(const std::string& map_key, Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs when a promotion's SSD reads have all completed: verifies the chunks and gives
+  // the session its host copy, then tells the waiters.
+  void FinishPromotion(const std::string& map_key, const std::shared_ptr<Promotion>& promotion, absl::Status io);
 
   // Persistence (session_persistence.cc).
   absl::Status Recover();
@@ -244,6 +266,7 @@ class SessionStore {
   std::deque<PersistJob> persist_queue_ ABSL_GUARDED_BY(mu_);
   std::deque<TierIoSample> host_samples_ ABSL_GUARDED_BY(mu_);
   int persist_busy_ ABSL_GUARDED_BY(mu_) = 0;
+  int promotions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread persist_thread_;
 };

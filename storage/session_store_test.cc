@@ -9,6 +9,7 @@
 #include <numeric>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "storage/testing/temp_dir.h"
 
@@ -243,6 +244,71 @@ TEST_F(TieredStoreTest, PersistedSessionIsDemotedThenPromotedOnRead) {
   EXPECT_EQ(ReadAndCheck(a, 8), 8);
   EXPECT_EQ(store_->Get(a)->tier, Tier::kHost);
   EXPECT_EQ(store_->Stats().promotions, 1);
+}
+
+// Waits for one Promote() callback and returns its status.
+class PromoteWaiter {
+ public:
+  SessionStore::PromoteDone Callback() {
+    return [this](absl::Status s) {
+      status_ = std::move(s);
+      done_.Notify();
+    };
+  }
+  absl::Status Wait() {
+    done_.WaitForNotification();
+    return status_;
+  }
+
+ private:
+  absl::Notification done_;
+  absl::Status status_;
+};
+
+TEST_F(TieredStoreTest, PromoteBringsAnSsdOnlySessionBackAsynchronously) {
+  MakeTiered(3, 32);
+  SessionKey a{"t", "a"};
+  ASSERT_TRUE(SaveAll(a, Iota(8), 0).ok());
+  ASSERT_TRUE(store_->Flush(a, absl::Seconds(10)).ok());
+  ASSERT_TRUE(SaveAll({"t", "b"}, Iota(4, 500), 0).ok());
+  ASSERT_TRUE(store_->Flush({"t", "b"}, absl::Seconds(10)).ok());
+  ASSERT_TRUE(SaveAll({"t", "c"}, Iota(4, 900), 0).ok());  // a is demoted
+  ASSERT_EQ(store_->Get(a)->tier, Tier::kSsd);
+  // Two callers, one promotion.
+  PromoteWaiter first, second;
+  store_->Promote(a, first.Callback());
+  store_->Promote(a, second.Callback());
+  EXPECT_TRUE(first.Wait().ok());
+  EXPECT_TRUE(second.Wait().ok());
+  EXPECT_EQ(store_->Stats().promotions, 1);
+  EXPECT_EQ(store_->Get(a)->tier, Tier::kHost);
+  EXPECT_EQ(ReadAndCheck(a, 8), 8);
+  EXPECT_EQ(store_->Stats().promotions, 1);  // the read found it on host
+  // Already on host: OK at once; unknown: NotFound.
+  PromoteWaiter again, nobody;
+  store_->Promote(a, again.Callback());
+  EXPECT_TRUE(again.Wait().ok());
+  store_->Promote({"t", "nobody"}, nobody.Callback());
+  EXPECT_TRUE(absl::IsNotFound(nobody.Wait()));
+}
+
+TEST_F(TieredStoreTest, PromotionWithoutHostRoomIsResourceExhaustedAndChangesNothing) {
+  MakeTiered(4, 32);
+  SessionKey a{"t", "a"};
+  ASSERT_TRUE(SaveAll(a, Iota(12), 0).ok());  // 3 chunks
+  ASSERT_TRUE(store_->Flush(a, absl::Seconds(10)).ok());
+  MakeTiered(2, 32);  // restarted with a host tier too small for it
+  ASSERT_EQ(store_->Get(a)->tier, Tier::kSsd);
+  PromoteWaiter w;
+  store_->Promote(a, w.Callback());
+  absl::Status s = w.Wait();
+  EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+  EXPECT_EQ(store_->Stats().promotion_failures, 1);
+  auto info = store_->Get(a);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->tier, Tier::kSsd);
+  EXPECT_TRUE(info->persisted);
+  EXPECT_EQ(store_->Match(a, Iota(12), 100).tokens, 12);
 }
 
 TEST_F(TieredStoreTest, ReopenRecoversPersistedSessionsBitExact) {

@@ -312,12 +312,15 @@ TEST_F(ChatE2eTest, CacheServiceReportsAndDropsSessions) {
   EXPECT_EQ(stats.model_fingerprint().size(), 16u);
   ASSERT_EQ(stats.tiers_size(), 1);
   EXPECT_GT(stats.tiers(0).capacity_bytes(), 0u);
+  ASSERT_TRUE(client.Chat(Request("kept", {{"user", "hi"}}, 4)).status.ok());
   grpc::ClientContext prefetch_ctx;
   v1::PrefetchRequest prefetch;
-  prefetch.add_session_ids("three-turns");
+  prefetch.add_session_ids("kept");
+  prefetch.add_session_ids("to-drop");
   prefetch.add_session_ids("never-seen");
   v1::PrefetchResponse pr;
   ASSERT_TRUE(client.cache().Prefetch(&prefetch_ctx, prefetch, &pr).ok());
+  EXPECT_EQ(pr.accepted(), 1u);  // the stored one
 }
 
 TEST_F(ChatE2eTest, ClientThatGoesAwayFreesItsSession) {

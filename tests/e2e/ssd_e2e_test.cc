@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "absl/time/clock.h"
 #include "base/http_get.h"
 #include "base/prometheus_text.h"
 #include "gtest/gtest.h"
@@ -141,6 +142,31 @@ TEST_F(SsdE2eTest, DemotedSessionIsServedFromSsdAndAfterRestart) {
   EXPECT_EQ(third.done.usage().cached_tokens(),
             second.done.usage().prompt_tokens() + second.done.usage().completion_tokens() - 1);
   EXPECT_EQ(third.tokens, reference3.tokens);
+
+  // A gateway's Prefetch brings a recovered (SSD-only) session up to host memory in the
+  // background; its next turn is then a host hit.
+  info = GetSession(server->target(), "filler-0");
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_EQ(info->tier(), v1::TIER_SSD);
+  {
+    auto stub = v1::CacheService::NewStub(grpc::CreateChannel(server->target(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::PrefetchRequest req;
+    req.add_session_ids("filler-0");
+    req.add_session_ids("nobody");
+    v1::PrefetchResponse resp;
+    ASSERT_TRUE(stub->Prefetch(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.accepted(), 1u);
+  }
+  for (int i = 0; i < 100 && info.ok() && info->tier() != v1::TIER_HOST; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    info = GetSession(server->target(), "filler-0");
+  }
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->tier(), v1::TIER_HOST) << "the prefetched session did not reach host memory";
+  Turn filler = Chat(server->target(), "filler-0", {{"user", "filler 0"}, {"assistant", "x"}, {"user", "again"}}, false);
+  ASSERT_TRUE(filler.status.ok());
+  EXPECT_EQ(filler.done.cache_tier(), v1::TIER_HOST);
 }
 
 // A small file system of its own, loop-mounted for one test (needs root and a loop device).
