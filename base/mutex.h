@@ -106,6 +106,28 @@ class ABSL_SCOPED_LOCKABLE MutexUnlock {
   Mutex* const mu_;
 };
 
+// A one-shot event, like absl::Notification, built on Mutex so TSan sees Notify() happen
+// before the wait returns.
+class Notification {
+ public:
+  void Notify() {
+    MutexLock lock(&mu_);
+    notified_ = true;
+  }
+  void WaitForNotification() {
+    MutexLock lock(&mu_);
+    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return notified_; });
+  }
+  bool HasBeenNotified() {
+    MutexLock lock(&mu_);
+    return notified_;
+  }
+
+ private:
+  Mutex mu_;
+  bool notified_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 }  // namespace strata
 
 #endif  // STRATA_BASE_MUTEX_H_

@@ -2,9 +2,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "storage/io_batch.h"
 #include "storage/session_store.h"
 #include "xxhash.h"

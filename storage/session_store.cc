@@ -4,9 +4,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "xxhash.h"
 
 namespace strata::storage {
@@ -158,7 +158,7 @@ absl::StatusOr<int64_t> SessionStore::Read(const SessionKey& key, int64_t tokens
   if (s->host.empty()) {
     if (!s->persisted) return int64_t{0};
     // Promote, waiting (this caller only) for the SSD reads with the lock released.
-    absl::Notification promoted;
+    Notification promoted;
     absl::Status status;
     mu_.Unlock();
     Promote(key, [&](absl::Status st) {

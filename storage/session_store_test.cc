@@ -5,11 +5,11 @@
 
 #include <cstring>
 #include <filesystem>
-#include <thread>
 #include <numeric>
+#include <thread>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
+#include "base/mutex.h"
 #include "gtest/gtest.h"
 #include "storage/testing/temp_dir.h"
 
@@ -261,7 +261,7 @@ class PromoteWaiter {
   }
 
  private:
-  absl::Notification done_;
+  Notification done_;
   absl::Status status_;
 };
 

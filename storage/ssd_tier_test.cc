@@ -7,7 +7,6 @@
 #include <set>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
 #include "base/mutex.h"
 #include "storage/io_batch.h"
 #include "gtest/gtest.h"
