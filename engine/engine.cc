@@ -6,6 +6,7 @@
 
 #include "base/log.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "engine/random.h"
 #include "engine/stop_strings.h"
 #include "kernels/cpu_kernels.h"
@@ -177,6 +178,7 @@ absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) 
                                                      " turns; try again later"));
   }
   queue_.push_back(Queued{std::move(request), stream, next_id_++});
+  lookahead_changed_ = true;
   if (metrics_) metrics_->queue_depth.Set(static_cast<double>(queue_.size()));
   return stream;
 }
@@ -203,7 +205,19 @@ std::vector<Engine::Queued> Engine::AdmitLocked(std::vector<Promotion>* promote)
       it->load = Queued::Load::kReady;
       if (store_ != nullptr) {
         auto info = store_->Get(it->request.key);
-        if (info.ok() && info->tier == storage::Tier::kSsd) {
+        if (info.ok() && info->tier == storage::Tier::kSsd && options_.fetch_or_recompute) {
+          // Fetch or recompute, by measured cost.
+          const double ssd_bytes_per_s = store_->ssd_read_bytes_per_second();
+          const double prefill_tokens_per_s = stats_.prefill_tokens_per_second;
+          const double tokens = static_cast<double>(
+              std::min<int64_t>(info->cached_tokens, static_cast<int64_t>(it->request.prompt.size())));
+          if (ssd_bytes_per_s > 0 && prefill_tokens_per_s > 0 &&
+              tokens / prefill_tokens_per_s < static_cast<double>(info->bytes) / ssd_bytes_per_s) {
+            it->recompute = true;
+            ++stats_.recomputed_instead_of_load;
+          }
+        }
+        if (info.ok() && info->tier == storage::Tier::kSsd && !it->recompute) {
           it->load = Queued::Load::kPromoting;
           ++promotions_in_flight_;
           promote->push_back(Promotion{it->id, it->request.key});
@@ -217,6 +231,19 @@ std::vector<Engine::Queued> Engine::AdmitLocked(std::vector<Promotion>* promote)
     it = queue_.erase(it);
   }
   return admitted;
+}
+
+void Engine::PublishLookAhead() {
+  if (store_ == nullptr) return;
+  std::vector<storage::SessionKey> keys;
+  {
+    MutexLock lock(&mu_);
+    if (!lookahead_changed_) return;
+    lookahead_changed_ = false;
+    keys.reserve(queue_.size());
+    for (const Queued& q : queue_) keys.push_back(q.request.key);
+  }
+  store_->SetLookAhead(keys);
 }
 
 void Engine::StartPromotions(std::vector<Promotion> promote) {
@@ -247,7 +274,7 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued queued) {
   const int64_t prompt = static_cast<int64_t>(r->tokens.size());
   r->kv = std::make_unique<SequenceKv>(c.num_layers, c.kv_dim(), prompt + r->request.max_new_tokens);
   r->logits.resize(static_cast<size_t>(c.vocab_size));
-  if (store_ != nullptr) {
+  if (store_ != nullptr && !queued.recompute) {
     if (metrics_) metrics_->lookups.Increment();
     // At least the last prompt token is computed: its logits give the first new token.
     storage::PrefixMatch match = store_->Match(r->request.key, r->tokens, prompt - 1);
@@ -296,9 +323,11 @@ void Engine::Loop() {
       }
       if (stopping_) break;
       admitted = AdmitLocked(&promote);
+      if (!admitted.empty()) lookahead_changed_ = true;
       if (metrics_) metrics_->queue_depth.Set(static_cast<double>(queue_.size()));
     }
     StartPromotions(std::move(promote));
+    PublishLookAhead();
     for (Queued& q : admitted) running_.push_back(Start(std::move(q)));
     Step();
   }
@@ -334,10 +363,21 @@ void Engine::Step() {
       in_batch.push_back(&r);
     }
   }
+  int64_t prefill_tokens = 0;
+  for (Running* r : in_batch) {
+    if (r->computed < static_cast<int64_t>(r->request.prompt.size())) prefill_tokens += r->step_tokens;
+  }
+  const absl::Time step_start = absl::Now();
   model_->Forward(batch);
+  const double step_seconds = absl::ToDoubleSeconds(absl::Now() - step_start);
   {
     MutexLock lock(&mu_);
     ++stats_.steps;
+    if (prefill_tokens >= 16 && step_seconds > 0) {
+      const double rate = static_cast<double>(prefill_tokens) / step_seconds;
+      double& ewma = stats_.prefill_tokens_per_second;
+      ewma = ewma == 0 ? rate : 0.8 * ewma + 0.2 * rate;
+    }
     stats_.max_batch_turns = std::max<int64_t>(stats_.max_batch_turns, static_cast<int64_t>(batch.size()));
   }
   if (metrics_) {

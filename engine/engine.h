@@ -36,6 +36,9 @@ struct EngineOptions {
   int max_queued = 1024;          // turns waiting for admission
   int max_stop_strings = 8;
   int max_stop_string_bytes = 256;
+  // A turn whose cached prefix is only on SSD recomputes it instead when the measured
+  // prefill speed makes that faster than the measured SSD load.
+  bool fetch_or_recompute = true;
 
   absl::Status Validate() const;
 };
@@ -43,6 +46,8 @@ struct EngineOptions {
 struct EngineStats {
   int64_t steps = 0;
   int64_t max_batch_turns = 0;  // most turns seen in one step
+  int64_t recomputed_instead_of_load = 0;  // SSD prefixes recomputed because that was faster
+  double prefill_tokens_per_second = 0;    // measured (EWMA over steps with prefill)
 };
 
 class Engine {
@@ -80,7 +85,8 @@ class Engine {
     // A turn whose session is held only on SSD waits in the queue, not admitted, while
     // the store promotes it; the engine never waits on the disk.
     enum class Load { kUnchecked, kPromoting, kReady } load = Load::kUnchecked;
-    bool promoted = false;  // its session came up from SSD for it: an SSD hit
+    bool promoted = false;   // its session came up from SSD for it: an SSD hit
+    bool recompute = false;  // its SSD prefix is recomputed: faster than loading it
   };
   struct Promotion {
     uint64_t id;
@@ -97,6 +103,8 @@ class Engine {
   // from SSD first (started by the caller, outside the lock).
   std::vector<Queued> AdmitLocked(std::vector<Promotion>* promote) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartPromotions(std::vector<Promotion> promote);
+  // Tells the store the waiting queue (the look-ahead of scheduler-aware placement).
+  void PublishLookAhead();
   std::unique_ptr<Running> Start(Queued queued);
   void Step();
   // Samples after a step; returns true when the turn has ended.
@@ -115,6 +123,7 @@ class Engine {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   int promotions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool lookahead_changed_ ABSL_GUARDED_BY(mu_) = false;
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
 
   std::vector<std::unique_ptr<Running>> running_;  // engine loop only

@@ -71,15 +71,13 @@ grpc::Status CacheServiceImpl::Prefetch(grpc::ServerContext* context,
   for (const std::string& id : request->session_ids()) {
     if (absl::Status s = ValidateSessionId(id); !s.ok()) return requests_->Count(ToGrpcStatus(s));
   }
-  // Sessions held only on SSD start coming up to host memory now, in the background; the
-  // answer does not wait for the reads. `accepted` counts the sessions that are stored.
+  // The sessions join the placement look-ahead after the engine's queue: those held only
+  // on SSD come up to host memory in the background as room allows (never at a queued
+  // session's expense); the answer does not wait. `accepted` counts the stored ones.
   uint32_t accepted = 0;
   if (store_ != nullptr) {
     for (const std::string& id : request->session_ids()) {
-      storage::SessionKey key{*tenant, id};
-      if (!store_->Get(key).ok()) continue;
-      ++accepted;
-      store_->Promote(key, [](absl::Status) {});
+      if (store_->Hint(storage::SessionKey{*tenant, id})) ++accepted;
     }
   }
   response->set_accepted(accepted);

@@ -30,6 +30,10 @@ ABSL_FLAG(std::string, ssd_dirs, "",
 ABSL_FLAG(int64_t, ssd_capacity_bytes, int64_t{16} << 30, "serve: SSD tier capacity per directory");
 ABSL_FLAG(std::string, index_dir, "", "serve: RocksDB session index (default: <first ssd dir>/index)");
 ABSL_FLAG(int64_t, ttl_seconds, 86400, "serve: sessions unused this long are dropped from every tier");
+ABSL_FLAG(std::string, placement, "scheduler-aware",
+          "serve: placement policy: scheduler-aware (prefetch from the queue, never evict it), lru, fifo");
+ABSL_FLAG(bool, fetch_or_recompute, true,
+          "serve: recompute a prefix held only on SSD when that is measured to be faster than loading it");
 ABSL_FLAG(int, max_batch, 64, "serve: most turns in one decode batch");
 ABSL_FLAG(int, max_step_tokens, 512, "serve: most tokens in one forward step");
 ABSL_FLAG(int, max_new_tokens_limit, 4096, "serve: largest max_new_tokens a request may ask for");
@@ -66,6 +70,15 @@ int Serve() {
   o.ssd_capacity_bytes_per_dir = absl::GetFlag(FLAGS_ssd_capacity_bytes);
   o.index_dir = absl::GetFlag(FLAGS_index_dir);
   o.ttl = absl::Seconds(absl::GetFlag(FLAGS_ttl_seconds));
+  auto placement = strata::storage::ParsePlacementPolicy(absl::GetFlag(FLAGS_placement));
+  if (!placement.ok() || *placement == strata::storage::PlacementPolicy::kBelady) {
+    std::fprintf(stderr, "--placement: %s\n",
+                 placement.ok() ? "belady needs the future; it runs only in the simulator"
+                                : std::string(placement.status().message()).c_str());
+    return 2;
+  }
+  o.placement = *placement;
+  o.engine.fetch_or_recompute = absl::GetFlag(FLAGS_fetch_or_recompute);
   o.engine.max_running = absl::GetFlag(FLAGS_max_batch);
   o.engine.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);

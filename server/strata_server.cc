@@ -29,7 +29,14 @@ void ExportStoreStats(metrics::Registry& r, storage::SessionStore* store, bool c
   auto& tier_bytes = r.AddGauge("strata_tier_bytes", "Bytes held in each tier.");
   auto& tier_capacity = r.AddGauge("strata_tier_capacity_bytes", "Capacity of each tier (0: off).");
   auto& sessions = r.AddGauge("strata_sessions", "Sessions with KV held in each tier.");
-  auto& evictions = r.AddCounter("strata_cache_evictions_total", "Sessions that left the store for room.");
+  auto& evictions = r.AddCounter("strata_cache_evictions_total",
+                                 "Sessions that left the store for room, by reason (host_full: not yet on SSD; "
+                                 "ssd_full: held only on SSD).");
+  auto& prefetches = r.AddCounter("strata_prefetches_total",
+                                  "Look-ahead prefetches (SSD to host) by outcome: started, in_time (on host when "
+                                  "the turn came), late (the turn waited for it), wasted (left host unused).");
+  auto& lookahead = r.AddGauge("strata_lookahead_sessions",
+                               "Sessions in the placement look-ahead (queued turns and gateway hints).");
   auto& demotions = r.AddCounter("strata_cache_demotions_total",
                                  "Host copies dropped under pressure (the session stays on SSD).");
   auto& promotions = r.AddCounter("strata_cache_promotions_total",
@@ -55,7 +62,8 @@ void ExportStoreStats(metrics::Registry& r, storage::SessionStore* store, bool c
     double delta = static_cast<double>(total) - c.Value();
     if (delta > 0) c.Increment(delta);
   };
-  r.AddCollector([=, &tier_bytes, &tier_capacity, &sessions, &evictions, &demotions, &promotions,
+  r.AddCollector([=, &tier_bytes, &tier_capacity, &sessions, &evictions, &prefetches, &lookahead, &demotions,
+                  &promotions,
                   &moved, &persisted, &ssd_errors, &degraded, &rejected, &corrupt, &expired, &io_seconds] {
     storage::SessionStoreStats s;
     if (store != nullptr) {
@@ -74,7 +82,13 @@ void ExportStoreStats(metrics::Registry& r, storage::SessionStore* store, bool c
     tier_bytes.WithLabels({{"tier", "ssd"}}).Set(static_cast<double>(s.ssd_used_bytes));
     tier_capacity.WithLabels({{"tier", "ssd"}}).Set(static_cast<double>(s.ssd_capacity_bytes));
     sessions.WithLabels({{"tier", "ssd"}}).Set(static_cast<double>(s.ssd_sessions));
-    sync(evictions.WithLabels({}), s.evictions);
+    sync(evictions.WithLabels({{"reason", "host_full"}}), s.evictions_host_full);
+    sync(evictions.WithLabels({{"reason", "ssd_full"}}), s.evictions_ssd_full);
+    sync(prefetches.WithLabels({{"outcome", "started"}}), s.prefetches);
+    sync(prefetches.WithLabels({{"outcome", "in_time"}}), s.prefetch_in_time);
+    sync(prefetches.WithLabels({{"outcome", "late"}}), s.prefetch_late);
+    sync(prefetches.WithLabels({{"outcome", "wasted"}}), s.prefetch_wasted);
+    lookahead.WithLabels({}).Set(static_cast<double>(s.lookahead_sessions));
     sync(demotions.WithLabels({}), s.demotions);
     sync(promotions.WithLabels({{"outcome", "ok"}}), s.promotions);
     sync(promotions.WithLabels({{"outcome", "failed"}}), s.promotion_failures);
@@ -111,6 +125,7 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
     if (so.index_dir.empty() && !so.ssd_dirs.empty()) so.index_dir = so.ssd_dirs[0] + "/index";
     so.ttl = options.ttl;
     so.lock_host_memory = options.pin_host_memory;
+    so.placement = options.placement;
     auto store = storage::SessionStore::Create(so);
     if (!store.ok()) return store.status();
     server->store_ = *std::move(store);

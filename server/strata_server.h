@@ -36,6 +36,7 @@ struct ServerOptions {
   int64_t ssd_capacity_bytes_per_dir = int64_t{16} << 30;
   std::string index_dir;
   absl::Duration ttl = absl::Hours(24);
+  storage::PlacementPolicy placement = storage::PlacementPolicy::kSchedulerAware;
   uint64_t model_seed = 20241122;  // seed of the built-in model's weights
   engine::EngineOptions engine;
   // API key -> tenant. Empty: no authentication, every caller is tenant "default".

@@ -47,6 +47,7 @@ absl::Status SessionStore::Recover() {
         s->last_access_unix_ms = r.last_access_unix_ms;
         MutexLock lock(&mu_);
         s->last_use = ++clock_;
+        s->inserted = s->last_use;
         sessions_[MapKey({r.tenant, r.session_id})] = std::move(s);
         ++recovered;
       },
@@ -119,23 +120,27 @@ void SessionStore::WriteBack(const std::string& map_key, uint64_t version) {
     }
     Session& s = *it->second;
     const int64_t n = static_cast<int64_t>(s.host.size());
-    // Room on SSD: the least recently used sessions that live only there leave the store.
-    while (ssd_->free_blocks() < n) {
-      Session* victim = nullptr;
-      std::string victim_key;
+    // Room on SSD: sessions that live only there leave the store, in the policy's order.
+    if (ssd_->free_blocks() < n) {
+      std::vector<PlacementCandidate> candidates;
       for (auto& [k, v] : sessions_) {
         if (v.get() == &s || !v->host.empty() || !v->persisted || v->readers > 0) continue;
-        if (victim == nullptr || v->last_use < victim->last_use) {
-          victim = v.get();
-          victim_key = k;
-        }
+        candidates.push_back({k, v->last_use, v->inserted});
       }
-      if (victim == nullptr) break;
-      evicted.push_back({SessionKey{victim->tenant, victim->session_id}, std::move(victim->ssd)});
-      sessions_.erase(victim_key);
-      ++stats_.evictions;
-      // Their blocks are freed below, once their records are deleted.
-      if (static_cast<int64_t>(evicted.size()) > n + 64) break;
+      placement_.OrderVictims(candidates, RoomFor::kLeaveStore);
+      std::vector<std::string> victims;
+      for (const PlacementCandidate& c : candidates) victims.emplace_back(c.key);
+      int64_t freeing = 0;
+      for (const std::string& victim_key : victims) {
+        if (ssd_->free_blocks() + freeing >= n) break;
+        Session& victim = *sessions_.at(victim_key);
+        freeing += static_cast<int64_t>(victim.ssd.size());
+        evicted.push_back({SessionKey{victim.tenant, victim.session_id}, std::move(victim.ssd)});
+        sessions_.erase(victim_key);
+        ++stats_.evictions;
+        ++stats_.evictions_ssd_full;
+        // Their blocks are freed below, once their records are deleted.
+      }
     }
     if (!evicted.empty()) {
       mu_.Unlock();
@@ -224,7 +229,9 @@ void SessionStore::SweepExpiredLocked() {
   stats_.expired += static_cast<int64_t>(expired.size());
 }
 
-void SessionStore::Promote(const SessionKey& key, PromoteDone done) {
+void SessionStore::Promote(const SessionKey& key, PromoteDone done) { PromoteFor(key, std::move(done), false); }
+
+void SessionStore::PromoteFor(const SessionKey& key, PromoteDone done, bool prefetch) {
   const std::string map_key = MapKey(key);
   std::shared_ptr<Promotion> promotion;
   std::vector<SsdLocation> sources;
@@ -239,16 +246,24 @@ void SessionStore::Promote(const SessionKey& key, PromoteDone done) {
     } else if (!s->host.empty()) {
       now = absl::OkStatus();
     } else if (s->promotion != nullptr) {
-      s->promotion->waiters.push_back(std::move(done));  // one promotion serves every caller
+      // One promotion serves every caller; a turn that has to wait for a prefetch makes it late.
+      if (!prefetch && s->promotion->prefetch && !s->promotion->late) {
+        s->promotion->late = true;
+        ++stats_.prefetch_late;
+      }
+      s->promotion->waiters.push_back(std::move(done));
       return;
     } else {
       const int64_t n = static_cast<int64_t>(s->ssd.size());
-      if (!MakeHostRoomLocked(n, s)) {
-        ++stats_.promotion_failures;
+      if (!MakeHostRoomLocked(n, s, prefetch ? RoomFor::kHostPrefetch : RoomFor::kHost)) {
+        if (!prefetch) ++stats_.promotion_failures;
         now = absl::ResourceExhaustedError(absl::StrCat("no room on the host tier for ", n, " chunks"));
       } else {
         promotion = std::make_shared<Promotion>();
         promotion->version = s->version;
+        promotion->prefetch = prefetch;
+        promotion->start = absl::Now();
+        if (prefetch) ++stats_.prefetches;
         promotion->waiters.push_back(std::move(done));
         for (int64_t c = 0; c < n; ++c) {
           promotion->blocks.push_back(*host_->Allocate());
@@ -310,7 +325,14 @@ void SessionStore::FinishPromotion(const std::string& map_key, const std::shared
       result = io.ok() ? absl::AbortedError("the session was saved or dropped during its promotion") : io;
       if (!io.ok()) ++stats_.promotion_failures;
     } else {
-      stats_.ssd_bytes_read += static_cast<int64_t>(blocks.size()) * options_.layout.BlockBytes();
+      const int64_t bytes = static_cast<int64_t>(blocks.size()) * options_.layout.BlockBytes();
+      stats_.ssd_bytes_read += bytes;
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - promotion->start);
+      if (seconds > 0) {
+        const double rate = static_cast<double>(bytes) / seconds;
+        ssd_read_bytes_per_second_ =
+            ssd_read_bytes_per_second_ == 0 ? rate : 0.8 * ssd_read_bytes_per_second_ + 0.2 * rate;
+      }
       // Verify here, against the checksums the committed record holds: a block that holds
       // anything else (a torn write, another session's chunk) is cut off with what follows.
       size_t good = 0;
@@ -344,6 +366,7 @@ void SessionStore::FinishPromotion(const std::string& map_key, const std::shared
       } else {
         if (good < n) EnqueueWriteBackLocked(map_key, *s);  // replace the record with the verified prefix
         ++stats_.promotions;
+        s->prefetched = promotion->prefetch && !promotion->late;
       }
     }
     if (!result.ok()) LOG(WARNING) << "promotion of a session from SSD failed: " << result;
@@ -368,6 +391,67 @@ absl::Status SessionStore::Flush(const SessionKey& key, absl::Duration timeout) 
   if (degraded_) return absl::FailedPreconditionError("the SSD tier is degraded: nothing can be persisted");
   (void)done;
   return absl::DeadlineExceededError("the session was not persisted in time");
+}
+
+}  // namespace strata::storage
+
+namespace strata::storage {
+
+std::vector<SessionKey> SessionStore::PrefetchCandidatesLocked() {
+  stats_.lookahead_sessions = placement_.lookahead_length();
+  if (ssd_ == nullptr || placement_.policy() != PlacementPolicy::kSchedulerAware || sessions_.empty()) return {};
+  int64_t chunks = 0;
+  for (const auto& [k, s] : sessions_) chunks += static_cast<int64_t>(std::max(s->host.size(), s->ssd.size()));
+  placement_.SetCapacity(host_->free_blocks(), host_->total_blocks(), ssd_->total_blocks(),
+                         static_cast<double>(chunks) / static_cast<double>(sessions_.size()));
+  std::vector<SessionKey> out;
+  for (const std::string& map_key : placement_.PrefetchOrder([this](const std::string& k) {
+         mu_.AssertHeld();
+         auto it = sessions_.find(k);
+         return it != sessions_.end() && it->second->host.empty() && it->second->persisted &&
+                it->second->promotion == nullptr;
+       })) {
+    const Session& s = *sessions_.at(map_key);
+    out.push_back(SessionKey{s.tenant, s.session_id});
+  }
+  return out;
+}
+
+void SessionStore::StartPrefetches(const std::vector<SessionKey>& keys) {
+  // Nearest first; a prefetch that finds no room (only queued or hinted sessions left to
+  // demote) fails and evicts nothing.
+  for (const SessionKey& key : keys) PromoteFor(key, [](absl::Status) {}, /*prefetch=*/true);
+}
+
+void SessionStore::SetLookAhead(const std::vector<SessionKey>& queued) {
+  std::vector<SessionKey> prefetch;
+  {
+    MutexLock lock(&mu_);
+    std::vector<std::string> keys;
+    keys.reserve(queued.size());
+    for (const SessionKey& k : queued) keys.push_back(MapKey(k));
+    placement_.SetQueue(keys);
+    prefetch = PrefetchCandidatesLocked();
+  }
+  StartPrefetches(prefetch);
+}
+
+bool SessionStore::Hint(const SessionKey& key) {
+  std::vector<SessionKey> prefetch;
+  {
+    MutexLock lock(&mu_);
+    const std::string map_key = MapKey(key);
+    if (!sessions_.contains(map_key)) return false;
+    placement_.Hint(map_key);
+    prefetch = PrefetchCandidatesLocked();
+  }
+  StartPrefetches(prefetch);
+  return true;
+}
+
+double SessionStore::ssd_read_bytes_per_second() const {
+  MutexLock lock(&mu_);
+  return ssd_read_bytes_per_second_;
 }
 
 }  // namespace strata::storage

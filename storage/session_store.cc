@@ -78,7 +78,11 @@ absl::StatusOr<std::unique_ptr<SessionStore>> SessionStore::Create(
 
 SessionStore::SessionStore(const SessionStoreOptions& options, std::unique_ptr<HostTier> host,
                            std::unique_ptr<SsdTier> ssd, std::unique_ptr<SessionIndex> index)
-    : options_(options), host_(std::move(host)), ssd_(std::move(ssd)), index_(std::move(index)) {}
+    : options_(options),
+      host_(std::move(host)),
+      ssd_(std::move(ssd)),
+      index_(std::move(index)),
+      placement_(options.placement) {}
 
 SessionStore::~SessionStore() {
   {
@@ -136,6 +140,9 @@ PrefixMatch SessionStore::Match(const SessionKey& key, absl::Span<const int32_t>
   const bool on_host = !s.host.empty();
   if (!on_host && !s.persisted) return {};
   TouchLocked(s);
+  placement_.Used(map_key);
+  if (on_host && s.prefetched) ++stats_.prefetch_in_time;
+  s.prefetched = false;
   int64_t limit = std::min<int64_t>({static_cast<int64_t>(tokens.size()),
                                      static_cast<int64_t>(s.tokens.size()), max_tokens});
   int64_t n = 0;
@@ -161,10 +168,13 @@ absl::StatusOr<int64_t> SessionStore::Read(const SessionKey& key, int64_t tokens
     Notification promoted;
     absl::Status status;
     mu_.Unlock();
-    Promote(key, [&](absl::Status st) {
-      status = std::move(st);
-      promoted.Notify();
-    });
+    PromoteFor(
+        key,
+        [&](absl::Status st) {
+          status = std::move(st);
+          promoted.Notify();
+        },
+        /*prefetch=*/false);
     promoted.WaitForNotification();
     mu_.Lock();
     if (!status.ok()) return int64_t{0};  // a miss; FinishPromotion counted and logged it
@@ -261,25 +271,41 @@ void SessionStore::RemoveLocked(const std::string& map_key) {
   sessions_.erase(it);
 }
 
-bool SessionStore::MakeHostRoomLocked(int64_t blocks, const Session* keep) {
-  while (host_->free_blocks() < blocks) {
-    Session* victim = nullptr;
-    std::string victim_key;
-    for (auto& [k, s] : sessions_) {
-      if (s.get() == keep || s->host.empty() || s->readers > 0) continue;
-      if (victim == nullptr || s->last_use < victim->last_use) {
-        victim = s.get();
-        victim_key = k;
-      }
-    }
-    if (victim == nullptr) return false;
+bool SessionStore::MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose) {
+  if (host_->free_blocks() >= blocks) return true;
+  std::vector<PlacementCandidate> candidates;
+  for (auto& [k, s] : sessions_) {
+    if (s.get() == keep || s->host.empty() || s->readers > 0) continue;
+    candidates.push_back({k, s->last_use, s->inserted});
+  }
+  placement_.OrderVictims(candidates, purpose);
+  std::vector<std::string> victims;
+  for (const PlacementCandidate& c : candidates) {
+    // A prefetch only demotes (copies that stay on SSD); it never makes anything a miss.
+    if (purpose == RoomFor::kHostPrefetch && !sessions_.at(c.key)->persisted) continue;
+    victims.emplace_back(c.key);
+  }
+  if (purpose == RoomFor::kHostPrefetch) {
+    // All or nothing: a prefetch that cannot fit moves nothing.
+    int64_t could_free = host_->free_blocks();
+    for (const std::string& key : victims) could_free += static_cast<int64_t>(sessions_.at(key)->host.size());
+    if (could_free < blocks) return false;
+  }
+  for (const std::string& key : victims) {
+    if (host_->free_blocks() >= blocks) break;
+    Session& victim = *sessions_.at(key);
     const int64_t free_before = host_->free_blocks();
-    if (victim->persisted) {
-      DropHostLocked(*victim, 0);  // the SSD copy stays: a demotion
+    if (victim.persisted) {
+      if (victim.prefetched) ++stats_.prefetch_wasted;
+      victim.prefetched = false;
+      DropHostLocked(victim, 0);  // the SSD copy stays: a demotion
       ++stats_.demotions;
-    } else {
-      RemoveLocked(victim_key);
+    } else if (placement_.MayLeaveStore(key)) {
+      RemoveLocked(key);
       ++stats_.evictions;
+      ++stats_.evictions_host_full;
+    } else {
+      continue;  // queued within the eviction window: it stays
     }
     if (host_->free_blocks() == free_before) {
       // Its blocks are still being written to SSD; they come back when the write ends.
@@ -287,7 +313,7 @@ bool SessionStore::MakeHostRoomLocked(int64_t blocks, const Session* keep) {
       return false;
     }
   }
-  return true;
+  return host_->free_blocks() >= blocks;
 }
 
 absl::Status SessionStore::Save(const SessionKey& key, absl::Span<const int32_t> tokens,
@@ -309,6 +335,7 @@ absl::Status SessionStore::Save(const SessionKey& key, absl::Span<const int32_t>
     slot = std::make_unique<Session>();
     slot->tenant = key.tenant;
     slot->session_id = key.session_id;
+    slot->inserted = ++clock_;
   }
   Session& s = *slot;
   const int64_t total_chunks = (static_cast<int64_t>(tokens.size()) + layout.chunk_tokens - 1) / layout.chunk_tokens;

@@ -47,6 +47,7 @@
 #include "base/mutex.h"
 #include "storage/chunk_format.h"
 #include "storage/host_tier.h"
+#include "storage/placement.h"
 #include "storage/session_index.h"
 #include "storage/ssd_tier.h"
 
@@ -74,6 +75,8 @@ struct SessionStoreOptions {
   absl::Duration ttl = absl::Hours(24);
   // Lock the host arena in memory (see HostTier::Create).
   bool lock_host_memory = false;
+  // Which sessions leave a tier, which stay, what is prefetched (placement.h).
+  PlacementPolicy placement = PlacementPolicy::kSchedulerAware;
 
   absl::Status Validate() const;
 };
@@ -98,10 +101,17 @@ struct SessionStoreStats {
   int64_t lookups = 0;
   int64_t hits = 0;            // lookups that matched at least one token
   int64_t hit_tokens = 0;      // tokens matched by those lookups
-  int64_t evictions = 0;       // sessions that left the store for room
+  int64_t evictions = 0;       // sessions that left the store for room (both reasons below)
+  int64_t evictions_host_full = 0;  // not yet on SSD, pushed out of a full host tier
+  int64_t evictions_ssd_full = 0;   // held only on SSD, pushed out of a full SSD tier
   int64_t demotions = 0;       // host copies dropped because an SSD copy exists
   int64_t promotions = 0;      // sessions read back from SSD into host memory
   int64_t promotion_failures = 0;
+  int64_t prefetches = 0;          // promotions started from the look-ahead
+  int64_t prefetch_in_time = 0;    // prefetched sessions on host when their turn came
+  int64_t prefetch_late = 0;       // turns that came while their prefetch was in flight
+  int64_t prefetch_wasted = 0;     // prefetched host copies that left before use
+  int64_t lookahead_sessions = 0;  // queued + hinted sessions the policy sees now
   int64_t save_rejected = 0;   // saves that did not fit even after eviction
   int64_t corrupt_chunks = 0;  // chunks that failed verification on read
   int64_t expired = 0;         // sessions dropped by TTL
@@ -169,6 +179,16 @@ class SessionStore {
   using PromoteDone = std::function<void(absl::Status)>;
   void Promote(const SessionKey& key, PromoteDone done);
 
+  // The engine's waiting queue, head first: the look-ahead of scheduler-aware placement.
+  // Queued sessions within the eviction window never leave the store; those within the
+  // prefetch window that are held only on SSD start coming up to host now.
+  void SetLookAhead(const std::vector<SessionKey>& queued);
+  // A gateway hint (CacheService.Prefetch): the session joins the look-ahead after the
+  // queue. Returns whether the session is stored.
+  bool Hint(const SessionKey& key);
+  // Measured SSD read throughput (bytes/s) of recent promotions; 0 before the first.
+  double ssd_read_bytes_per_second() const;
+
   // Stores the session as `tokens` (all tokens whose KV the caller holds). Chunks that
   // cover only tokens [0, keep_tokens) are kept as they are (the caller guarantees those
   // tokens equal the stored ones); every later chunk is written anew through `fill`.
@@ -198,6 +218,9 @@ class SessionStore {
  private:
   struct Promotion {
     uint64_t version = 0;              // the session's version when it started
+    bool prefetch = false;             // started from the look-ahead, not by a turn
+    bool late = false;                 // a turn came for it before it completed
+    absl::Time start;
     std::vector<uint32_t> blocks;      // host blocks being read into, one per chunk
     std::vector<PromoteDone> waiters;
   };
@@ -210,7 +233,9 @@ class SessionStore {
     std::vector<uint64_t> checksums;   // payload checksum of each chunk (binds record to bytes)
     bool persisted = false;            // `ssd` holds exactly `tokens`, record committed
     uint64_t version = 0;              // bumped by every Save
-    uint64_t last_use = 0;             // logical clock for LRU
+    uint64_t last_use = 0;             // logical clock of the last access (LRU)
+    uint64_t inserted = 0;             // logical clock of the first save (FIFO)
+    bool prefetched = false;           // on host thanks to a prefetch, not yet used
     int64_t last_access_unix_ms = 0;
     int readers = 0;                   // promotions in flight for this session (0 or 1)
     std::shared_ptr<Promotion> promotion;  // set while SSD reads are in flight
@@ -233,9 +258,15 @@ class SessionStore {
   // Removes the session from every tier; the SSD blocks are freed after its record is
   // deleted (in the background).
   void RemoveLocked(const std::string& map_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Demotes or evicts least recently used sessions other than `keep` until `blocks` host
+  // Demotes or evicts sessions other than `keep`, in the placement policy's order, until `blocks` host
   // blocks are free.
-  bool MakeHostRoomLocked(int64_t blocks, const Session* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose = RoomFor::kHost)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts (or joins) the promotion of a session held only on SSD; see Promote().
+  void PromoteFor(const SessionKey& key, PromoteDone done, bool prefetch);
+  // Refreshes the placement's windows and returns the sessions to prefetch now.
+  std::vector<SessionKey> PrefetchCandidatesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartPrefetches(const std::vector<SessionKey>& keys);
   // Evicts SSD-only sessions (least recently used first) until `blocks` SSD blocks are free.
   bool MakeSsdRoomLocked(int64_t blocks, const Session* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs when a promotion's SSD reads have all completed: verifies the chunks and gives
@@ -267,6 +298,8 @@ class SessionStore {
   std::deque<TierIoSample> host_samples_ ABSL_GUARDED_BY(mu_);
   int persist_busy_ ABSL_GUARDED_BY(mu_) = 0;
   int promotions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  Placement placement_ ABSL_GUARDED_BY(mu_);
+  double ssd_read_bytes_per_second_ ABSL_GUARDED_BY(mu_) = 0;  // EWMA over promotions
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread persist_thread_;
 };

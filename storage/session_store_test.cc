@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "base/mutex.h"
 #include "gtest/gtest.h"
 #include "storage/testing/temp_dir.h"
@@ -196,9 +197,10 @@ class TieredStoreTest : public SessionStoreTest {
   void SetUp() override { std::filesystem::create_directories(dir_ + "/ssd"); }
   void TearDown() override { store_.reset(); }
   void MakeTiered(int64_t host_chunks, int64_t ssd_chunks, uint64_t fingerprint = kFingerprint,
-                  absl::Duration ttl = absl::Hours(1)) {
+                  absl::Duration ttl = absl::Hours(1), PlacementPolicy policy = PlacementPolicy::kSchedulerAware) {
     store_.reset();
     SessionStoreOptions o;
+    o.placement = policy;
     o.layout = ChunkLayout{.layers = 2, .chunk_tokens = 4, .row_bytes = 8};
     o.host_capacity_bytes = host_chunks * o.layout.BlockBytes();
     o.model_fingerprint = fingerprint;
@@ -309,6 +311,77 @@ TEST_F(TieredStoreTest, PromotionWithoutHostRoomIsResourceExhaustedAndChangesNot
   EXPECT_EQ(info->tier, Tier::kSsd);
   EXPECT_TRUE(info->persisted);
   EXPECT_EQ(store_->Match(a, Iota(12), 100).tokens, 12);
+}
+
+// Saves and persists `tokens` tokens (4 per chunk) for `id`.
+#define SAVE_AND_FLUSH(id, tokens, start)                                 \
+  do {                                                                  \
+    ASSERT_TRUE(SaveAll({"t", id}, Iota(tokens, start), 0).ok());       \
+    ASSERT_TRUE(store_->Flush({"t", id}, absl::Seconds(10)).ok());      \
+  } while (0)
+
+TEST_F(TieredStoreTest, QueuedSessionIsNeverEvictedButLruWouldEvictIt) {
+  for (PlacementPolicy policy : {PlacementPolicy::kSchedulerAware, PlacementPolicy::kLru}) {
+    SCOPED_TRACE(PlacementPolicyName(policy));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_ + "/ssd");
+    MakeTiered(1, 2, kFingerprint, absl::Hours(1), policy);
+    SAVE_AND_FLUSH("a", 4, 100);
+    SAVE_AND_FLUSH("b", 4, 200);  // a is demoted: host holds b, SSD holds a and b
+    store_->SetLookAhead({{"t", "a"}});
+    SAVE_AND_FLUSH("c", 4, 300);  // SSD full: an SSD-only session must leave
+    if (policy == PlacementPolicy::kSchedulerAware) {
+      EXPECT_TRUE(store_->Get({"t", "a"}).ok()) << "a queued session left the store";
+      EXPECT_TRUE(absl::IsNotFound(store_->Get({"t", "b"}).status()));
+    } else {
+      EXPECT_TRUE(absl::IsNotFound(store_->Get({"t", "a"}).status()));
+      EXPECT_TRUE(store_->Get({"t", "b"}).ok());
+    }
+    EXPECT_EQ(store_->Stats().evictions_ssd_full, 1);
+  }
+}
+
+TEST_F(TieredStoreTest, LookAheadPrefetchesAnSsdOnlySessionBeforeItsTurn) {
+  MakeTiered(4, 32);
+  SAVE_AND_FLUSH("a", 12, 100);  // 3 chunks
+  SAVE_AND_FLUSH("b", 4, 200);
+  SAVE_AND_FLUSH("c", 4, 300);   // a is demoted; host: b, c and 2 free blocks
+  ASSERT_EQ(store_->Get({"t", "a"})->tier, Tier::kSsd);
+  // b and c queued ahead of a: making room for a would take a queued session, so the
+  // prefetch does not start and nothing moves.
+  store_->SetLookAhead({{"t", "b"}, {"t", "c"}, {"t", "a"}});
+  EXPECT_EQ(store_->Stats().prefetches, 0);
+  EXPECT_EQ(store_->Get({"t", "b"})->tier, Tier::kHost);
+  EXPECT_EQ(store_->Get({"t", "c"})->tier, Tier::kHost);
+  EXPECT_EQ(store_->Get({"t", "a"})->tier, Tier::kSsd);
+  EXPECT_EQ(store_->Stats().lookahead_sessions, 3);
+  // Only a queued: b (least recently used, outside the look-ahead) is demoted for it.
+  store_->SetLookAhead({{"t", "a"}});
+  EXPECT_EQ(store_->Stats().prefetches, 1);
+  for (int i = 0; i < 200 && store_->Get({"t", "a"})->tier != Tier::kHost; ++i) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(store_->Get({"t", "a"})->tier, Tier::kHost);
+  EXPECT_EQ(store_->Get({"t", "b"})->tier, Tier::kSsd);
+  EXPECT_EQ(store_->Get({"t", "c"})->tier, Tier::kHost);
+  // a's turn comes: a host hit thanks to the prefetch.
+  PrefixMatch m = store_->Match({"t", "a"}, Iota(12, 100), 100);
+  EXPECT_EQ(m.tokens, 12);
+  EXPECT_EQ(m.tier, Tier::kHost);
+  EXPECT_EQ(store_->Stats().prefetch_in_time, 1);
+  EXPECT_EQ(ReadAndCheck({"t", "a"}, 12), 12);
+}
+
+TEST_F(TieredStoreTest, GatewayHintPrefetchesWithoutTheQueue) {
+  MakeTiered(4, 32);
+  SAVE_AND_FLUSH("a", 8, 100);
+  SAVE_AND_FLUSH("b", 8, 200);
+  SAVE_AND_FLUSH("c", 4, 300);  // a demoted
+  ASSERT_TRUE(store_->Drop({"t", "c"}).ok());  // 2 blocks free: room for one mean session
+  store_->SetLookAhead({});
+  EXPECT_FALSE(store_->Hint({"t", "nobody"}));
+  ASSERT_TRUE(store_->Hint({"t", "a"}));
+  for (int i = 0; i < 200 && store_->Get({"t", "a"})->tier != Tier::kHost; ++i) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(store_->Get({"t", "a"})->tier, Tier::kHost);
+  EXPECT_EQ(store_->Stats().prefetches, 1);
 }
 
 TEST_F(TieredStoreTest, ReopenRecoversPersistedSessionsBitExact) {
