@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
 
 namespace strata::storage {
 namespace {
@@ -384,6 +385,34 @@ int64_t WorkingSetBlocks(const Trace& trace, int64_t block_tokens) {
   int64_t blocks = 0;
   for (const auto& [id, tokens] : largest) blocks += (tokens + block_tokens - 1) / block_tokens;
   return blocks;
+}
+
+std::string ComparePolicies(const Trace& trace, const SimOptions& base, const std::vector<CapacityPoint>& points) {
+  const int64_t working_set = WorkingSetBlocks(trace, base.block_tokens);
+  std::string out = absl::StrFormat(
+      "%d requests, %d sessions, working set %d blocks (%.1f GB)\n\n"
+      "| host | SSD | policy | hit rate | host hits | SSD hits | from host | GB SSD→host | GB host→SSD | "
+      "prefetch in time / late / wasted | recomputed | TTFT mean ms | p50 ms | p99 ms |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      trace.requests.size(), trace.sessions, working_set,
+      static_cast<double>(working_set * base.block_tokens * base.kv_bytes_per_token) / 1e9);
+  for (const CapacityPoint& point : points) {
+    for (PlacementPolicy policy : {PlacementPolicy::kSchedulerAware, PlacementPolicy::kLru, PlacementPolicy::kFifo,
+                                   PlacementPolicy::kBelady}) {
+      SimOptions o = base;
+      o.policy = policy;
+      o.host_blocks = static_cast<int64_t>(point.host_fraction * static_cast<double>(working_set));
+      o.ssd_blocks = static_cast<int64_t>(point.ssd_fraction * static_cast<double>(working_set));
+      const SimResult r = Simulate(trace, o);
+      absl::StrAppendFormat(&out, "| %.0f%% | %.0f%% | %s | %.1f%% | %d | %d | %.1f%% | %.1f | %.1f | %d / %d / %d | %d | %.0f | %.0f | %.0f |\n",
+                            point.host_fraction * 100, point.ssd_fraction * 100, r.policy, r.hit_rate() * 100,
+                            r.hits_host, r.hits_ssd, r.host_share() * 100,
+                            static_cast<double>(r.bytes_ssd_to_host) / 1e9,
+                            static_cast<double>(r.bytes_host_to_ssd) / 1e9, r.prefetch_in_time, r.prefetch_late,
+                            r.prefetch_wasted, r.recomputed, r.ttft_mean_ms, r.ttft_p50_ms, r.ttft_p99_ms);
+    }
+  }
+  return out;
 }
 
 }  // namespace strata::storage

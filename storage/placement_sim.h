@@ -89,6 +89,17 @@ SimResult Simulate(const Trace& trace, const SimOptions& options);
 // that holds every session at once.
 int64_t WorkingSetBlocks(const Trace& trace, int64_t block_tokens);
 
+// Tier capacities as fractions of the trace's working set.
+struct CapacityPoint {
+  double host_fraction = 0;
+  double ssd_fraction = 0;
+};
+
+// Simulates every policy (scheduler-aware, lru, fifo, belady) at every capacity point,
+// all else as in `base`, and returns the results as a Markdown table, one row per
+// (capacity point, policy).
+std::string ComparePolicies(const Trace& trace, const SimOptions& base, const std::vector<CapacityPoint>& points);
+
 }  // namespace strata::storage
 
 #endif  // STRATA_STORAGE_PLACEMENT_SIM_H_
