@@ -6,7 +6,9 @@
 //   scheduler-aware (default)  AttentionStore §3.3. The engine's waiting queue is a
 //       look-ahead of the sessions about to run. Prefetch: the first
 //       L_pw = C_host_free / S_kv sessions of the look-ahead are brought from SSD to host
-//       before admission (S_kv: mean stored blocks per session, measured). Eviction: a
+//       before admission (S_kv: mean stored blocks per session, measured; C_host_free:
+//       free host blocks plus those of host copies outside the look-ahead that are also
+//       on SSD, which a prefetch may demote without loss — a host tier is always full). Eviction: a
 //       queued session within L_ev = (C_host + C_ssd) / S_kv of the head never leaves the
 //       store. Host→SSD demotion takes sessions outside the look-ahead first (least
 //       recently used first), then gateway hints, then queued sessions farthest back first.
@@ -99,6 +101,8 @@ class Placement {
   int64_t eviction_window() const { return eviction_window_; }
   // Position in the queue (0 = head), or -1.
   int64_t QueuePosition(absl::string_view key) const;
+  // Queued or hinted.
+  bool InLookAhead(absl::string_view key) const { return QueuePosition(key) >= 0 || hints_.contains(key); }
 
   static constexpr size_t kMaxHints = 1024;
 

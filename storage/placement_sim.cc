@@ -27,7 +27,7 @@ struct SimSession {
   bool running = false;
 };
 
-enum class EventType { kPrefetchDone = 0, kFinish = 1, kArrival = 2 };
+enum class EventType { kPrefetchDone = 0, kFinish = 1, kHint = 2, kArrival = 3 };
 
 struct Event {
   double time_ms;
@@ -69,6 +69,9 @@ class Simulator {
       for (size_t i = 0; i < trace_.requests.size(); ++i) {
         arrival_ms_.push_back(trace_.requests[i].arrival_ms);
         Push(Event{trace_.requests[i].arrival_ms, EventType::kArrival, 0, i});
+        if (o_.hint_lead_ms > 0 && trace_.requests[i].reusable_tokens > 0) {
+          Push(Event{std::max(0.0, trace_.requests[i].arrival_ms - o_.hint_lead_ms), EventType::kHint, 0, i});
+        }
       }
       while (!events_.empty()) {
         Event e = events_.top();
@@ -84,6 +87,11 @@ class Simulator {
             break;
           case EventType::kPrefetchDone:
             PrefetchDone(e.session, e.generation);
+            break;
+          case EventType::kHint:
+            if (sessions_.contains(trace_.requests[e.request].session_id)) {
+              placement_.Hint(trace_.requests[e.request].session_id);
+            }
             break;
         }
         AdmitWaiting();
@@ -235,8 +243,16 @@ class Simulator {
   void Prefetch() {
     if (o_.policy != PlacementPolicy::kSchedulerAware || sessions_.empty()) return;
     int64_t stored_blocks = 0;
-    for (const auto& [id, s] : sessions_) stored_blocks += Blocks(s.tokens);
-    placement_.SetCapacity(HostFree(), o_.host_blocks, o_.ssd_blocks,
+    // Host room a prefetch may use: free blocks, and blocks of host copies outside the
+    // look-ahead that are also on SSD (demoting them loses nothing).
+    int64_t prefetch_room = HostFree();
+    for (const auto& [id, s] : sessions_) {
+      stored_blocks += Blocks(s.tokens);
+      if (s.host_blocks > 0 && s.persisted && !s.prefetching && !placement_.InLookAhead(id)) {
+        prefetch_room += s.host_blocks;
+      }
+    }
+    placement_.SetCapacity(prefetch_room, o_.host_blocks, o_.ssd_blocks,
                            static_cast<double>(stored_blocks) / static_cast<double>(sessions_.size()));
     auto needs_fetch = [this](const std::string& id) {
       auto it = sessions_.find(id);

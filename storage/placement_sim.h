@@ -12,9 +12,10 @@
 //     that are on SSD too, or evicting those that are not; then the session is written
 //     back to SSD, evicting SSD-only sessions when the SSD is full (the old copy stays
 //     until the new one is complete, as in the live store);
-//   - scheduler-aware prefetch: after every change of the waiting queue, sessions of the
-//     look-ahead held only on SSD are promoted over one modelled SSD channel, taking room
-//     only from sessions outside the look-ahead.
+//   - scheduler-aware prefetch: after every change of the waiting queue (or a gateway hint,
+//     `hint_lead_ms` before a returning turn), sessions of the look-ahead held only on SSD
+//     are promoted over one modelled SSD channel, taking room only from sessions outside
+//     the look-ahead.
 // TTFT = queueing + KV load (host→GPU or SSD→host→GPU) + prefill of the tokens not reused.
 #ifndef STRATA_STORAGE_PLACEMENT_SIM_H_
 #define STRATA_STORAGE_PLACEMENT_SIM_H_
@@ -41,6 +42,9 @@ struct SimOptions {
   int slots = 32;                        // turns running at once
   bool sequential = false;               // ignore timestamps: each turn starts when the previous ends
   bool fetch_or_recompute = true;        // recompute an SSD-only prefix when that is faster
+  // The gateway's CacheService.Prefetch: this long before each returning turn arrives (the
+  // user is typing), its session is hinted to the look-ahead. 0: no hints.
+  double hint_lead_ms = 0;
 };
 
 enum class SimTier { kNone, kHost, kSsd };

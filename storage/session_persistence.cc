@@ -401,8 +401,16 @@ std::vector<SessionKey> SessionStore::PrefetchCandidatesLocked() {
   stats_.lookahead_sessions = placement_.lookahead_length();
   if (ssd_ == nullptr || placement_.policy() != PlacementPolicy::kSchedulerAware || sessions_.empty()) return {};
   int64_t chunks = 0;
-  for (const auto& [k, s] : sessions_) chunks += static_cast<int64_t>(std::max(s->host.size(), s->ssd.size()));
-  placement_.SetCapacity(host_->free_blocks(), host_->total_blocks(), ssd_->total_blocks(),
+  // Host room a prefetch may use: free blocks, and blocks of host copies outside the
+  // look-ahead that are also on SSD (demoting them loses nothing).
+  int64_t prefetch_room = host_->free_blocks();
+  for (const auto& [k, s] : sessions_) {
+    chunks += static_cast<int64_t>(std::max(s->host.size(), s->ssd.size()));
+    if (!s->host.empty() && s->persisted && s->readers == 0 && !placement_.InLookAhead(k)) {
+      prefetch_room += static_cast<int64_t>(s->host.size());
+    }
+  }
+  placement_.SetCapacity(prefetch_room, host_->total_blocks(), ssd_->total_blocks(),
                          static_cast<double>(chunks) / static_cast<double>(sessions_.size()));
   std::vector<SessionKey> out;
   for (const std::string& map_key : placement_.PrefetchOrder([this](const std::string& k) {

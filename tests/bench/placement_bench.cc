@@ -6,7 +6,7 @@
 //   build/tests/bench/placement_bench [--trace=FILE]... [--synthetic] [--quick]
 //       [--sessions=9000] [--mean_turns=5.75] [--session_rate=1.0] [--mean_prompt=100]
 //       [--mean_output=300] [--mean_think_s=60] [--seed=1]
-//       [--slots=32] [--prefill_tps=10000] [--decode_ms=20] [--ssd_gbps=3]
+//       [--slots=32] [--prefill_tps=10000] [--decode_ms=20] [--ssd_gbps=3] [--hint_lead_s=0]
 //       [--kv_bytes_per_token=131072] [--block_tokens=256] [--capacities=H:S,H:S,...]
 //
 // FILE is JSONL in the Mooncake format (timestamp, input_length, output_length, hash_ids)
@@ -40,7 +40,8 @@ int Usage() {
   std::fprintf(stderr,
                "usage: placement_bench [--trace=FILE]... [--synthetic] [--quick] [--sessions=N] [--mean_turns=X]\n"
                "  [--session_rate=X] [--mean_prompt=X] [--mean_output=X] [--mean_think_s=X] [--seed=N] [--slots=N]\n"
-               "  [--prefill_tps=X] [--decode_ms=X] [--ssd_gbps=X] [--kv_bytes_per_token=N] [--block_tokens=N]\n"
+               "  [--prefill_tps=X] [--decode_ms=X] [--ssd_gbps=X] [--hint_lead_s=X] [--kv_bytes_per_token=N]\n"
+               "  [--block_tokens=N]\n"
                "  [--capacities=H:S,...]\n");
   return 2;
 }
@@ -87,6 +88,9 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtod(v, &sim.prefill_tokens_per_s) && sim.prefill_tokens_per_s > 0;
     } else if (Flag(a, "decode_ms", &v)) {
       ok = absl::SimpleAtod(v, &sim.decode_ms_per_token) && sim.decode_ms_per_token >= 0;
+    } else if (Flag(a, "hint_lead_s", &v)) {
+      ok = absl::SimpleAtod(v, &d) && d >= 0;
+      sim.hint_lead_ms = d * 1e3;
     } else if (Flag(a, "ssd_gbps", &v)) {
       ok = absl::SimpleAtod(v, &d) && d > 0;
       sim.ssd_read_bytes_per_s = d * 1e9;
@@ -123,9 +127,10 @@ int main(int argc, char** argv) {
                 static_cast<long long>(gen.sessions), gen.mean_turns, gen.session_rate_per_s, gen.mean_prompt_tokens,
                 gen.mean_output_tokens, gen.mean_think_s, static_cast<unsigned long long>(gen.seed));
     std::printf("Model: %d slots, prefill %.0f tokens/s, decode %.0f ms/token, SSD %.1f GB/s, %lld KV bytes/token, "
-                "%lld-token blocks\n\n",
+                "%lld-token blocks, gateway hints %.1f s ahead\n\n",
                 sim.slots, sim.prefill_tokens_per_s, sim.decode_ms_per_token, sim.ssd_read_bytes_per_s / 1e9,
-                static_cast<long long>(sim.kv_bytes_per_token), static_cast<long long>(sim.block_tokens));
+                static_cast<long long>(sim.kv_bytes_per_token), static_cast<long long>(sim.block_tokens),
+                sim.hint_lead_ms / 1e3);
     std::printf("%s\n", ComparePolicies(t, sim, points).c_str());
   }
   for (const std::string& path : traces) {
