@@ -9,6 +9,12 @@ absl::Status ModelConfig::Validate() const {
   auto bad = [](const char* field, const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("model config: ", field, " ", why));
   };
+  if (architecture != "LlamaForCausalLM" && architecture != "MistralForCausalLM" &&
+      architecture != "Qwen2ForCausalLM") {
+    return bad("architectures", absl::StrCat("'", architecture,
+                                             "' is not supported (LlamaForCausalLM, MistralForCausalLM, "
+                                             "Qwen2ForCausalLM are)"));
+  }
   if (vocab_size <= 0) return bad("vocab_size", "must be positive");
   if (hidden_size <= 0) return bad("hidden_size", "must be positive");
   if (num_layers <= 0) return bad("num_hidden_layers", "must be positive");

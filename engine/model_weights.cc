@@ -88,14 +88,18 @@ ModelWeights ModelWeights::Random(const ModelConfig& config, uint64_t seed,
       }
     }
   }
-  std::string canonical = c.CanonicalString();
+  w.ComputeFingerprint();
+  return w;
+}
+
+void ModelWeights::ComputeFingerprint() {
+  std::string canonical = config_.CanonicalString();
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset(st);
   XXH3_64bits_update(st, canonical.data(), canonical.size());
-  XXH3_64bits_update(st, w.data_.data(), w.data_.size() * sizeof(float));
-  w.fingerprint_ = XXH3_64bits_digest(st);
+  XXH3_64bits_update(st, data_.data(), data_.size() * sizeof(float));
+  fingerprint_ = XXH3_64bits_digest(st);
   XXH3_freeState(st);
-  return w;
 }
 
 }  // namespace strata::engine

@@ -4,9 +4,13 @@
 #define STRATA_ENGINE_MODEL_WEIGHTS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "engine/model_config.h"
+#include "engine/safetensors.h"
 
 namespace strata::engine {
 
@@ -33,6 +37,18 @@ class ModelWeights {
   static ModelWeights Random(const ModelConfig& config, uint64_t seed,
                              const std::vector<int32_t>& silent_tokens);
 
+  // Loads a Hugging Face model directory (model_loader.cc): config.json and its
+  // *.safetensors (sharded through model.safetensors.index.json, or every *.safetensors
+  // file), stored F32, F16 or BF16, converted to fp32. NotFound when the directory,
+  // config.json or the weights are missing; InvalidArgument naming the config field or
+  // the tensor that is missing, of the wrong shape or duplicated, or an architecture that
+  // is not Llama, Mistral or Qwen2.
+  static absl::StatusOr<ModelWeights> LoadDirectory(const std::string& dir);
+  // Writes these weights as a Hugging Face directory (config.json, safetensors in
+  // `shards` files with an index when more than one) stored as `dtype`: for tests and
+  // for exporting the built-in model.
+  absl::Status WriteDirectory(const std::string& dir, DType dtype, int shards = 1) const;
+
   const ModelConfig& config() const { return config_; }
   const float* embedding() const { return embedding_; }  // [vocab][hidden]
   const LayerWeights& layer(int l) const { return layers_[l]; }
@@ -51,6 +67,7 @@ class ModelWeights {
   // Lays out the views over data_ (allocating it); returns the mutable base pointers in
   // declaration order for initialisation.
   void Layout();
+  void ComputeFingerprint();
 
   ModelConfig config_;
   std::vector<float> data_;
