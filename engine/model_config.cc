@@ -91,21 +91,31 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfConfigJson(const std::string& jso
   if (absl::Status s = get_int("num_key_value_heads", &c.num_kv_heads, false); !s.ok()) return s;
   c.head_dim = c.num_heads > 0 ? c.hidden_size / c.num_heads : 0;
   if (absl::Status s = get_int("head_dim", &c.head_dim, false); !s.ok()) return s;
-  c.rope_theta = j.value("rope_theta", 10000.0f);
   c.rms_norm_eps = j.value("rms_norm_eps", 1e-6f);
   c.tie_embeddings = j.value("tie_word_embeddings", false);
   c.qkv_bias = j.value("attention_bias", c.architecture == "Qwen2ForCausalLM");
-  if (auto rs = j.find("rope_scaling"); rs != j.end() && rs->is_object()) {
-    std::string type = rs->value("rope_type", rs->value("type", std::string()));
-    if (type != "llama3") {
+  // RoPE: transformers < 5 writes rope_theta and rope_scaling at the top level;
+  // transformers 5 writes both into rope_parameters.
+  c.rope_theta = j.value("rope_theta", 10000.0f);
+  const nlohmann::json* scaling = nullptr;
+  if (auto rp = j.find("rope_parameters"); rp != j.end() && rp->is_object()) {
+    c.rope_theta = rp->value("rope_theta", c.rope_theta);
+    scaling = &*rp;
+  }
+  if (auto rs = j.find("rope_scaling"); rs != j.end() && rs->is_object()) scaling = &*rs;
+  if (scaling != nullptr) {
+    const nlohmann::json& rs = *scaling;
+    std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
+    if (type == "llama3") {
+      c.rope_scaling.llama3 = true;
+      c.rope_scaling.factor = rs.value("factor", 8.0f);
+      c.rope_scaling.low_freq_factor = rs.value("low_freq_factor", 1.0f);
+      c.rope_scaling.high_freq_factor = rs.value("high_freq_factor", 4.0f);
+      c.rope_scaling.original_max_position = rs.value("original_max_position_embeddings", 8192);
+    } else if (type != "default") {
       return absl::InvalidArgumentError(
-          absl::StrCat("config.json: rope_scaling type '", type, "' is not supported (llama3 is)"));
+          absl::StrCat("config.json: rope type '", type, "' is not supported (default and llama3 are)"));
     }
-    c.rope_scaling.llama3 = true;
-    c.rope_scaling.factor = rs->value("factor", 8.0f);
-    c.rope_scaling.low_freq_factor = rs->value("low_freq_factor", 1.0f);
-    c.rope_scaling.high_freq_factor = rs->value("high_freq_factor", 4.0f);
-    c.rope_scaling.original_max_position = rs->value("original_max_position_embeddings", 8192);
   }
   if (absl::Status s = c.Validate(); !s.ok()) return s;
   return c;

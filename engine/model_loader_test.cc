@@ -151,3 +151,36 @@ TEST_F(ModelLoaderTest, BadDirectoriesAreRefusedNamingWhatIsWrong) {
 
 }  // namespace
 }  // namespace strata::engine
+
+namespace strata::engine {
+namespace {
+
+TEST(ModelConfigTest, ReadsRopeFromTransformers4And5Layouts) {
+  const std::string base = R"("architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": 32,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48,
+      "max_position_embeddings": 128)";
+  auto v4 = ModelConfig::FromHfConfigJson("{" + base + R"(, "rope_theta": 500000.0,
+      "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64}})");
+  ASSERT_TRUE(v4.ok()) << v4.status();
+  EXPECT_EQ(v4->rope_theta, 500000.0f);
+  EXPECT_TRUE(v4->rope_scaling.llama3);
+  EXPECT_EQ(v4->rope_scaling.original_max_position, 64);
+  auto v5 = ModelConfig::FromHfConfigJson("{" + base + R"(, "rope_parameters": {"rope_theta": 1000000.0,
+      "rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 32}})");
+  ASSERT_TRUE(v5.ok()) << v5.status();
+  EXPECT_EQ(v5->rope_theta, 1000000.0f);
+  EXPECT_TRUE(v5->rope_scaling.llama3);
+  EXPECT_EQ(v5->rope_scaling.factor, 16.0f);
+  auto plain = ModelConfig::FromHfConfigJson("{" + base + R"(, "rope_parameters": {"rope_theta": 20000.0,
+      "rope_type": "default"}})");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->rope_theta, 20000.0f);
+  EXPECT_FALSE(plain->rope_scaling.llama3);
+  auto yarn = ModelConfig::FromHfConfigJson("{" + base + R"(, "rope_scaling": {"rope_type": "yarn"}})");
+  EXPECT_TRUE(absl::IsInvalidArgument(yarn.status()));
+  EXPECT_NE(yarn.status().message().find("yarn"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata::engine

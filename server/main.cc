@@ -11,9 +11,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "base/log.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/log.h"
+#include "engine/logits_dump.h"
 #include "server/chat_client.h"
 #include "server/strata_server.h"
 
@@ -44,6 +45,8 @@ ABSL_FLAG(std::string, target, "", "chat: server address (default 127.0.0.1:--po
 ABSL_FLAG(std::string, session, "demo", "chat: session ID");
 ABSL_FLAG(std::string, api_key, "", "chat: API key to send");
 ABSL_FLAG(int, max_new_tokens, 48, "chat: tokens to generate per turn");
+ABSL_FLAG(std::string, model, "", "logits: Hugging Face model directory (config.json + *.safetensors)");
+ABSL_FLAG(std::string, tokens, "", "logits: token sequences, comma-separated ids, sequences separated by ';'");
 
 namespace {
 
@@ -134,6 +137,36 @@ int Chat() {
   return strata::server::RunChatScript(o);
 }
 
+// Prints the model's logits for --tokens as JSON (tests/gpu/check_hf_logits.py compares
+// them with HF transformers).
+int Logits() {
+  auto weights = strata::engine::ModelWeights::LoadDirectory(absl::GetFlag(FLAGS_model));
+  if (!weights.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(weights.status().message()).c_str());
+    return 1;
+  }
+  std::vector<std::vector<int32_t>> sequences;
+  for (absl::string_view seq : absl::StrSplit(absl::GetFlag(FLAGS_tokens), ';', absl::SkipEmpty())) {
+    std::vector<int32_t> ids;
+    for (absl::string_view id : absl::StrSplit(seq, ',', absl::SkipEmpty())) {
+      int32_t t = 0;
+      if (!absl::SimpleAtoi(id, &t)) {
+        std::fprintf(stderr, "--tokens: '%s' is not a token id\n", std::string(id).c_str());
+        return 2;
+      }
+      ids.push_back(t);
+    }
+    sequences.push_back(std::move(ids));
+  }
+  auto json = strata::engine::DumpLogits(*std::move(weights), sequences);
+  if (!json.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(json.status().message()).c_str());
+    return 2;
+  }
+  std::printf("%s\n", json->c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -144,11 +177,12 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  absl::SetProgramUsageMessage("strata serve|chat [flags]");
+  absl::SetProgramUsageMessage("strata serve|chat|logits [flags]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   const std::string command = args.size() > 1 ? args[1] : "";
   if (command == "serve") return Serve();
   if (command == "chat") return Chat();
-  std::fprintf(stderr, "usage: strata serve|chat [flags]   (--help for flags)\n");
+  if (command == "logits") return Logits();
+  std::fprintf(stderr, "usage: strata serve|chat|logits [flags]   (--help for flags)\n");
   return 2;
 }
