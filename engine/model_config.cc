@@ -92,6 +92,14 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfConfigJson(const std::string& jso
   c.head_dim = c.num_heads > 0 ? c.hidden_size / c.num_heads : 0;
   if (absl::Status s = get_int("head_dim", &c.head_dim, false); !s.ok()) return s;
   c.rms_norm_eps = j.value("rms_norm_eps", 1e-6f);
+  if (auto eos = j.find("eos_token_id"); eos != j.end()) {
+    if (eos->is_number_integer()) c.eos_token_ids.push_back(eos->get<int32_t>());
+    if (eos->is_array()) {
+      for (const auto& e : *eos) {
+        if (e.is_number_integer()) c.eos_token_ids.push_back(e.get<int32_t>());
+      }
+    }
+  }
   c.tie_embeddings = j.value("tie_word_embeddings", false);
   c.qkv_bias = j.value("attention_bias", c.architecture == "Qwen2ForCausalLM");
   // RoPE: transformers < 5 writes rope_theta and rope_scaling at the top level;

@@ -3,6 +3,7 @@
 #define STRATA_ENGINE_MODEL_CONFIG_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -25,6 +26,9 @@ struct ModelConfig {
   float rms_norm_eps = 1e-5f;
   bool tie_embeddings = false;
   bool qkv_bias = false;
+  // Tokens that end generation (config.json's eos_token_id, a number or a list). Not part
+  // of the fingerprint: they do not change the KV.
+  std::vector<int32_t> eos_token_ids;
 
   int kv_dim() const { return num_kv_heads * head_dim; }
   int q_dim() const { return num_heads * head_dim; }

@@ -1,5 +1,7 @@
 #include "engine/tokenizer.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace strata::engine {
@@ -111,6 +113,15 @@ std::vector<int32_t> ByteTokenizer::SilentTokens() const {
     if (!printable && t != kEnd) silent.push_back(t);
   }
   return silent;
+}
+
+absl::StatusOr<std::vector<int32_t>> TokenIdsOnlyTokenizer::RenderChat(absl::Span<const ChatMessage>) const {
+  return absl::InvalidArgumentError(
+      "this model's tokenizer and chat template are not supported yet: send the prompt as token_ids");
+}
+
+bool TokenIdsOnlyTokenizer::IsStopToken(int32_t token) const {
+  return std::find(stop_tokens_.begin(), stop_tokens_.end(), token) != stop_tokens_.end();
 }
 
 }  // namespace strata::engine

@@ -57,6 +57,23 @@ class ByteTokenizer final : public Tokenizer {
   std::vector<int32_t> SilentTokens() const override;
 };
 
+// For a model directory whose tokenizer strata cannot read yet: the API takes raw
+// token_ids only. RenderChat is InvalidArgument saying so; tokens carry no text; the stop
+// tokens are the config's eos_token_id(s).
+class TokenIdsOnlyTokenizer final : public Tokenizer {
+ public:
+  TokenIdsOnlyTokenizer(int vocab_size, std::vector<int32_t> stop_tokens)
+      : vocab_size_(vocab_size), stop_tokens_(std::move(stop_tokens)) {}
+  int vocab_size() const override { return vocab_size_; }
+  absl::StatusOr<std::vector<int32_t>> RenderChat(absl::Span<const ChatMessage> messages) const override;
+  std::string_view TokenBytes(int32_t) const override { return {}; }
+  bool IsStopToken(int32_t token) const override;
+
+ private:
+  int vocab_size_;
+  std::vector<int32_t> stop_tokens_;
+};
+
 // True when `text` is valid UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF).
 bool IsValidUtf8(std::string_view text);
 

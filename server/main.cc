@@ -45,7 +45,9 @@ ABSL_FLAG(std::string, target, "", "chat: server address (default 127.0.0.1:--po
 ABSL_FLAG(std::string, session, "demo", "chat: session ID");
 ABSL_FLAG(std::string, api_key, "", "chat: API key to send");
 ABSL_FLAG(int, max_new_tokens, 48, "chat: tokens to generate per turn");
-ABSL_FLAG(std::string, model, "", "logits: Hugging Face model directory (config.json + *.safetensors)");
+ABSL_FLAG(std::string, model, "",
+          "serve, logits: Hugging Face model directory (config.json + *.safetensors; Llama, Mistral, Qwen2); "
+          "serve: empty for the built-in model");
 ABSL_FLAG(std::string, tokens, "", "logits: token sequences, comma-separated ids, sequences separated by ';'");
 
 namespace {
@@ -82,6 +84,7 @@ int Serve() {
   }
   o.placement = *placement;
   o.engine.fetch_or_recompute = absl::GetFlag(FLAGS_fetch_or_recompute);
+  o.model_dir = absl::GetFlag(FLAGS_model);
   o.engine.max_running = absl::GetFlag(FLAGS_max_batch);
   o.engine.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);

@@ -109,10 +109,25 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   std::unique_ptr<StrataServer> server(new StrataServer());
   server->options_ = options;
-  auto tokenizer = std::make_unique<engine::ByteTokenizer>();
-  engine::ModelConfig config = engine::ModelConfig::Builtin();
-  auto model = std::make_unique<engine::CpuModel>(
-      engine::ModelWeights::Random(config, options.model_seed, tokenizer->SilentTokens()));
+  std::unique_ptr<engine::Tokenizer> tokenizer;
+  std::unique_ptr<engine::CpuModel> model;
+  if (options.model_dir.empty()) {
+    auto bytes = std::make_unique<engine::ByteTokenizer>();
+    model = std::make_unique<engine::CpuModel>(
+        engine::ModelWeights::Random(engine::ModelConfig::Builtin(), options.model_seed, bytes->SilentTokens()));
+    tokenizer = std::move(bytes);
+  } else {
+    auto weights = engine::ModelWeights::LoadDirectory(options.model_dir);
+    if (!weights.ok()) return weights.status();
+    const engine::ModelConfig& c = weights->config();
+    LOG(INFO) << "model " << options.model_dir << ": " << c.architecture << ", " << c.num_layers << " layers, hidden "
+              << c.hidden_size << ", " << weights->parameter_count() << " parameters (fp32, CPU backend)";
+    LOG(WARNING) << "no tokenizer support for " << options.model_dir
+                 << " yet: Chat takes token_ids only (messages are refused)";
+    tokenizer = std::make_unique<engine::TokenIdsOnlyTokenizer>(c.vocab_size, c.eos_token_ids);
+    model = std::make_unique<engine::CpuModel>(*std::move(weights));
+  }
+  const engine::ModelConfig config = model->config();
   const uint64_t fingerprint = model->weights().fingerprint();
   if (options.cache_enabled) {
     storage::SessionStoreOptions so;

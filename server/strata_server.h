@@ -38,6 +38,8 @@ struct ServerOptions {
   absl::Duration ttl = absl::Hours(24);
   storage::PlacementPolicy placement = storage::PlacementPolicy::kSchedulerAware;
   uint64_t model_seed = 20241122;  // seed of the built-in model's weights
+  // A Hugging Face model directory (config.json + *.safetensors); empty: the built-in model.
+  std::string model_dir;
   engine::EngineOptions engine;
   // API key -> tenant. Empty: no authentication, every caller is tenant "default".
   std::map<std::string, std::string> api_keys;
