@@ -418,4 +418,43 @@ int32_t SampleToken(const float* logits, int vocab, float temperature, float top
   return order[kept - 1];
 }
 
+int64_t PagedSequenceLength(const PagedKv& kv, int b) {
+  const int64_t pages = kv.indptr[b + 1] - kv.indptr[b];
+  return pages == 0 ? 0 : (pages - 1) * kv.page_size + kv.last_page_len[b];
+}
+
+void PagedDecodeAttention(const float* q, const PagedKv& kv, int batch, int num_heads, float scale, float* out,
+                          float* lse) {
+  const int64_t row = int64_t{kv.kv_heads} * kv.head_dim;
+  std::vector<float> k, v;
+  for (int b = 0; b < batch; ++b) {
+    const int64_t n = PagedSequenceLength(kv, b);
+    k.resize(static_cast<size_t>(n * row));
+    v.resize(static_cast<size_t>(n * row));
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t page = kv.indices[kv.indptr[b] + t / kv.page_size];
+      const int64_t at = (page * kv.page_size + t % kv.page_size) * row;
+      for (int64_t i = 0; i < row; ++i) {
+        uint32_t kb = static_cast<uint32_t>(kv.k_pages[at + i]) << 16, vb = static_cast<uint32_t>(kv.v_pages[at + i]) << 16;
+        std::memcpy(&k[static_cast<size_t>(t * row + i)], &kb, 4);
+        std::memcpy(&v[static_cast<size_t>(t * row + i)], &vb, 4);
+      }
+    }
+    AttentionParams p{};
+    p.q = q + int64_t{b} * num_heads * kv.head_dim;
+    p.k = k.data();
+    p.v = v.data();
+    p.out = out + int64_t{b} * num_heads * kv.head_dim;
+    p.lse = lse == nullptr ? nullptr : lse + int64_t{b} * num_heads;
+    p.num_queries = 1;
+    p.num_heads = num_heads;
+    p.num_kv_heads = kv.kv_heads;
+    p.head_dim = kv.head_dim;
+    p.kv_row_stride = row;
+    p.first_query_pos = static_cast<int>(n - 1);
+    p.scale = scale;
+    Attention(p);
+  }
+}
+
 }  // namespace strata::kernels

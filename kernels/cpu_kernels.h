@@ -115,6 +115,31 @@ void Attention(const AttentionParams& p);
 void MergeAttentionStates(const float* o1, const float* lse1, const float* o2, const float* lse2,
                           float* o, float* lse, int rows, int heads, int head_dim);
 
+// A paged KV pool (FlashInfer's NHD layout, bf16 stored as uint16_t): page p holds
+// page_size tokens, token slot i of page p at (p * page_size + i) * kv_heads * head_dim,
+// laid [kv_heads][head_dim]; k_pages and v_pages share the layout. Sequence b owns pages
+// indices[indptr[b] .. indptr[b+1]) in order; its last page holds last_page_len[b] tokens
+// (1..page_size), every other page is full. K is stored rotated (RoPE applied).
+struct PagedKv {
+  const uint16_t* k_pages;
+  const uint16_t* v_pages;
+  int page_size, kv_heads, head_dim;
+  const int32_t* indptr;         // [batch + 1]
+  const int32_t* indices;        // [indptr[batch]]
+  const int32_t* last_page_len;  // [batch]
+};
+
+// Tokens of sequence b in a PagedKv.
+int64_t PagedSequenceLength(const PagedKv& kv, int b);
+
+// Decode attention over a paged pool: one query per sequence, q [batch][num_heads][head_dim]
+// (fp32, rotated), against every token of its sequence; out [batch][num_heads][head_dim],
+// lse [batch][num_heads] (may be null). The specification: the sequence's K and V widened
+// to fp32 and gathered into contiguous rows, then Attention() with the query at the last
+// position.
+void PagedDecodeAttention(const float* q, const PagedKv& kv, int batch, int num_heads, float scale, float* out,
+                          float* lse);
+
 // Picks the next token from logits[vocab] (finite, or -inf for excluded tokens; at least one
 // finite). temperature <= 0: the argmax, lowest index on ties; u is ignored. Otherwise, in
 // double precision, p = softmax(logits / temperature). With 0 < top_p < 1 the kept set is the

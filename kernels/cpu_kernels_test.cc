@@ -1,4 +1,5 @@
 #include "kernels/cpu_kernels.h"
+#include "kernels/testing/paged_pool.h"
 
 #include <cmath>
 #include <cstring>
@@ -465,6 +466,53 @@ TEST(CpuKernelsTest, SampleTokenGreedyAndTopP) {
   std::vector<float> masked = {-std::numeric_limits<float>::infinity(), 0.0f};
   EXPECT_EQ(SampleToken(masked.data(), 2, 1.0f, 1.0f, 0.0), 1);
   EXPECT_EQ(SampleToken(masked.data(), 2, 1.0f, 0.5f, 0.0), 1);
+}
+
+TEST(CpuKernelsTest, PagedDecodeAttentionMatchesADoubleReference) {
+  const std::vector<int64_t> lengths = {1, 17, 300};
+  const int kv_heads = 2, heads = 8, head_dim = 64, page_size = 16;
+  const test_support::PagedPool pool = test_support::RandomPagedPool(lengths, page_size, kv_heads, head_dim, 5);
+  const PagedKv kv = pool.View();
+  const int batch = static_cast<int>(lengths.size());
+  const std::vector<float> q = RandomVector(static_cast<size_t>(batch) * heads * head_dim, 6);
+  std::vector<float> out(q.size()), lse(static_cast<size_t>(batch) * heads);
+  const float scale = 1.0f / 8.0f;
+  PagedDecodeAttention(q.data(), kv, batch, heads, scale, out.data(), lse.data());
+  auto bf16 = [](uint16_t v) {
+    uint32_t bits = static_cast<uint32_t>(v) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return static_cast<double>(f);
+  };
+  for (int b = 0; b < batch; ++b) {
+    EXPECT_EQ(PagedSequenceLength(kv, b), lengths[b]);
+    for (int h = 0; h < heads; ++h) {
+      const int kvh = h / (heads / kv_heads);
+      std::vector<double> s(static_cast<size_t>(lengths[b]));
+      double m = -1e300;
+      for (int64_t t = 0; t < lengths[b]; ++t) {
+        const int64_t page = pool.indices[pool.indptr[b] + t / page_size];
+        const int64_t at = ((page * page_size + t % page_size) * kv_heads + kvh) * head_dim;
+        double dot = 0;
+        for (int d = 0; d < head_dim; ++d) dot += q[(b * heads + h) * head_dim + d] * bf16(pool.k[at + d]);
+        s[t] = dot * scale;
+        m = std::max(m, s[t]);
+      }
+      double sum = 0;
+      std::vector<double> o(head_dim, 0.0);
+      for (int64_t t = 0; t < lengths[b]; ++t) {
+        const int64_t page = pool.indices[pool.indptr[b] + t / page_size];
+        const int64_t at = ((page * page_size + t % page_size) * kv_heads + kvh) * head_dim;
+        const double e = std::exp(s[t] - m);
+        sum += e;
+        for (int d = 0; d < head_dim; ++d) o[d] += e * bf16(pool.v[at + d]);
+      }
+      for (int d = 0; d < head_dim; ++d) {
+        EXPECT_NEAR(out[(b * heads + h) * head_dim + d], o[d] / sum, 1e-5) << b << " " << h << " " << d;
+      }
+      EXPECT_NEAR(lse[b * heads + h], m + std::log(sum), 1e-5);
+    }
+  }
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "kernels/cuda_kernels.h"
 
+#include <algorithm>
+
 #if defined(STRATA_WITH_CUDA)
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_launch.h"
@@ -52,6 +54,32 @@ absl::Status LaunchApplyRope(float* x, const int32_t* positions, int rows, int h
   return absl::OkStatus();
 }
 
+int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t max_tokens) {
+  const int64_t splits = std::max<int64_t>(1, (max_tokens + kDecodeSplitTokens - 1) / kDecodeSplitTokens);
+  return splits * batch * num_heads * (int64_t{head_dim} + 1);
+}
+
+absl::Status LaunchPagedDecodeAttention(const float* q, const PagedKv& kv, int batch, int num_heads, float scale,
+                                        int64_t max_tokens, float* workspace, float* out, float* lse,
+                                        cudaStream_t stream) {
+  if (absl::Status s = CheckSizes(batch, num_heads, max_tokens); !s.ok()) return s;
+  if (kv.head_dim != 64 && kv.head_dim != 128) {
+    return absl::InvalidArgumentError("paged decode attention takes head_dim 64 or 128");
+  }
+  const int group = kv.kv_heads > 0 && num_heads % kv.kv_heads == 0 ? num_heads / kv.kv_heads : 0;
+  if ((group != 1 && group != 2 && group != 4 && group != 8) || kv.page_size <= 0) {
+    return absl::InvalidArgumentError("paged decode attention needs 1, 2, 4 or 8 query heads per KV head");
+  }
+  if (batch == 0 || num_heads == 0) return absl::OkStatus();
+  const int splits = static_cast<int>(std::max<int64_t>(1, (max_tokens + kDecodeSplitTokens - 1) / kDecodeSplitTokens));
+  float* ws_o = workspace;
+  float* ws_lse = workspace + int64_t{splits} * batch * num_heads * kv.head_dim;
+  STRATA_CUDA_RETURN_IF_ERROR(internal::PagedDecodeAttentionAsync(
+      q, kv.k_pages, kv.v_pages, kv.page_size, kv.kv_heads, kv.head_dim, kv.indptr, kv.indices, kv.last_page_len,
+      batch, num_heads, scale, splits, kDecodeSplitTokens, ws_o, ws_lse, out, lse, stream));
+  return absl::OkStatus();
+}
+
 #else  // !STRATA_WITH_CUDA
 
 namespace {
@@ -70,6 +98,11 @@ absl::Status LaunchEmbed(const float*, const int32_t*, int, int, float*, cudaStr
   return NoCuda();
 }
 absl::Status LaunchApplyRope(float*, const int32_t*, int, int, int, const float*, cudaStream_t) {
+  return NoCuda();
+}
+int64_t DecodeWorkspaceFloats(int, int, int, int64_t) { return 0; }
+absl::Status LaunchPagedDecodeAttention(const float*, const PagedKv&, int, int, float, int64_t, float*, float*, float*,
+                                        cudaStream_t) {
   return NoCuda();
 }
 

@@ -108,4 +108,186 @@ cudaError_t ApplyRopeAsync(float* x, const int32_t* positions, int rows, int hea
   return cudaGetLastError();
 }
 
+namespace {
+
+constexpr int kAttnThreads = 128;
+constexpr int kMaxSplitTokens = 256;
+
+__device__ __forceinline__ float Bf16ToFloat(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
+
+// Max and sum over a block of kAttnThreads, returned to every thread.
+__device__ float AttnBlockReduce(float v, bool is_max) {
+  __shared__ float partial[kAttnThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = is_max ? fmaxf(v, other) : v + other;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // partial may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < kAttnThreads / 32 ? partial[lane] : (is_max ? -INFINITY : 0.0f);
+  for (int o = 16; o > 0; o >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = is_max ? fmaxf(v, other) : v + other;
+  }
+  return v;
+}
+
+// One block per (split, KV head, sequence): the group's query heads against the split's
+// tokens; writes each head's partial output (normalised) and log-sum-exp. Each warp takes
+// every fourth token; a lane holds kHeadDim/32 consecutive elements of a row, so a K or V
+// row is read by one warp in one coalesced sweep.
+template <int kHeadDim, int kGroup>
+__global__ void PagedDecodePartKernel(const float* __restrict__ q, const uint16_t* __restrict__ k_pages,
+                                      const uint16_t* __restrict__ v_pages, int page_size, int kv_heads,
+                                      const int32_t* __restrict__ indptr, const int32_t* __restrict__ indices,
+                                      const int32_t* __restrict__ last_page_len, int num_heads, float scale,
+                                      int split_tokens, float* ws_o, float* ws_lse) {
+  constexpr int kPerLane = kHeadDim / 32;
+  constexpr int kWarps = kAttnThreads / 32;
+  const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, splits = gridDim.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __shared__ float scores[kGroup * kMaxSplitTokens];
+  __shared__ float reduce[kWarps * kGroup * kHeadDim];
+  const int first_page = indptr[b], pages = indptr[b + 1] - first_page;
+  const int64_t len = pages == 0 ? 0 : int64_t{pages - 1} * page_size + last_page_len[b];
+  const int64_t t0 = int64_t{split} * split_tokens;
+  const int64_t t1 = min(len, t0 + split_tokens);
+  if (t0 >= t1) {  // an empty part: weight zero in the merge
+    for (int g = 0; g < kGroup; ++g) {
+      const int64_t out_row = (int64_t{b} * splits + split) * num_heads + kvh * kGroup + g;
+      for (int d = threadIdx.x; d < kHeadDim; d += kAttnThreads) ws_o[out_row * kHeadDim + d] = 0.0f;
+      if (threadIdx.x == 0) ws_lse[out_row] = -INFINITY;
+    }
+    return;
+  }
+  float qr[kGroup][kPerLane];
+  for (int g = 0; g < kGroup; ++g) {
+    const float* qg = q + (int64_t{b} * num_heads + kvh * kGroup + g) * kHeadDim + lane * kPerLane;
+    for (int e = 0; e < kPerLane; ++e) qr[g][e] = qg[e];
+  }
+  const int64_t row = int64_t{kv_heads} * kHeadDim;
+  auto slot_of = [&](int64_t t) {
+    const int64_t page = indices[first_page + t / page_size];
+    return (page * page_size + t % page_size) * row + int64_t{kvh} * kHeadDim + lane * kPerLane;
+  };
+  const int n = static_cast<int>(t1 - t0);
+  for (int i = warp; i < n; i += kWarps) {
+    const uint16_t* k = k_pages + slot_of(t0 + i);
+    float kf[kPerLane];
+    for (int e = 0; e < kPerLane; ++e) kf[e] = Bf16ToFloat(k[e]);
+    for (int g = 0; g < kGroup; ++g) {
+      float dot = 0.0f;
+      for (int e = 0; e < kPerLane; ++e) dot += qr[g][e] * kf[e];
+      for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      if (lane == 0) scores[g * kMaxSplitTokens + i] = dot * scale;
+    }
+  }
+  __syncthreads();
+  float m[kGroup], sum[kGroup];
+  for (int g = 0; g < kGroup; ++g) {
+    float* sg = scores + g * kMaxSplitTokens;
+    float mg = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += kAttnThreads) mg = fmaxf(mg, sg[i]);
+    mg = AttnBlockReduce(mg, true);
+    float sg_sum = 0.0f;
+    for (int i = threadIdx.x; i < n; i += kAttnThreads) {
+      const float e = expf(sg[i] - mg);
+      sg[i] = e;
+      sg_sum += e;
+    }
+    m[g] = mg;
+    sum[g] = AttnBlockReduce(sg_sum, false);  // its barriers also publish sg[] to every thread
+  }
+  float acc[kGroup][kPerLane] = {};
+  for (int i = warp; i < n; i += kWarps) {
+    const uint16_t* v = v_pages + slot_of(t0 + i);
+    float vf[kPerLane];
+    for (int e = 0; e < kPerLane; ++e) vf[e] = Bf16ToFloat(v[e]);
+    for (int g = 0; g < kGroup; ++g) {
+      const float p = scores[g * kMaxSplitTokens + i];
+      for (int e = 0; e < kPerLane; ++e) acc[g][e] += p * vf[e];
+    }
+  }
+  for (int g = 0; g < kGroup; ++g) {
+    for (int e = 0; e < kPerLane; ++e) reduce[(warp * kGroup + g) * kHeadDim + lane * kPerLane + e] = acc[g][e];
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < kGroup * kHeadDim; x += kAttnThreads) {
+    const int g = x / kHeadDim, d = x % kHeadDim;
+    float total = 0.0f;
+    for (int w = 0; w < kWarps; ++w) total += reduce[(w * kGroup + g) * kHeadDim + d];
+    const int64_t out_row = (int64_t{b} * splits + split) * num_heads + kvh * kGroup + g;
+    ws_o[out_row * kHeadDim + d] = total / sum[g];
+    if (d == 0) ws_lse[out_row] = m[g] + logf(sum[g]);
+  }
+}
+
+template <int kHeadDim>
+cudaError_t LaunchPart(int group, dim3 grid, cudaStream_t stream, const float* q, const uint16_t* k,
+                       const uint16_t* v, int page_size, int kv_heads, const int32_t* indptr, const int32_t* indices,
+                       const int32_t* last, int num_heads, float scale, int split_tokens, float* ws_o,
+                       float* ws_lse) {
+  switch (group) {
+#define STRATA_PART(G)                                                                                  \
+  case G:                                                                                               \
+    PagedDecodePartKernel<kHeadDim, G><<<grid, kAttnThreads, 0, stream>>>(                              \
+        q, k, v, page_size, kv_heads, indptr, indices, last, num_heads, scale, split_tokens, ws_o, ws_lse); \
+    return cudaGetLastError();
+    STRATA_PART(1)
+    STRATA_PART(2)
+    STRATA_PART(4)
+    STRATA_PART(8)
+#undef STRATA_PART
+  }
+  return cudaErrorInvalidValue;
+}
+
+// One block per (head, sequence): merges the parts by log-sum-exp.
+__global__ void MergePartsKernel(const float* ws_o, const float* ws_lse, int splits, int num_heads, int head_dim,
+                                 float* out, float* lse) {
+  const int h = blockIdx.x, b = blockIdx.y;
+  float m = -INFINITY;
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, ws_lse[(int64_t{b} * splits + s) * num_heads + h]);
+  float total = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float l = ws_lse[(int64_t{b} * splits + s) * num_heads + h];
+    total += l == -INFINITY ? 0.0f : expf(l - m);
+  }
+  for (int d = threadIdx.x; d < head_dim; d += kAttnThreads) {
+    float acc = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const int64_t r = (int64_t{b} * splits + s) * num_heads + h;
+      const float l = ws_lse[r];
+      if (l != -INFINITY) acc += expf(l - m) * ws_o[r * head_dim + d];
+    }
+    out[(int64_t{b} * num_heads + h) * head_dim + d] = total > 0 ? acc / total : 0.0f;
+  }
+  if (lse != nullptr && threadIdx.x == 0) lse[int64_t{b} * num_heads + h] = total > 0 ? m + logf(total) : -INFINITY;
+}
+
+}  // namespace
+
+cudaError_t PagedDecodeAttentionAsync(const float* q, const uint16_t* k_pages, const uint16_t* v_pages, int page_size,
+                                      int kv_heads, int head_dim, const int32_t* indptr, const int32_t* indices,
+                                      const int32_t* last_page_len, int batch, int num_heads, float scale,
+                                      int splits, int split_tokens, float* ws_o, float* ws_lse, float* out,
+                                      float* lse, cudaStream_t stream) {
+  const dim3 grid(splits, kv_heads, batch);
+  const int group = num_heads / kv_heads;
+  cudaError_t e = cudaErrorInvalidValue;
+  if (head_dim == 64) {
+    e = LaunchPart<64>(group, grid, stream, q, k_pages, v_pages, page_size, kv_heads, indptr, indices, last_page_len,
+                       num_heads, scale, split_tokens, ws_o, ws_lse);
+  } else if (head_dim == 128) {
+    e = LaunchPart<128>(group, grid, stream, q, k_pages, v_pages, page_size, kv_heads, indptr, indices,
+                        last_page_len, num_heads, scale, split_tokens, ws_o, ws_lse);
+  }
+  if (e != cudaSuccess) return e;
+  MergePartsKernel<<<dim3(num_heads, batch), kAttnThreads, 0, stream>>>(ws_o, ws_lse, splits, num_heads, head_dim,
+                                                                         out, lse);
+  return cudaGetLastError();
+}
+
 }  // namespace strata::kernels::internal

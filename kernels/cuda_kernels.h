@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cpu_kernels.h"
 
 #if defined(STRATA_WITH_CUDA)
 #include <cuda_runtime_api.h>
@@ -45,6 +46,19 @@ absl::Status LaunchEmbed(const float* table, const int32_t* ids, int rows, int d
 // [head_dim/2] (RopeInvFreq) are device arrays. head_dim must be even.
 absl::Status LaunchApplyRope(float* x, const int32_t* positions, int rows, int heads, int head_dim,
                              const float* inv_freq, cudaStream_t stream);
+
+// PagedDecodeAttention (cpu_kernels.h) on the device, split along the sequence: each
+// sequence's tokens go in parts of kDecodeSplitTokens, each part's (o, lse) is computed by
+// one block per (part, KV head, sequence), then the parts are merged by log-sum-exp.
+// `kv`'s pointers are device pointers; `max_tokens` bounds every sequence's length (it
+// sets the number of parts); `workspace` holds DecodeWorkspaceFloats(...) floats. lse may
+// be null. InvalidArgument unless head_dim is 64 or 128 and there are 1, 2, 4 or 8 query
+// heads per KV head.
+constexpr int kDecodeSplitTokens = 256;
+int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t max_tokens);
+absl::Status LaunchPagedDecodeAttention(const float* q, const PagedKv& kv, int batch, int num_heads, float scale,
+                                        int64_t max_tokens, float* workspace, float* out, float* lse,
+                                        cudaStream_t stream);
 
 }  // namespace strata::kernels
 

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/cuda_check.h"
+#include "kernels/testing/paged_pool.h"
 
 namespace strata::kernels {
 namespace {
@@ -194,6 +195,47 @@ TEST(CudaCheckTest, ReturnIfErrorNamesCallErrorAndLocation) {
   EXPECT_NE(s.message().find("cudaErrorInvalidValue"), absl::string_view::npos) << s;
   EXPECT_NE(s.message().find("cuda_kernels_test.cc:"), absl::string_view::npos) << s;
   EXPECT_TRUE(SucceedingCall().ok());
+}
+
+// Device copies of a paged pool and a view over them.
+struct DevicePool {
+  explicit DevicePool(const test_support::PagedPool& p)
+      : k(p.k), v(p.v), indptr(p.indptr), indices(p.indices), last(p.last_page_len) {
+    view = PagedKv{k.get(), v.get(), p.page_size, p.kv_heads, p.head_dim, indptr.get(), indices.get(), last.get()};
+  }
+  DeviceVector<uint16_t> k, v;
+  DeviceVector<int32_t> indptr, indices, last;
+  PagedKv view;
+};
+
+TEST_F(CudaKernelsTest, PagedDecodeAttentionMatchesCpu) {
+  for (int head_dim : {64, 128}) {
+    for (int group : {1, 4, 8}) {
+      const std::vector<int64_t> lengths = {1, 255, 256, 257, 1000, 4100};
+      const int kv_heads = 2, heads = kv_heads * group, page_size = 16;
+      const std::string what = "head_dim " + std::to_string(head_dim) + " group " + std::to_string(group);
+      const test_support::PagedPool pool = test_support::RandomPagedPool(lengths, page_size, kv_heads, head_dim, head_dim + group);
+      const int batch = static_cast<int>(lengths.size());
+      const std::vector<float> q = RandomVector(static_cast<size_t>(batch) * heads * head_dim, group);
+      std::vector<float> want(q.size()), want_lse(static_cast<size_t>(batch) * heads);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      PagedDecodeAttention(q.data(), pool.View(), batch, heads, scale, want.data(), want_lse.data());
+      DevicePool dp(pool);
+      DeviceVector<float> dq(q), dout{std::vector<float>(q.size(), std::nanf(""))},
+          dlse{std::vector<float>(want_lse.size(), std::nanf(""))},
+          ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(batch, heads, head_dim, 4100)))};
+      ASSERT_TRUE(LaunchPagedDecodeAttention(dq.get(), dp.view, batch, heads, scale, 4100, ws.get(), dout.get(),
+                                             dlse.get(), stream_)
+                      .ok());
+      Sync();
+      ExpectClose(dout.ToHost(), want, what + " out");
+      ExpectClose(dlse.ToHost(), want_lse, what + " lse");
+    }
+  }
+  // Shapes the kernel does not take are refused before anything runs.
+  test_support::PagedPool odd = test_support::RandomPagedPool({4}, 16, 1, 48, 1);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      LaunchPagedDecodeAttention(nullptr, odd.View(), 1, 1, 1.0f, 4, nullptr, nullptr, nullptr, stream_)));
 }
 
 }  // namespace

@@ -19,6 +19,13 @@ cudaError_t EmbedAsync(const float* table, const int32_t* ids, int rows, int dim
 cudaError_t ApplyRopeAsync(float* x, const int32_t* positions, int rows, int heads, int head_dim,
                            const float* inv_freq, cudaStream_t stream);
 
+// Paged decode attention, split along the sequence (see cuda_kernels.h). Arguments validated.
+cudaError_t PagedDecodeAttentionAsync(const float* q, const uint16_t* k_pages, const uint16_t* v_pages, int page_size,
+                                      int kv_heads, int head_dim, const int32_t* indptr, const int32_t* indices,
+                                      const int32_t* last_page_len, int batch, int num_heads, float scale,
+                                      int splits, int split_tokens, float* ws_o, float* ws_lse, float* out,
+                                      float* lse, cudaStream_t stream);
+
 }  // namespace strata::kernels::internal
 
 #endif  // STRATA_KERNELS_CUDA_LAUNCH_H_

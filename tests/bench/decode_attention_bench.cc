@@ -1,0 +1,120 @@
+// Paged decode attention on the GPU vs the device's copy bandwidth, measured in the same
+// run: Llama-3-8B attention shapes (32 query heads, 8 KV heads of 128, bf16 KV, 16-token
+// pages), batch 1-64, contexts 1K and 8K. The floor is the KV bytes every step must read;
+// the ceiling is a device-to-device cudaMemcpy (bytes read + written over its time).
+//
+//   build/tests/bench/decode_attention_bench        (needs a CUDA device; says so otherwise)
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "kernels/cuda_kernels.h"
+#include "kernels/testing/paged_pool.h"
+
+namespace {
+
+#define CHECK_CUDA(call)                                                                        \
+  do {                                                                                          \
+    cudaError_t e = (call);                                                                     \
+    if (e != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e), __FILE__, __LINE__); \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+template <typename T>
+T* Upload(const std::vector<T>& v) {
+  T* p = nullptr;
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, v.size()) * sizeof(T)));
+  CHECK_CUDA(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return p;
+}
+
+// Median milliseconds of `reps` runs of fn, timed with events after warm-up.
+template <typename Fn>
+float MedianMs(cudaStream_t stream, int reps, Fn fn) {
+  for (int i = 0; i < 3; ++i) fn();
+  std::vector<float> ms;
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < reps; ++i) {
+    CHECK_CUDA(cudaEventRecord(a, stream));
+    fn();
+    CHECK_CUDA(cudaEventRecord(b, stream));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float t = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device: decode_attention_bench needs a GPU (skipped)\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  // Copy ceiling: 1 GiB device to device.
+  const size_t copy_bytes = size_t{1} << 30;
+  void *src = nullptr, *dst = nullptr;
+  CHECK_CUDA(cudaMalloc(&src, copy_bytes));
+  CHECK_CUDA(cudaMalloc(&dst, copy_bytes));
+  CHECK_CUDA(cudaMemset(src, 1, copy_bytes));
+  const float copy_ms =
+      MedianMs(stream, 20, [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream)); });
+  const double copy_gbps = 2.0 * static_cast<double>(copy_bytes) / (copy_ms * 1e-3) / 1e9;
+  CHECK_CUDA(cudaFree(src));
+  CHECK_CUDA(cudaFree(dst));
+  std::printf("%s; device-to-device copy %.0f GB/s (read + write)\n\n", prop.name, copy_gbps);
+  std::printf("| batch | context | KV MB read | ms | GB/s | vs copy |\n|---|---|---|---|---|---|\n");
+  const int kv_heads = 8, heads = 32, head_dim = 128, page = 16;
+  for (int64_t context : {1024, 8192}) {
+    for (int batch : {1, 8, 32, 64}) {
+      const std::vector<int64_t> lengths(static_cast<size_t>(batch), context);
+      const auto pool = strata::kernels::test_support::RandomPagedPool(lengths, page, kv_heads, head_dim, 1);
+      uint16_t* k = Upload(pool.k);
+      uint16_t* v = Upload(pool.v);
+      int32_t* indptr = Upload(pool.indptr);
+      int32_t* indices = Upload(pool.indices);
+      int32_t* last = Upload(pool.last_page_len);
+      std::vector<float> qh(static_cast<size_t>(batch) * heads * head_dim, 0.5f);
+      float* q = Upload(qh);
+      float *out = nullptr, *lse = nullptr, *ws = nullptr;
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&out), qh.size() * sizeof(float)));
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&lse), static_cast<size_t>(batch) * heads * sizeof(float)));
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&ws), static_cast<size_t>(strata::kernels::DecodeWorkspaceFloats(batch, heads, head_dim,
+                                                                                           context)) *
+                                     sizeof(float)));
+      const strata::kernels::PagedKv kv{k, v, page, kv_heads, head_dim, indptr, indices, last};
+      const float ms = MedianMs(stream, 20, [&] {
+        absl::Status s = strata::kernels::LaunchPagedDecodeAttention(q, kv, batch, heads, 0.088f, context, ws, out,
+                                                                    lse, stream);
+        if (!s.ok()) {
+          std::fprintf(stderr, "%s\n", s.ToString().c_str());
+          std::exit(1);
+        }
+      });
+      const double bytes = 2.0 * batch * context * kv_heads * head_dim * 2;  // K and V, bf16
+      const double gbps = bytes / (ms * 1e-3) / 1e9;
+      std::printf("| %d | %lld | %.0f | %.3f | %.0f | %.2f |\n", batch, static_cast<long long>(context), bytes / 1e6,
+                  ms, gbps, gbps / copy_gbps);
+      for (void* p : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(indptr),
+                      static_cast<void*>(indices), static_cast<void*>(last), static_cast<void*>(q),
+                      static_cast<void*>(out), static_cast<void*>(lse), static_cast<void*>(ws)}) {
+        CHECK_CUDA(cudaFree(p));
+      }
+    }
+  }
+  return 0;
+}
