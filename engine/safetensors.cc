@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu_kernels.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::engine {
@@ -125,20 +126,8 @@ const TensorView* SafetensorsFile::Find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-float Bf16ToFloat(uint16_t v) {
-  uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t FloatToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if (std::isnan(f)) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);  // to nearest, ties to even
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
+float Bf16ToFloat(uint16_t v) { return kernels::Bf16ToFloat(v); }
+uint16_t FloatToBf16(float f) { return kernels::FloatToBf16(f); }
 
 float F16ToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;

@@ -418,6 +418,34 @@ int32_t SampleToken(const float* logits, int vocab, float temperature, float top
   return order[kept - 1];
 }
 
+float Bf16ToFloat(uint16_t v) {
+  const uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (std::isnan(f)) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);  // to nearest, ties to even
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+void PlaceKvPaged(const float* k_raw, const float* v, const int32_t* positions, const int64_t* slots, int n,
+                  int kv_heads, int head_dim, const float* inv_freq, uint16_t* k_pages, uint16_t* v_pages) {
+  const int64_t row = int64_t{kv_heads} * head_dim;
+  std::vector<float> k(k_raw, k_raw + n * row);
+  ApplyRope(k.data(), positions, n, kv_heads, head_dim, inv_freq);
+  for (int i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < row; ++j) {
+      k_pages[slots[i] * row + j] = FloatToBf16(k[i * row + j]);
+      v_pages[slots[i] * row + j] = FloatToBf16(v[i * row + j]);
+    }
+  }
+}
+
 int64_t PagedSequenceLength(const PagedKv& kv, int b) {
   const int64_t pages = kv.indptr[b + 1] - kv.indptr[b];
   return pages == 0 ? 0 : (pages - 1) * kv.page_size + kv.last_page_len[b];
@@ -435,9 +463,8 @@ void PagedDecodeAttention(const float* q, const PagedKv& kv, int batch, int num_
       const int64_t page = kv.indices[kv.indptr[b] + t / kv.page_size];
       const int64_t at = (page * kv.page_size + t % kv.page_size) * row;
       for (int64_t i = 0; i < row; ++i) {
-        uint32_t kb = static_cast<uint32_t>(kv.k_pages[at + i]) << 16, vb = static_cast<uint32_t>(kv.v_pages[at + i]) << 16;
-        std::memcpy(&k[static_cast<size_t>(t * row + i)], &kb, 4);
-        std::memcpy(&v[static_cast<size_t>(t * row + i)], &vb, 4);
+        k[static_cast<size_t>(t * row + i)] = Bf16ToFloat(kv.k_pages[at + i]);
+        v[static_cast<size_t>(t * row + i)] = Bf16ToFloat(kv.v_pages[at + i]);
       }
     }
     AttentionParams p{};

@@ -129,6 +129,18 @@ struct PagedKv {
   const int32_t* last_page_len;  // [batch]
 };
 
+// bf16 <-> fp32 (bf16 stored as uint16_t): widening is exact; narrowing rounds to nearest,
+// ties to even (NaN stays NaN).
+float Bf16ToFloat(uint16_t v);
+uint16_t FloatToBf16(float f);
+
+// Places n tokens' KV into a paged pool in one pass: token i's K row k_raw[i]
+// ([kv_heads][head_dim] fp32, before RoPE, as the session cache stores it) is rotated for
+// positions[i] exactly as ApplyRope with inv_freq does, then stored bf16 with its V row
+// v[i] at pool slot slots[i] (page * page_size + offset; rows of kv_heads * head_dim).
+void PlaceKvPaged(const float* k_raw, const float* v, const int32_t* positions, const int64_t* slots, int n,
+                  int kv_heads, int head_dim, const float* inv_freq, uint16_t* k_pages, uint16_t* v_pages);
+
 // Tokens of sequence b in a PagedKv.
 int64_t PagedSequenceLength(const PagedKv& kv, int b);
 

@@ -515,5 +515,43 @@ TEST(CpuKernelsTest, PagedDecodeAttentionMatchesADoubleReference) {
   }
 }
 
+TEST(CpuKernelsTest, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(FloatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(FloatToBf16(1.00390625f), 0x3f80);  // halfway: to the even neighbour
+  EXPECT_EQ(FloatToBf16(1.01171875f), 0x3f82);  // halfway: up to the even neighbour
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(-3.140625f)), -3.140625f);
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(std::nanf("")))));
+}
+
+TEST(CpuKernelsTest, PlaceKvPagedRotatesKAndScattersToTheSlots) {
+  const int n = 5, kv_heads = 2, head_dim = 16, pool_slots = 12;
+  const int64_t row = kv_heads * head_dim;
+  const std::vector<float> k = RandomVector(n * row, 1), v = RandomVector(n * row, 2);
+  const std::vector<int32_t> positions = {0, 7, 100, 4095, 3};
+  const std::vector<int64_t> slots = {11, 0, 5, 6, 2};
+  const std::vector<float> inv_freq = RopeInvFreq(head_dim, 10000.0f, RopeScaling{});
+  std::vector<uint16_t> kp(pool_slots * row, 0xdead), vp(pool_slots * row, 0xdead);
+  PlaceKvPaged(k.data(), v.data(), positions.data(), slots.data(), n, kv_heads, head_dim, inv_freq.data(), kp.data(),
+               vp.data());
+  std::vector<bool> written(pool_slots, false);
+  for (int i = 0; i < n; ++i) {
+    written[slots[i]] = true;
+    for (int h = 0; h < kv_heads; ++h) {
+      for (int d = 0; d < head_dim / 2; ++d) {
+        const int64_t src = i * row + h * head_dim, dst = slots[i] * row + h * head_dim;
+        const double angle = static_cast<double>(positions[i]) * inv_freq[d];
+        const double a = k[src + d], b = k[src + d + head_dim / 2];
+        // Within one bf16 unit (2^-8 relative) of the exact rotation.
+        EXPECT_NEAR(Bf16ToFloat(kp[dst + d]), a * std::cos(angle) - b * std::sin(angle), 1.5 / 256);
+        EXPECT_NEAR(Bf16ToFloat(kp[dst + d + head_dim / 2]), b * std::cos(angle) + a * std::sin(angle), 1.5 / 256);
+        EXPECT_EQ(vp[dst + d], FloatToBf16(v[src + d]));
+      }
+    }
+  }
+  for (int s = 0; s < pool_slots; ++s) {
+    if (!written[s]) EXPECT_EQ(kp[s * row], 0xdead) << "slot " << s << " was not to be written";
+  }
+}
+
 }  // namespace
 }  // namespace strata::kernels

@@ -54,6 +54,17 @@ absl::Status LaunchApplyRope(float* x, const int32_t* positions, int rows, int h
   return absl::OkStatus();
 }
 
+absl::Status LaunchPlaceKvPaged(const float* k_raw, const float* v, const int32_t* positions, const int64_t* slots,
+                                int n, int kv_heads, int head_dim, const float* inv_freq, uint16_t* k_pages,
+                                uint16_t* v_pages, cudaStream_t stream) {
+  if (absl::Status s = CheckSizes(n, kv_heads, head_dim); !s.ok()) return s;
+  if (head_dim % 2 != 0) return absl::InvalidArgumentError("head_dim must be even");
+  if (n == 0 || kv_heads == 0 || head_dim == 0) return absl::OkStatus();
+  STRATA_CUDA_RETURN_IF_ERROR(internal::PlaceKvPagedAsync(k_raw, v, positions, slots, n, kv_heads, head_dim, inv_freq,
+                                                          k_pages, v_pages, stream));
+  return absl::OkStatus();
+}
+
 int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t max_tokens) {
   const int64_t splits = std::max<int64_t>(1, (max_tokens + kDecodeSplitTokens - 1) / kDecodeSplitTokens);
   return splits * batch * num_heads * (int64_t{head_dim} + 1);
@@ -98,6 +109,10 @@ absl::Status LaunchEmbed(const float*, const int32_t*, int, int, float*, cudaStr
   return NoCuda();
 }
 absl::Status LaunchApplyRope(float*, const int32_t*, int, int, int, const float*, cudaStream_t) {
+  return NoCuda();
+}
+absl::Status LaunchPlaceKvPaged(const float*, const float*, const int32_t*, const int64_t*, int, int, int,
+                                const float*, uint16_t*, uint16_t*, cudaStream_t) {
   return NoCuda();
 }
 int64_t DecodeWorkspaceFloats(int, int, int, int64_t) { return 0; }

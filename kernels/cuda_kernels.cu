@@ -269,6 +269,52 @@ __global__ void MergePartsKernel(const float* ws_o, const float* ws_lse, int spl
 
 }  // namespace
 
+namespace {
+
+__device__ __forceinline__ uint16_t FloatToBf16Rn(float f) {
+  const uint32_t bits = __float_as_uint(f);
+  if (f != f) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// One thread per (token, KV head, rotation pair): the pair's K values rotated as
+// ApplyRopeKernel does, and the pair's V values, stored bf16 at the token's slot.
+__global__ void PlaceKvPagedKernel(const float* __restrict__ k_raw, const float* __restrict__ v,
+                                   const int32_t* __restrict__ positions, const int64_t* __restrict__ slots,
+                                   int64_t pairs, int kv_heads, int head_dim, const float* __restrict__ inv_freq,
+                                   uint16_t* __restrict__ k_pages, uint16_t* __restrict__ v_pages) {
+  const int half = head_dim / 2;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; p < pairs; p += stride) {
+    const int i = static_cast<int>(p % half);
+    const int64_t token_head = p / half;
+    const int64_t token = token_head / kv_heads;
+    const int head = static_cast<int>(token_head % kv_heads);
+    const float angle = static_cast<float>(positions[token]) * inv_freq[i];
+    float s, c;
+    sincosf(angle, &s, &c);
+    const float* src_k = k_raw + token_head * head_dim;
+    const float* src_v = v + token_head * head_dim;
+    const float a = src_k[i], b = src_k[i + half];
+    const int64_t dst = (slots[token] * kv_heads + head) * head_dim;
+    k_pages[dst + i] = FloatToBf16Rn(a * c - b * s);
+    k_pages[dst + i + half] = FloatToBf16Rn(b * c + a * s);
+    v_pages[dst + i] = FloatToBf16Rn(src_v[i]);
+    v_pages[dst + i + half] = FloatToBf16Rn(src_v[i + half]);
+  }
+}
+
+}  // namespace
+
+cudaError_t PlaceKvPagedAsync(const float* k_raw, const float* v, const int32_t* positions, const int64_t* slots,
+                              int n, int kv_heads, int head_dim, const float* inv_freq, uint16_t* k_pages,
+                              uint16_t* v_pages, cudaStream_t stream) {
+  const int64_t pairs = int64_t{n} * kv_heads * (head_dim / 2);
+  PlaceKvPagedKernel<<<static_cast<unsigned>(BlocksFor(pairs)), kThreads, 0, stream>>>(
+      k_raw, v, positions, slots, pairs, kv_heads, head_dim, inv_freq, k_pages, v_pages);
+  return cudaGetLastError();
+}
+
 cudaError_t PagedDecodeAttentionAsync(const float* q, const uint16_t* k_pages, const uint16_t* v_pages, int page_size,
                                       int kv_heads, int head_dim, const int32_t* indptr, const int32_t* indices,
                                       const int32_t* last_page_len, int batch, int num_heads, float scale,

@@ -47,6 +47,15 @@ absl::Status LaunchEmbed(const float* table, const int32_t* ids, int rows, int d
 absl::Status LaunchApplyRope(float* x, const int32_t* positions, int rows, int heads, int head_dim,
                              const float* inv_freq, cudaStream_t stream);
 
+// PlaceKvPaged (cpu_kernels.h) on the device: rotates the pre-RoPE K rows and scatters them,
+// with V, into the bf16 pool in one pass. positions, slots and inv_freq are device arrays.
+// Numerics: the rotation as LaunchApplyRope (within fp32 rounding of the CPU), so a stored
+// value may differ from the twin's by one bf16 unit where the fp32 result sits on a
+// rounding boundary. InvalidArgument for an odd head_dim or negative sizes.
+absl::Status LaunchPlaceKvPaged(const float* k_raw, const float* v, const int32_t* positions, const int64_t* slots,
+                                int n, int kv_heads, int head_dim, const float* inv_freq, uint16_t* k_pages,
+                                uint16_t* v_pages, cudaStream_t stream);
+
 // PagedDecodeAttention (cpu_kernels.h) on the device, split along the sequence: each
 // sequence's tokens go in parts of kDecodeSplitTokens, each part's (o, lse) is computed by
 // one block per (part, KV head, sequence), then the parts are merged by log-sum-exp.

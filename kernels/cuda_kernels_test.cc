@@ -238,5 +238,40 @@ TEST_F(CudaKernelsTest, PagedDecodeAttentionMatchesCpu) {
       LaunchPagedDecodeAttention(nullptr, odd.View(), 1, 1, 1.0f, 4, nullptr, nullptr, nullptr, stream_)));
 }
 
+TEST_F(CudaKernelsTest, PlaceKvPagedMatchesCpuWithinOneBf16Unit) {
+  const int n = 300, kv_heads = 8, head_dim = 128, pool_slots = 512;
+  const int64_t row = kv_heads * head_dim;
+  const std::vector<float> k = RandomVector(n * row, 3, -4, 4), v = RandomVector(n * row, 4, -4, 4);
+  std::vector<int32_t> positions(n);
+  std::vector<int64_t> slots(n);
+  for (int i = 0; i < n; ++i) {
+    positions[i] = i * 37 % 8000;
+    slots[i] = (i * 7 + 3) % pool_slots;  // 7 is coprime with 512: distinct slots
+  }
+  const std::vector<float> inv_freq = RopeInvFreq(head_dim, 500000.0f, RopeScaling{});
+  std::vector<uint16_t> want_k(pool_slots * row, 0), want_v(pool_slots * row, 0);
+  PlaceKvPaged(k.data(), v.data(), positions.data(), slots.data(), n, kv_heads, head_dim, inv_freq.data(),
+               want_k.data(), want_v.data());
+  DeviceVector<float> dk(k), dv(v), dfreq(inv_freq);
+  DeviceVector<int32_t> dpos(positions);
+  DeviceVector<int64_t> dslots(slots);
+  DeviceVector<uint16_t> kp{std::vector<uint16_t>(pool_slots * row, 0)}, vp{std::vector<uint16_t>(pool_slots * row, 0)};
+  ASSERT_TRUE(LaunchPlaceKvPaged(dk.get(), dv.get(), dpos.get(), dslots.get(), n, kv_heads, head_dim, dfreq.get(),
+                                 kp.get(), vp.get(), stream_)
+                  .ok());
+  Sync();
+  const std::vector<uint16_t> got_k = kp.ToHost(), got_v = vp.ToHost();
+  EXPECT_EQ(got_v, want_v);
+  int64_t off_by_one = 0;
+  for (size_t i = 0; i < got_k.size(); ++i) {
+    const float g = Bf16ToFloat(got_k[i]), w = Bf16ToFloat(want_k[i]);
+    ASSERT_LE(std::fabs(g - w), std::fabs(w) / 128 + 1e-6f) << "element " << i;  // one bf16 unit
+    off_by_one += got_k[i] != want_k[i];
+  }
+  EXPECT_LT(off_by_one, static_cast<int64_t>(got_k.size()) / 100) << "bf16 ties should be rare";
+  EXPECT_TRUE(absl::IsInvalidArgument(LaunchPlaceKvPaged(nullptr, nullptr, nullptr, nullptr, 1, 1, 3, nullptr, nullptr,
+                                                         nullptr, stream_)));
+}
+
 }  // namespace
 }  // namespace strata::kernels

@@ -19,6 +19,10 @@ cudaError_t EmbedAsync(const float* table, const int32_t* ids, int rows, int dim
 cudaError_t ApplyRopeAsync(float* x, const int32_t* positions, int rows, int heads, int head_dim,
                            const float* inv_freq, cudaStream_t stream);
 
+cudaError_t PlaceKvPagedAsync(const float* k_raw, const float* v, const int32_t* positions, const int64_t* slots,
+                              int n, int kv_heads, int head_dim, const float* inv_freq, uint16_t* k_pages,
+                              uint16_t* v_pages, cudaStream_t stream);
+
 // Paged decode attention, split along the sequence (see cuda_kernels.h). Arguments validated.
 cudaError_t PagedDecodeAttentionAsync(const float* q, const uint16_t* k_pages, const uint16_t* v_pages, int page_size,
                                       int kv_heads, int head_dim, const int32_t* indptr, const int32_t* indices,
