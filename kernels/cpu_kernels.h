@@ -152,6 +152,14 @@ int64_t PagedSequenceLength(const PagedKv& kv, int b);
 void PagedDecodeAttention(const float* q, const PagedKv& kv, int batch, int num_heads, float scale, float* out,
                           float* lse);
 
+// Prefill attention over a paged pool: the new tokens of sequence b are query rows
+// [qo_indptr[b], qo_indptr[b+1]) of q ([rows][num_heads][head_dim]), the last tokens of the
+// sequence (their KV already in the pool); each sees the sequence's tokens up to its own
+// position (causal). out and lse as PagedDecodeAttention. Specification: gather, then
+// Attention() with first_query_pos = length - new tokens.
+void PagedPrefillAttention(const float* q, const PagedKv& kv, const int32_t* qo_indptr, int batch, int num_heads,
+                           float scale, float* out, float* lse);
+
 // Picks the next token from logits[vocab] (finite, or -inf for excluded tokens; at least one
 // finite). temperature <= 0: the argmax, lowest index on ties; u is ignored. Otherwise, in
 // double precision, p = softmax(logits / temperature). With 0 < top_p < 1 the kept set is the

@@ -468,6 +468,33 @@ TEST(CpuKernelsTest, SampleTokenGreedyAndTopP) {
   EXPECT_EQ(SampleToken(masked.data(), 2, 1.0f, 0.5f, 0.0), 1);
 }
 
+// Float64 attention of one query head against the first `visible` tokens of sequence b.
+void ReferenceRow(const test_support::PagedPool& pool, int b, int64_t visible, const float* q, int heads, int h,
+                  float scale, std::vector<double>* o, double* lse) {
+  const int kvh = h / (heads / pool.kv_heads), hd = pool.head_dim;
+  auto at = [&](int64_t t) {
+    const int64_t page = pool.indices[pool.indptr[b] + t / pool.page_size];
+    return ((page * pool.page_size + t % pool.page_size) * pool.kv_heads + kvh) * hd;
+  };
+  std::vector<double> s(static_cast<size_t>(visible));
+  double m = -1e300;
+  for (int64_t t = 0; t < visible; ++t) {
+    double dot = 0;
+    for (int d = 0; d < hd; ++d) dot += q[h * hd + d] * static_cast<double>(Bf16ToFloat(pool.k[at(t) + d]));
+    s[t] = dot * scale;
+    m = std::max(m, s[t]);
+  }
+  double sum = 0;
+  o->assign(hd, 0.0);
+  for (int64_t t = 0; t < visible; ++t) {
+    const double e = std::exp(s[t] - m);
+    sum += e;
+    for (int d = 0; d < hd; ++d) (*o)[d] += e * Bf16ToFloat(pool.v[at(t) + d]);
+  }
+  for (double& x : *o) x /= sum;
+  *lse = m + std::log(sum);
+}
+
 TEST(CpuKernelsTest, PagedDecodeAttentionMatchesADoubleReference) {
   const std::vector<int64_t> lengths = {1, 17, 300};
   const int kv_heads = 2, heads = 8, head_dim = 64, page_size = 16;
@@ -478,39 +505,38 @@ TEST(CpuKernelsTest, PagedDecodeAttentionMatchesADoubleReference) {
   std::vector<float> out(q.size()), lse(static_cast<size_t>(batch) * heads);
   const float scale = 1.0f / 8.0f;
   PagedDecodeAttention(q.data(), kv, batch, heads, scale, out.data(), lse.data());
-  auto bf16 = [](uint16_t v) {
-    uint32_t bits = static_cast<uint32_t>(v) << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return static_cast<double>(f);
-  };
   for (int b = 0; b < batch; ++b) {
     EXPECT_EQ(PagedSequenceLength(kv, b), lengths[b]);
     for (int h = 0; h < heads; ++h) {
-      const int kvh = h / (heads / kv_heads);
-      std::vector<double> s(static_cast<size_t>(lengths[b]));
-      double m = -1e300;
-      for (int64_t t = 0; t < lengths[b]; ++t) {
-        const int64_t page = pool.indices[pool.indptr[b] + t / page_size];
-        const int64_t at = ((page * page_size + t % page_size) * kv_heads + kvh) * head_dim;
-        double dot = 0;
-        for (int d = 0; d < head_dim; ++d) dot += q[(b * heads + h) * head_dim + d] * bf16(pool.k[at + d]);
-        s[t] = dot * scale;
-        m = std::max(m, s[t]);
+      std::vector<double> o;
+      double l = 0;
+      ReferenceRow(pool, b, lengths[b], q.data() + b * heads * head_dim, heads, h, scale, &o, &l);
+      for (int d = 0; d < head_dim; ++d) EXPECT_NEAR(out[(b * heads + h) * head_dim + d], o[d], 1e-5);
+      EXPECT_NEAR(lse[b * heads + h], l, 1e-5);
+    }
+  }
+}
+
+TEST(CpuKernelsTest, PagedPrefillAttentionIsCausalOverCachedAndNewTokens) {
+  // Sequence lengths include the new tokens: 3 new of 3, 5 new of 40, 1 new of 17.
+  const std::vector<int64_t> lengths = {3, 40, 17};
+  const std::vector<int32_t> qo_indptr = {0, 3, 8, 9};
+  const int kv_heads = 2, heads = 4, head_dim = 64, page_size = 16;
+  const test_support::PagedPool pool = test_support::RandomPagedPool(lengths, page_size, kv_heads, head_dim, 9);
+  const int rows = qo_indptr.back();
+  const std::vector<float> q = RandomVector(static_cast<size_t>(rows) * heads * head_dim, 10);
+  std::vector<float> out(q.size()), lse(static_cast<size_t>(rows) * heads);
+  PagedPrefillAttention(q.data(), pool.View(), qo_indptr.data(), 3, heads, 0.125f, out.data(), lse.data());
+  for (int b = 0; b < 3; ++b) {
+    for (int r = qo_indptr[b]; r < qo_indptr[b + 1]; ++r) {
+      const int64_t visible = lengths[b] - (qo_indptr[b + 1] - 1 - r);
+      for (int h = 0; h < heads; ++h) {
+        std::vector<double> o;
+        double l = 0;
+        ReferenceRow(pool, b, visible, q.data() + r * heads * head_dim, heads, h, 0.125f, &o, &l);
+        for (int d = 0; d < head_dim; ++d) EXPECT_NEAR(out[(r * heads + h) * head_dim + d], o[d], 1e-5) << r;
+        EXPECT_NEAR(lse[r * heads + h], l, 1e-5);
       }
-      double sum = 0;
-      std::vector<double> o(head_dim, 0.0);
-      for (int64_t t = 0; t < lengths[b]; ++t) {
-        const int64_t page = pool.indices[pool.indptr[b] + t / page_size];
-        const int64_t at = ((page * page_size + t % page_size) * kv_heads + kvh) * head_dim;
-        const double e = std::exp(s[t] - m);
-        sum += e;
-        for (int d = 0; d < head_dim; ++d) o[d] += e * bf16(pool.v[at + d]);
-      }
-      for (int d = 0; d < head_dim; ++d) {
-        EXPECT_NEAR(out[(b * heads + h) * head_dim + d], o[d] / sum, 1e-5) << b << " " << h << " " << d;
-      }
-      EXPECT_NEAR(lse[b * heads + h], m + std::log(sum), 1e-5);
     }
   }
 }

@@ -70,25 +70,42 @@ int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t ma
   return splits * batch * num_heads * (int64_t{head_dim} + 1);
 }
 
-absl::Status LaunchPagedDecodeAttention(const float* q, const PagedKv& kv, int batch, int num_heads, float scale,
-                                        int64_t max_tokens, float* workspace, float* out, float* lse,
-                                        cudaStream_t stream) {
-  if (absl::Status s = CheckSizes(batch, num_heads, max_tokens); !s.ok()) return s;
+namespace {
+
+absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32_t* qo_indptr, int batch, int rows,
+                                  int num_heads, float scale, int64_t max_tokens, float* workspace, float* out,
+                                  float* lse, cudaStream_t stream) {
+  if (absl::Status s = CheckSizes(batch, rows, max_tokens); !s.ok()) return s;
   if (kv.head_dim != 64 && kv.head_dim != 128) {
-    return absl::InvalidArgumentError("paged decode attention takes head_dim 64 or 128");
+    return absl::InvalidArgumentError("paged attention takes head_dim 64 or 128");
   }
   const int group = kv.kv_heads > 0 && num_heads % kv.kv_heads == 0 ? num_heads / kv.kv_heads : 0;
   if ((group != 1 && group != 2 && group != 4 && group != 8) || kv.page_size <= 0) {
-    return absl::InvalidArgumentError("paged decode attention needs 1, 2, 4 or 8 query heads per KV head");
+    return absl::InvalidArgumentError("paged attention needs 1, 2, 4 or 8 query heads per KV head");
   }
-  if (batch == 0 || num_heads == 0) return absl::OkStatus();
+  if (batch == 0 || rows == 0 || num_heads == 0) return absl::OkStatus();
   const int splits = static_cast<int>(std::max<int64_t>(1, (max_tokens + kDecodeSplitTokens - 1) / kDecodeSplitTokens));
   float* ws_o = workspace;
-  float* ws_lse = workspace + int64_t{splits} * batch * num_heads * kv.head_dim;
+  float* ws_lse = workspace + int64_t{splits} * rows * num_heads * kv.head_dim;
   STRATA_CUDA_RETURN_IF_ERROR(internal::PagedDecodeAttentionAsync(
       q, kv.k_pages, kv.v_pages, kv.page_size, kv.kv_heads, kv.head_dim, kv.indptr, kv.indices, kv.last_page_len,
-      batch, num_heads, scale, splits, kDecodeSplitTokens, ws_o, ws_lse, out, lse, stream));
+      qo_indptr, batch, rows, num_heads, scale, splits, kDecodeSplitTokens, ws_o, ws_lse, out, lse, stream));
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LaunchPagedDecodeAttention(const float* q, const PagedKv& kv, int batch, int num_heads, float scale,
+                                        int64_t max_tokens, float* workspace, float* out, float* lse,
+                                        cudaStream_t stream) {
+  return LaunchPagedAttention(q, kv, nullptr, batch, batch, num_heads, scale, max_tokens, workspace, out, lse, stream);
+}
+
+absl::Status LaunchPagedPrefillAttention(const float* q, const PagedKv& kv, const int32_t* qo_indptr, int batch,
+                                         int rows, int num_heads, float scale, int64_t max_tokens, float* workspace,
+                                         float* out, float* lse, cudaStream_t stream) {
+  return LaunchPagedAttention(q, kv, qo_indptr, batch, rows, num_heads, scale, max_tokens, workspace, out, lse,
+                              stream);
 }
 
 #else  // !STRATA_WITH_CUDA
@@ -116,6 +133,10 @@ absl::Status LaunchPlaceKvPaged(const float*, const float*, const int32_t*, cons
   return NoCuda();
 }
 int64_t DecodeWorkspaceFloats(int, int, int, int64_t) { return 0; }
+absl::Status LaunchPagedPrefillAttention(const float*, const PagedKv&, const int32_t*, int, int, int, float, int64_t,
+                                         float*, float*, float*, cudaStream_t) {
+  return NoCuda();
+}
 absl::Status LaunchPagedDecodeAttention(const float*, const PagedKv&, int, int, float, int64_t, float*, float*, float*,
                                         cudaStream_t) {
   return NoCuda();

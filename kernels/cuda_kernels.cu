@@ -142,21 +142,39 @@ template <int kHeadDim, int kGroup>
 __global__ void PagedDecodePartKernel(const float* __restrict__ q, const uint16_t* __restrict__ k_pages,
                                       const uint16_t* __restrict__ v_pages, int page_size, int kv_heads,
                                       const int32_t* __restrict__ indptr, const int32_t* __restrict__ indices,
-                                      const int32_t* __restrict__ last_page_len, int num_heads, float scale,
+                                      const int32_t* __restrict__ last_page_len,
+                                      const int32_t* __restrict__ qo_indptr, int batch, int num_heads, float scale,
                                       int split_tokens, float* ws_o, float* ws_lse) {
   constexpr int kPerLane = kHeadDim / 32;
   constexpr int kWarps = kAttnThreads / 32;
-  const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, splits = gridDim.x;
+  // Query row r belongs to sequence b; with qo_indptr (prefill) it is the j-th of that
+  // sequence's new tokens and sees all but the sequence's last (rows - 1 - j) tokens.
+  const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z, splits = gridDim.x;
+  int b = r;
+  int64_t hidden = 0;
+  if (qo_indptr != nullptr) {
+    int lo = 0, hi = batch - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (qo_indptr[mid] <= r) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    b = lo;
+    hidden = qo_indptr[b + 1] - 1 - r;
+  }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   __shared__ float scores[kGroup * kMaxSplitTokens];
   __shared__ float reduce[kWarps * kGroup * kHeadDim];
   const int first_page = indptr[b], pages = indptr[b + 1] - first_page;
-  const int64_t len = pages == 0 ? 0 : int64_t{pages - 1} * page_size + last_page_len[b];
+  const int64_t len = (pages == 0 ? 0 : int64_t{pages - 1} * page_size + last_page_len[b]) - hidden;
   const int64_t t0 = int64_t{split} * split_tokens;
   const int64_t t1 = min(len, t0 + split_tokens);
   if (t0 >= t1) {  // an empty part: weight zero in the merge
     for (int g = 0; g < kGroup; ++g) {
-      const int64_t out_row = (int64_t{b} * splits + split) * num_heads + kvh * kGroup + g;
+      const int64_t out_row = (int64_t{r} * splits + split) * num_heads + kvh * kGroup + g;
       for (int d = threadIdx.x; d < kHeadDim; d += kAttnThreads) ws_o[out_row * kHeadDim + d] = 0.0f;
       if (threadIdx.x == 0) ws_lse[out_row] = -INFINITY;
     }
@@ -164,7 +182,7 @@ __global__ void PagedDecodePartKernel(const float* __restrict__ q, const uint16_
   }
   float qr[kGroup][kPerLane];
   for (int g = 0; g < kGroup; ++g) {
-    const float* qg = q + (int64_t{b} * num_heads + kvh * kGroup + g) * kHeadDim + lane * kPerLane;
+    const float* qg = q + (int64_t{r} * num_heads + kvh * kGroup + g) * kHeadDim + lane * kPerLane;
     for (int e = 0; e < kPerLane; ++e) qr[g][e] = qg[e];
   }
   const int64_t row = int64_t{kv_heads} * kHeadDim;
@@ -218,7 +236,7 @@ __global__ void PagedDecodePartKernel(const float* __restrict__ q, const uint16_
     const int g = x / kHeadDim, d = x % kHeadDim;
     float total = 0.0f;
     for (int w = 0; w < kWarps; ++w) total += reduce[(w * kGroup + g) * kHeadDim + d];
-    const int64_t out_row = (int64_t{b} * splits + split) * num_heads + kvh * kGroup + g;
+    const int64_t out_row = (int64_t{r} * splits + split) * num_heads + kvh * kGroup + g;
     ws_o[out_row * kHeadDim + d] = total / sum[g];
     if (d == 0) ws_lse[out_row] = m[g] + logf(sum[g]);
   }
@@ -227,13 +245,14 @@ __global__ void PagedDecodePartKernel(const float* __restrict__ q, const uint16_
 template <int kHeadDim>
 cudaError_t LaunchPart(int group, dim3 grid, cudaStream_t stream, const float* q, const uint16_t* k,
                        const uint16_t* v, int page_size, int kv_heads, const int32_t* indptr, const int32_t* indices,
-                       const int32_t* last, int num_heads, float scale, int split_tokens, float* ws_o,
-                       float* ws_lse) {
+                       const int32_t* last, const int32_t* qo_indptr, int batch, int num_heads, float scale,
+                       int split_tokens, float* ws_o, float* ws_lse) {
   switch (group) {
 #define STRATA_PART(G)                                                                                  \
   case G:                                                                                               \
     PagedDecodePartKernel<kHeadDim, G><<<grid, kAttnThreads, 0, stream>>>(                              \
-        q, k, v, page_size, kv_heads, indptr, indices, last, num_heads, scale, split_tokens, ws_o, ws_lse); \
+        q, k, v, page_size, kv_heads, indptr, indices, last, qo_indptr, batch, num_heads, scale, split_tokens, \
+        ws_o, ws_lse);                                                                                  \
     return cudaGetLastError();
     STRATA_PART(1)
     STRATA_PART(2)
@@ -317,21 +336,21 @@ cudaError_t PlaceKvPagedAsync(const float* k_raw, const float* v, const int32_t*
 
 cudaError_t PagedDecodeAttentionAsync(const float* q, const uint16_t* k_pages, const uint16_t* v_pages, int page_size,
                                       int kv_heads, int head_dim, const int32_t* indptr, const int32_t* indices,
-                                      const int32_t* last_page_len, int batch, int num_heads, float scale,
-                                      int splits, int split_tokens, float* ws_o, float* ws_lse, float* out,
-                                      float* lse, cudaStream_t stream) {
-  const dim3 grid(splits, kv_heads, batch);
+                                      const int32_t* last_page_len, const int32_t* qo_indptr, int batch, int rows,
+                                      int num_heads, float scale, int splits, int split_tokens, float* ws_o,
+                                      float* ws_lse, float* out, float* lse, cudaStream_t stream) {
+  const dim3 grid(splits, kv_heads, rows);
   const int group = num_heads / kv_heads;
   cudaError_t e = cudaErrorInvalidValue;
   if (head_dim == 64) {
     e = LaunchPart<64>(group, grid, stream, q, k_pages, v_pages, page_size, kv_heads, indptr, indices, last_page_len,
-                       num_heads, scale, split_tokens, ws_o, ws_lse);
+                       qo_indptr, batch, num_heads, scale, split_tokens, ws_o, ws_lse);
   } else if (head_dim == 128) {
     e = LaunchPart<128>(group, grid, stream, q, k_pages, v_pages, page_size, kv_heads, indptr, indices,
-                        last_page_len, num_heads, scale, split_tokens, ws_o, ws_lse);
+                        last_page_len, qo_indptr, batch, num_heads, scale, split_tokens, ws_o, ws_lse);
   }
   if (e != cudaSuccess) return e;
-  MergePartsKernel<<<dim3(num_heads, batch), kAttnThreads, 0, stream>>>(ws_o, ws_lse, splits, num_heads, head_dim,
+  MergePartsKernel<<<dim3(num_heads, rows), kAttnThreads, 0, stream>>>(ws_o, ws_lse, splits, num_heads, head_dim,
                                                                          out, lse);
   return cudaGetLastError();
 }

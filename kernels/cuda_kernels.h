@@ -69,6 +69,16 @@ absl::Status LaunchPagedDecodeAttention(const float* q, const PagedKv& kv, int b
                                         int64_t max_tokens, float* workspace, float* out, float* lse,
                                         cudaStream_t stream);
 
+// PagedPrefillAttention (cpu_kernels.h) on the device: `rows` new-token queries, those of
+// sequence b at rows [qo_indptr[b], qo_indptr[b+1]) (qo_indptr a device array), causal
+// over the sequence's cached and new tokens (their KV already placed in the pool). Same
+// parts-and-merge scheme and limits as the decode kernel, whose K/V sweep it reuses per
+// query row (no tensor cores yet: a first, correct version). Workspace:
+// DecodeWorkspaceFloats(rows, num_heads, head_dim, max_tokens).
+absl::Status LaunchPagedPrefillAttention(const float* q, const PagedKv& kv, const int32_t* qo_indptr, int batch,
+                                         int rows, int num_heads, float scale, int64_t max_tokens, float* workspace,
+                                         float* out, float* lse, cudaStream_t stream);
+
 }  // namespace strata::kernels
 
 #endif  // STRATA_KERNELS_CUDA_KERNELS_H_

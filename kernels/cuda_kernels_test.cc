@@ -273,5 +273,30 @@ TEST_F(CudaKernelsTest, PlaceKvPagedMatchesCpuWithinOneBf16Unit) {
                                                          nullptr, stream_)));
 }
 
+TEST_F(CudaKernelsTest, PagedPrefillAttentionMatchesCpu) {
+  for (int head_dim : {64, 128}) {
+    // New tokens per sequence within lengths that cross part boundaries (256 tokens).
+    const std::vector<int64_t> lengths = {7, 300, 600, 1};
+    const std::vector<int32_t> qo_indptr = {0, 7, 47, 347, 348};
+    const int kv_heads = 2, heads = 8, page_size = 16, batch = 4, rows = qo_indptr.back();
+    const test_support::PagedPool pool = test_support::RandomPagedPool(lengths, page_size, kv_heads, head_dim, 21);
+    const std::vector<float> q = RandomVector(static_cast<size_t>(rows) * heads * head_dim, 22);
+    std::vector<float> want(q.size()), want_lse(static_cast<size_t>(rows) * heads);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    PagedPrefillAttention(q.data(), pool.View(), qo_indptr.data(), batch, heads, scale, want.data(), want_lse.data());
+    DevicePool dp(pool);
+    DeviceVector<int32_t> dqo(qo_indptr);
+    DeviceVector<float> dq(q), dout{std::vector<float>(q.size(), std::nanf(""))},
+        dlse{std::vector<float>(want_lse.size(), std::nanf(""))},
+        ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(rows, heads, head_dim, 600)))};
+    ASSERT_TRUE(LaunchPagedPrefillAttention(dq.get(), dp.view, dqo.get(), batch, rows, heads, scale, 600, ws.get(),
+                                            dout.get(), dlse.get(), stream_)
+                    .ok());
+    Sync();
+    ExpectClose(dout.ToHost(), want, "prefill out head_dim " + std::to_string(head_dim));
+    ExpectClose(dlse.ToHost(), want_lse, "prefill lse head_dim " + std::to_string(head_dim));
+  }
+}
+
 }  // namespace
 }  // namespace strata::kernels

@@ -26,9 +26,9 @@ cudaError_t PlaceKvPagedAsync(const float* k_raw, const float* v, const int32_t*
 // Paged decode attention, split along the sequence (see cuda_kernels.h). Arguments validated.
 cudaError_t PagedDecodeAttentionAsync(const float* q, const uint16_t* k_pages, const uint16_t* v_pages, int page_size,
                                       int kv_heads, int head_dim, const int32_t* indptr, const int32_t* indices,
-                                      const int32_t* last_page_len, int batch, int num_heads, float scale,
-                                      int splits, int split_tokens, float* ws_o, float* ws_lse, float* out,
-                                      float* lse, cudaStream_t stream);
+                                      const int32_t* last_page_len, const int32_t* qo_indptr, int batch, int rows,
+                                      int num_heads, float scale, int splits, int split_tokens, float* ws_o,
+                                      float* ws_lse, float* out, float* lse, cudaStream_t stream);
 
 }  // namespace strata::kernels::internal
 
