@@ -4,7 +4,6 @@
 // start.
 #include <grpcpp/grpcpp.h>
 
-#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -13,20 +12,16 @@
 #include "gtest/gtest.h"
 #include "storage/testing/temp_dir.h"
 #include "strata/v1/chat.grpc.pb.h"
+#include "tests/e2e/chat_rpc.h"
 #include "tests/e2e/server_process.h"
 
 namespace strata {
 namespace {
 
-struct Turn {
-  grpc::Status status;
-  std::vector<int32_t> tokens;
-  v1::ChatDone done;
-};
+using Turn = testing::ChatTurn;
 
 Turn Chat(const std::string& target, const std::string& session, const std::vector<int32_t>& prompt,
           const std::string& message = "") {
-  auto stub = v1::ChatService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   v1::ChatRequest r;
   r.set_session_id(session);
   r.set_max_new_tokens(8);
@@ -36,17 +31,7 @@ Turn Chat(const std::string& target, const std::string& session, const std::vect
     m->set_role("user");
     m->set_content(message);
   }
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(1));
-  auto reader = stub->Chat(&ctx, r);
-  Turn t;
-  v1::ChatEvent e;
-  while (reader->Read(&e)) {
-    if (e.has_delta()) t.tokens.insert(t.tokens.end(), e.delta().token_ids().begin(), e.delta().token_ids().end());
-    if (e.has_done()) t.done = e.done();
-  }
-  t.status = reader->Finish();
-  return t;
+  return testing::RunChat(target, r);
 }
 
 engine::ModelConfig SmallQwen2() {

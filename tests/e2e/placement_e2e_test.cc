@@ -4,7 +4,6 @@
 // placement_sim predicts for the same trace, capacities and policy.
 #include <grpcpp/grpcpp.h>
 
-#include <chrono>
 #include <string>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "storage/testing/temp_dir.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "strata/v1/chat.grpc.pb.h"
+#include "tests/e2e/chat_rpc.h"
 #include "tests/e2e/server_process.h"
 
 namespace strata {
@@ -27,16 +27,11 @@ constexpr int64_t kHostBlocks = 3;
 constexpr int64_t kSsdBlocks = 6;
 
 SimTier LiveTier(const std::string& target, const std::string& session) {
-  auto stub = v1::CacheService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  v1::GetSessionRequest req;
-  req.set_session_id(session);
-  v1::SessionInfo info;
-  grpc::Status s = stub->GetSession(&ctx, req, &info);
-  if (s.error_code() == grpc::StatusCode::NOT_FOUND) return SimTier::kNone;
-  EXPECT_TRUE(s.ok()) << s.error_message();
-  if (info.tier() == v1::TIER_HOST) return SimTier::kHost;
-  if (info.tier() == v1::TIER_SSD) return SimTier::kSsd;
+  auto info = testing::GetSessionInfo(target, session);
+  if (absl::IsNotFound(info.status())) return SimTier::kNone;
+  EXPECT_TRUE(info.ok()) << info.status();
+  if (info.ok() && info->tier() == v1::TIER_HOST) return SimTier::kHost;
+  if (info.ok() && info->tier() == v1::TIER_SSD) return SimTier::kSsd;
   return SimTier::kNone;
 }
 
@@ -54,7 +49,6 @@ void ReplayAndCompare(const std::string& policy_name) {
        "--ssd_dirs=" + dir.path() + "/ssd", "--ssd_capacity_bytes=" + std::to_string(kSsdBlocks * block_bytes),
        "--placement=" + policy_name, "--fetch_or_recompute=false", "--pin_host_memory=false"});
   ASSERT_TRUE(server.ok()) << server.status();
-  auto chat = v1::ChatService::NewStub(grpc::CreateChannel((*server)->target(), grpc::InsecureChannelCredentials()));
 
   // Sessions grow by 5 new tokens and 4 answer tokens a turn: 1, then 2 blocks.
   const std::vector<std::string> order = {"A", "B", "C", "A", "D", "B", "E", "A", "C", "B", "D", "A", "E", "C"};
@@ -75,18 +69,10 @@ void ReplayAndCompare(const std::string& policy_name) {
     req.set_max_new_tokens(4);
     req.set_persist(true);
     for (int32_t t : h) req.add_token_ids(t);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(1));
-    auto reader = chat->Chat(&ctx, req);
-    v1::ChatEvent e;
-    std::vector<int32_t> answer;
-    v1::ChatDone done;
-    while (reader->Read(&e)) {
-      if (e.has_delta()) answer.insert(answer.end(), e.delta().token_ids().begin(), e.delta().token_ids().end());
-      if (e.has_done()) done = e.done();
-    }
-    grpc::Status st = reader->Finish();
-    ASSERT_TRUE(st.ok()) << st.error_message();
+    testing::ChatTurn turn = testing::RunChat((*server)->target(), req);
+    ASSERT_TRUE(turn.status.ok()) << turn.status.error_message();
+    const std::vector<int32_t>& answer = turn.tokens;
+    const v1::ChatDone& done = turn.done;
     ASSERT_TRUE(done.persisted()) << "turn " << i;
     r.context_tokens = static_cast<int64_t>(h.size());
     r.output_tokens = static_cast<int64_t>(answer.size());

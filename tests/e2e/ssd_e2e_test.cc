@@ -14,6 +14,7 @@
 #include "strata/v1/cache.grpc.pb.h"
 #include "strata/v1/chat.grpc.pb.h"
 #include "storage/testing/temp_dir.h"
+#include "tests/e2e/chat_rpc.h"
 #include "tests/e2e/server_process.h"
 
 namespace strata {
@@ -21,16 +22,10 @@ namespace {
 
 using testing::ServerProcess;
 
-struct Turn {
-  grpc::Status status;
-  std::vector<int32_t> tokens;
-  std::string text;
-  v1::ChatDone done;
-};
+using Turn = testing::ChatTurn;
 
 Turn Chat(const std::string& target, const std::string& session,
           const std::vector<std::pair<std::string, std::string>>& messages, bool persist) {
-  auto stub = v1::ChatService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   v1::ChatRequest r;
   r.set_session_id(session);
   r.set_max_new_tokens(12);
@@ -40,31 +35,11 @@ Turn Chat(const std::string& target, const std::string& session,
     m->set_role(role);
     m->set_content(content);
   }
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(2));
-  auto reader = stub->Chat(&ctx, r);
-  Turn t;
-  v1::ChatEvent e;
-  while (reader->Read(&e)) {
-    if (e.has_delta()) {
-      t.tokens.insert(t.tokens.end(), e.delta().token_ids().begin(), e.delta().token_ids().end());
-      t.text += e.delta().text();
-    }
-    if (e.has_done()) t.done = e.done();
-  }
-  t.status = reader->Finish();
-  return t;
+  return testing::RunChat(target, r);
 }
 
 absl::StatusOr<v1::SessionInfo> GetSession(const std::string& target, const std::string& session) {
-  auto stub = v1::CacheService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  v1::GetSessionRequest req;
-  req.set_session_id(session);
-  v1::SessionInfo info;
-  grpc::Status s = stub->GetSession(&ctx, req, &info);
-  if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-  return info;
+  return testing::GetSessionInfo(target, session);
 }
 
 class SsdE2eTest : public ::testing::Test {

@@ -1,0 +1,36 @@
+#include "tests/e2e/chat_rpc.h"
+
+#include <chrono>
+
+namespace strata::testing {
+
+ChatTurn RunChat(const std::string& target, const v1::ChatRequest& request) {
+  auto stub = v1::ChatService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(2));
+  auto reader = stub->Chat(&ctx, request);
+  ChatTurn t;
+  v1::ChatEvent e;
+  while (reader->Read(&e)) {
+    if (e.has_delta()) {
+      t.tokens.insert(t.tokens.end(), e.delta().token_ids().begin(), e.delta().token_ids().end());
+      t.text += e.delta().text();
+    }
+    if (e.has_done()) t.done = e.done();
+  }
+  t.status = reader->Finish();
+  return t;
+}
+
+absl::StatusOr<v1::SessionInfo> GetSessionInfo(const std::string& target, const std::string& session_id) {
+  auto stub = v1::CacheService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::GetSessionRequest req;
+  req.set_session_id(session_id);
+  v1::SessionInfo info;
+  grpc::Status s = stub->GetSession(&ctx, req, &info);
+  if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  return info;
+}
+
+}  // namespace strata::testing
