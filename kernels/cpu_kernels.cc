@@ -256,6 +256,12 @@ void RmsNorm(const float* x, const float* weight, float* y, int rows, int dim, f
   }
 }
 
+void AddRmsNorm(const float* x, float* residual, const float* weight, float* y, int rows, int dim, float eps) {
+  const int64_t n = int64_t{rows} * dim;
+  for (int64_t i = 0; i < n; ++i) residual[i] += x[i];
+  RmsNorm(residual, weight, y, rows, dim, eps);
+}
+
 void MatMulWT(const float* x, const float* w, const float* bias, float* out, int rows, int in_dim,
               int out_dim) {
 #if STRATA_X86

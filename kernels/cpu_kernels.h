@@ -35,6 +35,10 @@ namespace strata::kernels {
 // x and y are [rows][dim]; weight is [dim]. x and y may be the same buffer.
 void RmsNorm(const float* x, const float* weight, float* y, int rows, int dim, float eps);
 
+// The residual add fused with the next RmsNorm: residual += x (elementwise, [rows][dim]),
+// then y = RmsNorm(residual). y may alias x; neither may alias residual.
+void AddRmsNorm(const float* x, float* residual, const float* weight, float* y, int rows, int dim, float eps);
+
 // out[r][j] = dot(x[r], w[j]) + (bias ? bias[j] : 0)
 // x is [rows][in_dim], w is [out_dim][in_dim] row-major (the Hugging Face Linear layout),
 // bias is [out_dim] or null, out is [rows][out_dim] and must not overlap x, w or bias.

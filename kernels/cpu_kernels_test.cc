@@ -579,5 +579,21 @@ TEST(CpuKernelsTest, PlaceKvPagedRotatesKAndScattersToTheSlots) {
   }
 }
 
+TEST(CpuKernelsTest, AddRmsNormUpdatesTheResidualThenNormalisesIt) {
+  const int rows = 3, dim = 37;
+  const std::vector<float> x = RandomVector(rows * dim, 31), w = RandomVector(dim, 32);
+  std::vector<float> residual = RandomVector(rows * dim, 33), y(rows * dim);
+  std::vector<float> want_residual(rows * dim), want(rows * dim);
+  for (int i = 0; i < rows * dim; ++i) want_residual[i] = residual[i] + x[i];
+  RmsNorm(want_residual.data(), w.data(), want.data(), rows, dim, 1e-5f);
+  AddRmsNorm(x.data(), residual.data(), w.data(), y.data(), rows, dim, 1e-5f);
+  EXPECT_EQ(residual, want_residual);
+  EXPECT_EQ(y, want);
+  // In place over x.
+  std::vector<float> x2 = x, residual2 = RandomVector(rows * dim, 33);
+  AddRmsNorm(x2.data(), residual2.data(), w.data(), x2.data(), rows, dim, 1e-5f);
+  EXPECT_EQ(x2, want);
+}
+
 }  // namespace
 }  // namespace strata::kernels

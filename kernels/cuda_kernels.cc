@@ -28,6 +28,14 @@ absl::Status LaunchRmsNorm(const float* x, const float* weight, float* y, int ro
   return absl::OkStatus();
 }
 
+absl::Status LaunchAddRmsNorm(const float* x, float* residual, const float* weight, float* y, int rows, int dim,
+                              float eps, cudaStream_t stream) {
+  if (absl::Status s = CheckSizes(rows, dim); !s.ok()) return s;
+  if (rows == 0 || dim == 0) return absl::OkStatus();
+  STRATA_CUDA_RETURN_IF_ERROR(internal::AddRmsNormAsync(x, residual, weight, y, rows, dim, eps, stream));
+  return absl::OkStatus();
+}
+
 absl::Status LaunchSwiGlu(const float* gate, const float* up, float* out, int64_t n,
                           cudaStream_t stream) {
   if (absl::Status s = CheckSizes(n); !s.ok()) return s;
@@ -120,6 +128,9 @@ absl::Status LaunchRmsNorm(const float*, const float*, float*, int, int, float, 
   return NoCuda();
 }
 absl::Status LaunchSwiGlu(const float*, const float*, float*, int64_t, cudaStream_t) {
+  return NoCuda();
+}
+absl::Status LaunchAddRmsNorm(const float*, float*, const float*, float*, int, int, float, cudaStream_t) {
   return NoCuda();
 }
 absl::Status LaunchEmbed(const float*, const int32_t*, int, int, float*, cudaStream_t) {

@@ -44,6 +44,23 @@ __global__ void RmsNormKernel(const float* x, const float* __restrict__ weight, 
   for (int i = threadIdx.x; i < dim; i += kThreads) y[base + i] = (x[base + i] * inv) * weight[i];
 }
 
+// One block per row: residual += x, then y = RmsNorm(residual). Each element is updated
+// by the thread that later normalises it, and the whole row is summed before BlockSum's
+// barrier, so y may alias x.
+__global__ void AddRmsNormKernel(const float* x, float* residual, const float* __restrict__ weight, float* y, int dim,
+                                 float eps) {
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += kThreads) {
+    const float v = residual[base + i] + x[base + i];
+    residual[base + i] = v;
+    ss += v * v;
+  }
+  ss = BlockSum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+  for (int i = threadIdx.x; i < dim; i += kThreads) y[base + i] = (residual[base + i] * inv) * weight[i];
+}
+
 __global__ void SwiGluKernel(const float* gate, const float* up, float* out, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
@@ -85,6 +102,12 @@ __global__ void ApplyRopeKernel(float* x, const int32_t* __restrict__ positions,
 cudaError_t RmsNormAsync(const float* x, const float* weight, float* y, int rows, int dim,
                          float eps, cudaStream_t stream) {
   RmsNormKernel<<<rows, kThreads, 0, stream>>>(x, weight, y, dim, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t AddRmsNormAsync(const float* x, float* residual, const float* weight, float* y, int rows, int dim,
+                            float eps, cudaStream_t stream) {
+  AddRmsNormKernel<<<rows, kThreads, 0, stream>>>(x, residual, weight, y, dim, eps);
   return cudaGetLastError();
 }
 

@@ -33,6 +33,11 @@ namespace strata::kernels {
 absl::Status LaunchRmsNorm(const float* x, const float* weight, float* y, int rows, int dim,
                            float eps, cudaStream_t stream);
 
+// AddRmsNorm: residual += x, then y = RmsNorm(residual), in one pass over each row (one
+// block per row). y may alias x; neither may alias residual.
+absl::Status LaunchAddRmsNorm(const float* x, float* residual, const float* weight, float* y, int rows, int dim,
+                              float eps, cudaStream_t stream);
+
 // SwiGlu: out[i] = silu(gate[i]) * up[i] for i < n; out may be gate or up.
 absl::Status LaunchSwiGlu(const float* gate, const float* up, float* out, int64_t n,
                           cudaStream_t stream);

@@ -298,5 +298,22 @@ TEST_F(CudaKernelsTest, PagedPrefillAttentionMatchesCpu) {
   }
 }
 
+TEST_F(CudaKernelsTest, AddRmsNormMatchesCpu) {
+  for (int rows : {1, 5}) {
+    for (int dim : {37, 4096}) {
+      const std::string what = "rows " + std::to_string(rows) + " dim " + std::to_string(dim);
+      const std::vector<float> x = RandomVector(static_cast<size_t>(rows) * dim, rows + dim, -3, 3);
+      const std::vector<float> r = RandomVector(x.size(), 3 * dim, -3, 3), w = RandomVector(dim, 9);
+      std::vector<float> want_r = r, want(x.size());
+      AddRmsNorm(x.data(), want_r.data(), w.data(), want.data(), rows, dim, 1e-5f);
+      DeviceVector<float> dx(x), dr(r), dw(w);
+      ASSERT_TRUE(LaunchAddRmsNorm(dx.get(), dr.get(), dw.get(), dx.get(), rows, dim, 1e-5f, stream_).ok());
+      Sync();
+      ExpectClose(dr.ToHost(), want_r, what + " residual");
+      ExpectClose(dx.ToHost(), want, what + " y (in place over x)");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::kernels

@@ -12,6 +12,8 @@ namespace strata::kernels::internal {
 
 cudaError_t RmsNormAsync(const float* x, const float* weight, float* y, int rows, int dim,
                          float eps, cudaStream_t stream);
+cudaError_t AddRmsNormAsync(const float* x, float* residual, const float* weight, float* y, int rows, int dim,
+                            float eps, cudaStream_t stream);
 cudaError_t SwiGluAsync(const float* gate, const float* up, float* out, int64_t n,
                         cudaStream_t stream);
 cudaError_t EmbedAsync(const float* table, const int32_t* ids, int rows, int dim, float* out,
