@@ -28,6 +28,14 @@ absl::Status LaunchRmsNorm(const float* x, const float* weight, float* y, int ro
   return absl::OkStatus();
 }
 
+absl::Status LaunchArgmax(const float* logits, int rows, int vocab, int32_t* ids, cudaStream_t stream) {
+  if (absl::Status s = CheckSizes(rows, vocab); !s.ok()) return s;
+  if (rows == 0) return absl::OkStatus();
+  if (vocab == 0) return absl::InvalidArgumentError("argmax over an empty vocabulary");
+  STRATA_CUDA_RETURN_IF_ERROR(internal::ArgmaxAsync(logits, rows, vocab, ids, stream));
+  return absl::OkStatus();
+}
+
 absl::Status LaunchAddRmsNorm(const float* x, float* residual, const float* weight, float* y, int rows, int dim,
                               float eps, cudaStream_t stream) {
   if (absl::Status s = CheckSizes(rows, dim); !s.ok()) return s;
@@ -133,6 +141,7 @@ absl::Status LaunchSwiGlu(const float*, const float*, float*, int64_t, cudaStrea
 absl::Status LaunchAddRmsNorm(const float*, float*, const float*, float*, int, int, float, cudaStream_t) {
   return NoCuda();
 }
+absl::Status LaunchArgmax(const float*, int, int, int32_t*, cudaStream_t) { return NoCuda(); }
 absl::Status LaunchEmbed(const float*, const int32_t*, int, int, float*, cudaStream_t) {
   return NoCuda();
 }

@@ -44,6 +44,38 @@ __global__ void RmsNormKernel(const float* x, const float* __restrict__ weight, 
   for (int i = threadIdx.x; i < dim; i += kThreads) y[base + i] = (x[base + i] * inv) * weight[i];
 }
 
+// One block per row: each thread keeps the best (value, lowest index) of its stride, then
+// the block reduces pairs; a larger value wins, equal values go to the lower index.
+__global__ void ArgmaxKernel(const float* __restrict__ logits, int vocab, int32_t* ids) {
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  float best = -INFINITY;
+  int best_i = vocab;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float v = row[i];
+    if (v > best || (v == best && i < best_i)) {
+      best = v;
+      best_i = i;
+    }
+  }
+  __shared__ float values[kThreads];
+  __shared__ int index[kThreads];
+  values[threadIdx.x] = best;
+  index[threadIdx.x] = best_i;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half >>= 1) {
+    if (threadIdx.x < half) {
+      const float v = values[threadIdx.x + half];
+      const int i = index[threadIdx.x + half];
+      if (v > values[threadIdx.x] || (v == values[threadIdx.x] && i < index[threadIdx.x])) {
+        values[threadIdx.x] = v;
+        index[threadIdx.x] = i;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) ids[blockIdx.x] = index[0] < vocab ? index[0] : 0;
+}
+
 // One block per row: residual += x, then y = RmsNorm(residual). Each element is updated
 // by the thread that later normalises it, and the whole row is summed before BlockSum's
 // barrier, so y may alias x.
@@ -102,6 +134,11 @@ __global__ void ApplyRopeKernel(float* x, const int32_t* __restrict__ positions,
 cudaError_t RmsNormAsync(const float* x, const float* weight, float* y, int rows, int dim,
                          float eps, cudaStream_t stream) {
   RmsNormKernel<<<rows, kThreads, 0, stream>>>(x, weight, y, dim, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t ArgmaxAsync(const float* logits, int rows, int vocab, int32_t* ids, cudaStream_t stream) {
+  ArgmaxKernel<<<rows, kThreads, 0, stream>>>(logits, vocab, ids);
   return cudaGetLastError();
 }
 

@@ -33,6 +33,10 @@ namespace strata::kernels {
 absl::Status LaunchRmsNorm(const float* x, const float* weight, float* y, int rows, int dim,
                            float eps, cudaStream_t stream);
 
+// Greedy sampling on the device: ids[r] = the argmax of logits[r] ([rows][vocab], finite or
+// -inf, at least one finite), lowest index on ties: SampleToken with temperature 0.
+absl::Status LaunchArgmax(const float* logits, int rows, int vocab, int32_t* ids, cudaStream_t stream);
+
 // AddRmsNorm: residual += x, then y = RmsNorm(residual), in one pass over each row (one
 // block per row). y may alias x; neither may alias residual.
 absl::Status LaunchAddRmsNorm(const float* x, float* residual, const float* weight, float* y, int rows, int dim,

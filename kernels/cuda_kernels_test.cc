@@ -315,5 +315,24 @@ TEST_F(CudaKernelsTest, AddRmsNormMatchesCpu) {
   }
 }
 
+TEST_F(CudaKernelsTest, ArgmaxMatchesGreedySampling) {
+  const int rows = 6, vocab = 128256;
+  std::vector<float> logits = RandomVector(static_cast<size_t>(rows) * vocab, 41, -10, 10);
+  // Row 1: a tie between two indices (the lower wins); row 2: -inf everywhere but one.
+  logits[1 * vocab + 500] = 50.0f;
+  logits[1 * vocab + 90000] = 50.0f;
+  for (int i = 0; i < vocab; ++i) logits[2 * vocab + i] = -INFINITY;
+  logits[2 * vocab + vocab - 1] = -3.0f;
+  std::vector<int32_t> want(rows);
+  for (int r = 0; r < rows; ++r) want[r] = SampleToken(logits.data() + int64_t{r} * vocab, vocab, 0.0f, 1.0f, 0.0);
+  DeviceVector<float> dl(logits);
+  DeviceVector<int32_t> ids{std::vector<int32_t>(rows, -1)};
+  ASSERT_TRUE(LaunchArgmax(dl.get(), rows, vocab, ids.get(), stream_).ok());
+  Sync();
+  EXPECT_EQ(ids.ToHost(), want);
+  EXPECT_EQ(want[1], 500);
+  EXPECT_EQ(want[2], vocab - 1);
+}
+
 }  // namespace
 }  // namespace strata::kernels

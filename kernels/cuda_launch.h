@@ -12,6 +12,7 @@ namespace strata::kernels::internal {
 
 cudaError_t RmsNormAsync(const float* x, const float* weight, float* y, int rows, int dim,
                          float eps, cudaStream_t stream);
+cudaError_t ArgmaxAsync(const float* logits, int rows, int vocab, int32_t* ids, cudaStream_t stream);
 cudaError_t AddRmsNormAsync(const float* x, float* residual, const float* weight, float* y, int rows, int dim,
                             float eps, cudaStream_t stream);
 cudaError_t SwiGluAsync(const float* gate, const float* up, float* out, int64_t n,
