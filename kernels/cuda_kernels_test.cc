@@ -8,12 +8,14 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/cuda_check.h"
+#include "kernels/cuda_gemm.h"
 #include "kernels/testing/paged_pool.h"
 
 namespace strata::kernels {
@@ -332,6 +334,31 @@ TEST_F(CudaKernelsTest, ArgmaxMatchesGreedySampling) {
   EXPECT_EQ(ids.ToHost(), want);
   EXPECT_EQ(want[1], 500);
   EXPECT_EQ(want[2], vocab - 1);
+}
+
+TEST_F(CudaKernelsTest, MatMulBf16MatchesCpu) {
+  for (auto [rows, in_dim, out_dim] : {std::tuple{1, 64, 96}, {7, 4096, 1024}, {64, 512, 4096}}) {
+    const std::string what = std::to_string(rows) + "x" + std::to_string(in_dim) + "x" + std::to_string(out_dim);
+    std::mt19937 gen(rows + in_dim);
+    std::vector<uint16_t> x(static_cast<size_t>(rows) * in_dim), w(static_cast<size_t>(out_dim) * in_dim);
+    for (uint16_t& v : x) v = test_support::RandomBf16(gen);
+    for (uint16_t& v : w) v = test_support::RandomBf16(gen);
+    std::vector<float> want(static_cast<size_t>(rows) * out_dim);
+    MatMulBf16(x.data(), w.data(), want.data(), rows, in_dim, out_dim);
+    DeviceVector<uint16_t> dx(x), dw(w);
+    DeviceVector<float> dout{std::vector<float>(want.size(), std::nanf(""))};
+    ASSERT_TRUE(LaunchMatMulBf16(dx.get(), dw.get(), dout.get(), rows, in_dim, out_dim, stream_).ok());
+    Sync();
+    // fp32 sums of exact products in another order: relative to the sum's scale.
+    const std::vector<float> got = dout.ToHost();
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_FALSE(std::isnan(got[i])) << what << " element " << i << " not written";
+      worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]) / std::sqrt(static_cast<double>(in_dim)));
+    }
+    EXPECT_LT(worst, 1e-4) << what;
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(LaunchMatMulBf16(nullptr, nullptr, nullptr, 0, 1, 1, stream_)));
 }
 
 }  // namespace
