@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -39,12 +40,18 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(const std:
   std::call_once(init, [] { mg_init_library(0); });
   const char* options[] = {"listening_ports", address.c_str(), "num_threads", "2", nullptr};
   mg_callbacks callbacks{};
-  // civetweb logs bind failures through this callback; the status below says it instead.
-  callbacks.log_message = [](const mg_connection*, const char*) { return 1; };
+  // civetweb logs why a start failed through this callback (on this thread, inside
+  // mg_start); the status below says it instead of a log line.
+  static thread_local std::string start_error;
+  start_error.clear();
+  callbacks.log_message = [](const mg_connection*, const char* message) {
+    start_error = message;
+    return 1;
+  };
   mg_context* ctx = mg_start(&callbacks, nullptr, options);
   if (ctx == nullptr) {
-    return absl::UnavailableError(absl::StrCat("cannot serve /metrics on ", address,
-                                               " (address in use or invalid)"));
+    return absl::UnavailableError(absl::StrCat("cannot serve /metrics on ", address, ": ",
+                                               start_error.empty() ? "address in use or invalid" : start_error));
   }
   mg_set_request_handler(ctx, "/metrics$", HandleMetrics, const_cast<Registry*>(registry));
   mg_set_request_handler(ctx, "/", HandleNotFound, nullptr);

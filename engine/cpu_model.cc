@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cpu_kernels.h"
 
 namespace strata::engine {
@@ -35,12 +36,74 @@ void CpuModel::PlaceLoadedKv(SequenceKv& kv, int layer, int64_t pos, const float
   kernels::ApplyRope(k, &p, 1, c.num_kv_heads, c.head_dim, inv_freq_.data());
 }
 
-void CpuModel::Forward(absl::Span<const ForwardEntry> batch) {
+absl::StatusOr<std::unique_ptr<SequenceState>> CpuModel::NewSequence(int64_t capacity_tokens) {
+  if (capacity_tokens <= 0 || capacity_tokens > config().max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("a sequence of ", capacity_tokens, " tokens does not fit the context of ",
+                                                   config().max_context));
+  }
+  return std::make_unique<SequenceKv>(config().num_layers, config().kv_dim(), capacity_tokens);
+}
+
+namespace {
+
+absl::Status CheckRows(const ModelBackend& m, const SequenceKv& kv, int64_t begin, int count, size_t payload_bytes,
+                       const storage::ChunkLayout& layout) {
+  if (layout.layers != m.config().num_layers || layout.row_bytes != m.kv_row_bytes() || count < 0 ||
+      count > layout.chunk_tokens || begin < 0 || begin + count > kv.capacity() ||
+      static_cast<int64_t>(payload_bytes) < layout.PayloadBytes()) {
+    return absl::InvalidArgumentError("stored KV rows do not fit this model or sequence");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CpuModel::LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                              const storage::ChunkLayout& layout) {
+  auto* kv = dynamic_cast<SequenceKv*>(&seq);
+  if (kv == nullptr) return absl::InvalidArgumentError("a sequence of another backend");
+  if (absl::Status s = CheckRows(*this, *kv, begin, count, payload.size(), layout); !s.ok()) return s;
+  for (int i = 0; i < count; ++i) {
+    for (int l = 0; l < config().num_layers; ++l) {
+      const auto* k = reinterpret_cast<const float*>(payload.data() + layout.RowOffset(l, 0, i));
+      const auto* v = reinterpret_cast<const float*>(payload.data() + layout.RowOffset(l, 1, i));
+      PlaceLoadedKv(*kv, l, begin + i, k, v);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuModel::SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+                              const storage::ChunkLayout& layout) {
+  const auto* kv = dynamic_cast<const SequenceKv*>(&seq);
+  if (kv == nullptr) return absl::InvalidArgumentError("a sequence of another backend");
+  if (absl::Status s = CheckRows(*this, *kv, begin, count, payload.size(), layout); !s.ok()) return s;
+  const size_t row = static_cast<size_t>(layout.row_bytes);
+  for (int l = 0; l < config().num_layers; ++l) {
+    for (int i = 0; i < count; ++i) {
+      std::memcpy(payload.data() + layout.RowOffset(l, 0, i), kv->k_raw(l, begin + i), row);
+      std::memcpy(payload.data() + layout.RowOffset(l, 1, i), kv->v(l, begin + i), row);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuModel::Forward(absl::Span<const ForwardEntry> batch) {
   const ModelConfig& c = config();
   const int hidden = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.intermediate_size;
   int64_t rows = 0;
-  for (const ForwardEntry& e : batch) rows += static_cast<int64_t>(e.tokens.size());
-  if (rows == 0) return;
+  std::vector<SequenceKv*> kvs;
+  kvs.reserve(batch.size());
+  for (const ForwardEntry& e : batch) {
+    auto* kv = dynamic_cast<SequenceKv*>(e.seq);
+    if (kv == nullptr) return absl::InvalidArgumentError("a sequence of another backend");
+    if (e.start_pos < 0 || e.start_pos + static_cast<int64_t>(e.tokens.size()) > kv->capacity()) {
+      return absl::InvalidArgumentError("tokens past the sequence's capacity");
+    }
+    kvs.push_back(kv);
+    rows += static_cast<int64_t>(e.tokens.size());
+  }
+  if (rows == 0) return absl::OkStatus();
   Grow(x_, rows * hidden);
   Grow(h_, rows * hidden);
   Grow(q_, rows * qd);
@@ -72,25 +135,28 @@ void CpuModel::Forward(absl::Span<const ForwardEntry> batch) {
     kernels::MatMulWT(h_.data(), w.wv, w.bv, v_.data(), r, hidden, kvd);
     // K before RoPE is what the session cache keeps; then rotate q and k in place.
     int64_t row = 0;
-    for (const ForwardEntry& e : batch) {
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const ForwardEntry& e = batch[b];
       for (size_t i = 0; i < e.tokens.size(); ++i, ++row) {
         int64_t pos = e.start_pos + static_cast<int64_t>(i);
-        std::memcpy(e.kv->k_raw(l, pos), k_.data() + row * kvd, kvd * sizeof(float));
-        std::memcpy(e.kv->v(l, pos), v_.data() + row * kvd, kvd * sizeof(float));
+        std::memcpy(kvs[b]->k_raw(l, pos), k_.data() + row * kvd, kvd * sizeof(float));
+        std::memcpy(kvs[b]->v(l, pos), v_.data() + row * kvd, kvd * sizeof(float));
       }
     }
     kernels::ApplyRope(q_.data(), positions_.data(), r, c.num_heads, c.head_dim, inv_freq_.data());
     kernels::ApplyRope(k_.data(), positions_.data(), r, c.num_kv_heads, c.head_dim, inv_freq_.data());
     row = 0;
-    for (const ForwardEntry& e : batch) {
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const ForwardEntry& e = batch[b];
+      SequenceKv* kv = kvs[b];
       const int n = static_cast<int>(e.tokens.size());
       for (int i = 0; i < n; ++i) {
-        std::memcpy(e.kv->k_rot(l, e.start_pos + i), k_.data() + (row + i) * kvd, kvd * sizeof(float));
+        std::memcpy(kv->k_rot(l, e.start_pos + i), k_.data() + (row + i) * kvd, kvd * sizeof(float));
       }
       kernels::AttentionParams p{};
       p.q = q_.data() + row * qd;
-      p.k = e.kv->k_rot(l, 0);
-      p.v = e.kv->v(l, 0);
+      p.k = kv->k_rot(l, 0);
+      p.v = kv->v(l, 0);
       p.out = attn_.data() + row * qd;
       p.lse = nullptr;
       p.num_queries = n;
@@ -118,11 +184,18 @@ void CpuModel::Forward(absl::Span<const ForwardEntry> batch) {
   int64_t row = 0;
   for (const ForwardEntry& e : batch) {
     row += static_cast<int64_t>(e.tokens.size());
-    if (e.logits == nullptr) continue;
+    if (e.logits == nullptr && e.greedy == nullptr) continue;
     float* last = h_.data();
     kernels::RmsNorm(x + (row - 1) * hidden, weights_.final_norm(), last, 1, hidden, c.rms_norm_eps);
-    kernels::MatMulWT(last, weights_.lm_head(), nullptr, e.logits, 1, hidden, c.vocab_size);
+    float* logits = e.logits;
+    if (logits == nullptr) {
+      Grow(logits_, c.vocab_size);
+      logits = logits_.data();
+    }
+    kernels::MatMulWT(last, weights_.lm_head(), nullptr, logits, 1, hidden, c.vocab_size);
+    if (e.greedy != nullptr) *e.greedy = kernels::SampleToken(logits, c.vocab_size, 0.0f, 1.0f, 0.0);
   }
+  return absl::OkStatus();
 }
 
 }  // namespace strata::engine

@@ -12,29 +12,30 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "engine/model_backend.h"
 #include "engine/model_weights.h"
 #include "engine/sequence_kv.h"
 
 namespace strata::engine {
 
-// One sequence's share of a forward step: `tokens` sit at positions
-// [start_pos, start_pos + tokens.size()); the KV of [0, start_pos) is already in `kv`.
-struct ForwardEntry {
-  SequenceKv* kv;
-  int64_t start_pos;
-  absl::Span<const int32_t> tokens;
-  float* logits;  // if non-null: receives [vocab] logits of the last token
-};
-
-class CpuModel {
+// The CPU backend: fp32 weights and KV; stores fp32 K/V rows. Its sequences are
+// SequenceKv (contiguous per sequence, allocated on demand: NewSequence never runs out).
+class CpuModel final : public ModelBackend {
  public:
   explicit CpuModel(ModelWeights weights);
 
-  const ModelConfig& config() const { return weights_.config(); }
+  const ModelConfig& config() const override { return weights_.config(); }
+  std::string name() const override { return "cpu"; }
+  uint64_t fingerprint() const override { return weights_.fingerprint(); }
+  int64_t kv_row_bytes() const override { return int64_t{config().kv_dim()} * 4; }
   const ModelWeights& weights() const { return weights_; }
 
-  // Runs one step over all entries; not thread-safe (one engine loop calls it).
-  void Forward(absl::Span<const ForwardEntry> batch);
+  absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity_tokens) override;
+  absl::Status Forward(absl::Span<const ForwardEntry> batch) override;
+  absl::Status LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                      const storage::ChunkLayout& layout) override;
+  absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+                      const storage::ChunkLayout& layout) override;
 
   // Places stored, position-free KV of one token into `kv` at `pos`: copies K before
   // RoPE and V, and writes K rotated for `pos`.
@@ -45,7 +46,7 @@ class CpuModel {
   ModelWeights weights_;
   std::vector<float> inv_freq_;
   // Step workspaces, grown to the largest step seen.
-  std::vector<float> x_, h_, q_, k_, v_, attn_, proj_, gate_, up_;
+  std::vector<float> x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, logits_;
   std::vector<int32_t> positions_;
 };
 

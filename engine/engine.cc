@@ -50,13 +50,14 @@ struct Engine::Running {
   TurnRequest request;
   std::shared_ptr<TurnStream> stream;
   std::string session_key;
-  std::unique_ptr<SequenceKv> kv;
+  std::unique_ptr<SequenceState> seq;  // null once the turn has ended
   std::vector<int32_t> tokens;  // prompt, then every generated token
   int64_t computed = 0;         // tokens whose KV is in kv: [0, computed)
   int64_t reused = 0;           // of those, loaded from the session cache
   storage::Tier tier = storage::Tier::kNone;
   int64_t generated = 0;
-  std::vector<float> logits;
+  std::vector<float> logits;  // when sampling with a temperature
+  int32_t greedy = -1;        // otherwise: the step's argmax
   SplitMix64 rng{0};
   Utf8StreamDecoder utf8;
   StopStringFilter stop_filter{{}};
@@ -79,7 +80,7 @@ storage::ChunkLayout Engine::ChunkLayoutFor(const ModelConfig& config, int chunk
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
-                                                       std::unique_ptr<CpuModel> model,
+                                                       std::unique_ptr<ModelBackend> model,
                                                        const Tokenizer* tokenizer,
                                                        storage::SessionStore* store,
                                                        metrics::Registry* registry) {
@@ -92,7 +93,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
                                                    ") exceeds the model's (", model->config().vocab_size, ")"));
   }
   if (store != nullptr) {
-    storage::ChunkLayout want = ChunkLayoutFor(model->config(), store->layout().chunk_tokens);
+    storage::ChunkLayout want = engine::ChunkLayoutFor(*model, store->layout().chunk_tokens);
     if (!(store->layout() == want)) {
       return absl::InvalidArgumentError("session store chunk layout does not fit the model");
     }
@@ -100,7 +101,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   return std::unique_ptr<Engine>(new Engine(options, std::move(model), tokenizer, store, registry));
 }
 
-Engine::Engine(const EngineOptions& options, std::unique_ptr<CpuModel> model,
+Engine::Engine(const EngineOptions& options, std::unique_ptr<ModelBackend> model,
                const Tokenizer* tokenizer, storage::SessionStore* store,
                metrics::Registry* registry)
     : options_(options), model_(std::move(model)), tokenizer_(tokenizer), store_(store) {
@@ -262,35 +263,45 @@ void Engine::StartPromotions(std::vector<Promotion> promote) {
   }
 }
 
-std::unique_ptr<Engine::Running> Engine::Start(Queued queued) {
+std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
+  const ModelConfig& c = config();
+  const int64_t capacity = static_cast<int64_t>(queued.request.prompt.size()) + queued.request.max_new_tokens;
+  auto seq = model_->NewSequence(capacity);
+  if (!seq.ok()) {
+    if (absl::IsResourceExhausted(seq.status()) && !running_.empty()) return nullptr;  // waits for room
+    queued.stream->Fail(seq.status());
+    queued.stream.reset();  // ended: not to be queued again
+    MutexLock lock(&mu_);
+    active_sessions_.erase(SessionMapKey(queued.request.key));
+    return nullptr;
+  }
   auto r = std::make_unique<Running>();
+  r->seq = *std::move(seq);
   r->request = std::move(queued.request);
   r->stream = std::move(queued.stream);
   r->session_key = SessionMapKey(r->request.key);
   r->tokens = r->request.prompt;
   r->rng = SplitMix64(r->request.sampling.seed);
   r->stop_filter = StopStringFilter(r->request.stop);
-  const ModelConfig& c = config();
   const int64_t prompt = static_cast<int64_t>(r->tokens.size());
-  r->kv = std::make_unique<SequenceKv>(c.num_layers, c.kv_dim(), prompt + r->request.max_new_tokens);
-  r->logits.resize(static_cast<size_t>(c.vocab_size));
+  if (r->request.sampling.temperature > 0) r->logits.resize(static_cast<size_t>(c.vocab_size));
   if (store_ != nullptr && !queued.recompute) {
     if (metrics_) metrics_->lookups.Increment();
     // At least the last prompt token is computed: its logits give the first new token.
     storage::PrefixMatch match = store_->Match(r->request.key, r->tokens, prompt - 1);
     if (match.tokens > 0) {
       const storage::ChunkLayout& layout = store_->layout();
+      // Chunks arrive in order; a chunk the backend cannot place ends the reuse there.
+      int64_t placed = 0;
+      absl::Status load_status;
       auto read = store_->Read(r->request.key, match.tokens,
                                [&](int64_t begin, int count, absl::Span<const std::byte> payload) {
-        for (int i = 0; i < count; ++i) {
-          for (int l = 0; l < c.num_layers; ++l) {
-            const auto* k = reinterpret_cast<const float*>(payload.data() + layout.RowOffset(l, 0, i));
-            const auto* v = reinterpret_cast<const float*>(payload.data() + layout.RowOffset(l, 1, i));
-            model_->PlaceLoadedKv(*r->kv, l, begin + i, k, v);
-          }
-        }
+        if (!load_status.ok() || begin != placed) return;
+        load_status = model_->LoadKv(*r->seq, begin, count, payload, layout);
+        if (load_status.ok()) placed = begin + count;
       });
-      r->reused = read.ok() ? *read : 0;
+      if (!load_status.ok()) LOG(WARNING) << "placing cached KV failed, recomputing from there: " << load_status;
+      r->reused = read.ok() ? std::min(*read, placed) : 0;
       if (r->reused > 0) {
         r->tier = queued.promoted ? storage::Tier::kSsd : match.tier;
         if (metrics_) metrics_->hits->WithLabels({{"tier", storage::TierName(r->tier)}}).Increment();
@@ -328,11 +339,33 @@ void Engine::Loop() {
     }
     StartPromotions(std::move(promote));
     PublishLookAhead();
-    for (Queued& q : admitted) running_.push_back(Start(std::move(q)));
+    std::vector<Queued> waiting;
+    for (Queued& q : admitted) {
+      if (!waiting.empty()) {
+        waiting.push_back(std::move(q));  // keeps the queue's order
+        continue;
+      }
+      std::unique_ptr<Running> r = Start(q);
+      if (r != nullptr) {
+        running_.push_back(std::move(r));
+      } else if (q.stream != nullptr) {
+        waiting.push_back(std::move(q));  // no KV memory for it yet
+      }
+    }
+    if (!waiting.empty()) Requeue(std::move(waiting));
     Step();
   }
   for (auto& r : running_) r->stream->Fail(absl::UnavailableError("the server is shutting down"));
   running_.clear();
+}
+
+void Engine::Requeue(std::vector<Queued> turns) {
+  MutexLock lock(&mu_);
+  for (auto it = turns.rbegin(); it != turns.rend(); ++it) {
+    active_sessions_.erase(SessionMapKey(it->request.key));
+    queue_.push_front(std::move(*it));
+  }
+  lookahead_changed_ = true;
 }
 
 void Engine::Step() {
@@ -340,7 +373,7 @@ void Engine::Step() {
   for (auto& r : running_) {
     if (r->stream->cancelled()) End(*r, FinishReason::kCancelled);
   }
-  std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->kv == nullptr; });
+  std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->seq == nullptr; });
   if (running_.empty()) return;
 
   // Decodes first (one token each), then prompt chunks within the step's token budget.
@@ -357,9 +390,11 @@ void Engine::Step() {
       budget -= n;
       r.step_tokens = n;
       const bool last = r.computed + n == static_cast<int64_t>(r.tokens.size());
-      batch.push_back(ForwardEntry{r.kv.get(), r.computed,
+      const bool sample = r.request.sampling.temperature > 0;
+      batch.push_back(ForwardEntry{r.seq.get(), r.computed,
                                    absl::Span<const int32_t>(r.tokens.data() + r.computed, n),
-                                   last ? r.logits.data() : nullptr});
+                                   last && sample ? r.logits.data() : nullptr,
+                                   last && !sample ? &r.greedy : nullptr});
       in_batch.push_back(&r);
     }
   }
@@ -368,7 +403,18 @@ void Engine::Step() {
     if (r->computed < static_cast<int64_t>(r->request.prompt.size())) prefill_tokens += r->step_tokens;
   }
   const absl::Time step_start = absl::Now();
-  model_->Forward(batch);
+  if (absl::Status s = model_->Forward(batch); !s.ok()) {
+    // A backend fault: the turns in the step cannot go on; nothing of them is saved.
+    LOG(ERROR) << "forward step failed: " << s;
+    for (Running* r : in_batch) {
+      r->stream->Fail(absl::InternalError(absl::StrCat("the model step failed: ", s.message())));
+      r->seq.reset();
+      MutexLock lock(&mu_);
+      active_sessions_.erase(r->session_key);
+    }
+    std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->seq == nullptr; });
+    return;
+  }
   const double step_seconds = absl::ToDoubleSeconds(absl::Now() - step_start);
   {
     MutexLock lock(&mu_);
@@ -388,13 +434,14 @@ void Engine::Step() {
     r->computed += r->step_tokens;
     if (r->computed == static_cast<int64_t>(r->tokens.size())) AfterStep(*r);
   }
-  std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->kv == nullptr; });
+  std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->seq == nullptr; });
 }
 
 bool Engine::AfterStep(Running& r) {
   const SamplingOptions& s = r.request.sampling;
-  const int32_t token = kernels::SampleToken(r.logits.data(), config().vocab_size, s.temperature,
-                                             s.top_p, s.temperature > 0 ? r.rng.Uniform() : 0.0);
+  const int32_t token = s.temperature > 0 ? kernels::SampleToken(r.logits.data(), config().vocab_size,
+                                                                 s.temperature, s.top_p, r.rng.Uniform())
+                                          : r.greedy;
   ++r.generated;
   if (metrics_) metrics_->generated.Increment();
   if (!r.first_token_sent) {
@@ -421,18 +468,18 @@ bool Engine::AfterStep(Running& r) {
 void Engine::End(Running& r, FinishReason reason) {
   if (store_ != nullptr && r.computed > 0) {
     const storage::ChunkLayout& layout = store_->layout();
-    const ModelConfig& c = config();
-    const size_t row = static_cast<size_t>(layout.row_bytes);
+    absl::Status fill_status;
     absl::Status saved = store_->Save(
         r.request.key, absl::Span<const int32_t>(r.tokens.data(), static_cast<size_t>(r.computed)),
         r.reused, [&](int64_t begin, int count, absl::Span<std::byte> payload) {
-          for (int l = 0; l < c.num_layers; ++l) {
-            for (int i = 0; i < count; ++i) {
-              std::memcpy(payload.data() + layout.RowOffset(l, 0, i), r.kv->k_raw(l, begin + i), row);
-              std::memcpy(payload.data() + layout.RowOffset(l, 1, i), r.kv->v(l, begin + i), row);
-            }
-          }
+          absl::Status s = model_->SaveKv(*r.seq, begin, count, payload, layout);
+          if (fill_status.ok()) fill_status = s;
         });
+    if (!fill_status.ok()) {
+      // The chunks may hold garbage: the session must not be served from them.
+      LOG(WARNING) << "copying KV to the session cache failed; dropping the session: " << fill_status;
+      (void)store_->Drop(r.request.key);
+    }
     if (!saved.ok() && !absl::IsResourceExhausted(saved)) {
       LOG(WARNING) << "session cache save failed: " << saved;
     }
@@ -450,7 +497,7 @@ void Engine::End(Running& r, FinishReason reason) {
   } else {
     r.stream->Finish(result);
   }
-  r.kv.reset();  // marks the turn as ended for the step's clean-up
+  r.seq.reset();  // marks the turn as ended for the step's clean-up
   MutexLock lock(&mu_);
   active_sessions_.erase(r.session_key);
 }

@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
 #include "base/metrics.h"
-#include "engine/cpu_model.h"
+#include "engine/model_backend.h"
 #include "engine/tokenizer.h"
 #include "engine/turn.h"
 #include "storage/session_store.h"
@@ -57,7 +57,7 @@ class Engine {
   // InvalidArgument when the options do not validate or the store's chunk layout does
   // not fit the model.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options,
-                                                        std::unique_ptr<CpuModel> model,
+                                                        std::unique_ptr<ModelBackend> model,
                                                         const Tokenizer* tokenizer,
                                                         storage::SessionStore* store,
                                                         metrics::Registry* registry);
@@ -72,9 +72,10 @@ class Engine {
   absl::StatusOr<std::shared_ptr<TurnStream>> Submit(TurnRequest request);
 
   const ModelConfig& config() const { return model_->config(); }
-  const CpuModel& model() const { return *model_; }
+  const ModelBackend& model() const { return *model_; }
   EngineStats Stats() const;
-  // The chunk layout the session cache must use for this model (fp32 K/V rows).
+  // The chunk layout the session cache must use for this model on the CPU backend (fp32
+  // K/V rows); engine::ChunkLayoutFor(backend, ...) gives any backend's.
   static storage::ChunkLayout ChunkLayoutFor(const ModelConfig& config, int chunk_tokens);
 
  private:
@@ -95,7 +96,7 @@ class Engine {
   struct Running;
   struct Metrics;
 
-  Engine(const EngineOptions& options, std::unique_ptr<CpuModel> model, const Tokenizer* tokenizer,
+  Engine(const EngineOptions& options, std::unique_ptr<ModelBackend> model, const Tokenizer* tokenizer,
          storage::SessionStore* store, metrics::Registry* registry);
   static std::string SessionMapKey(const storage::SessionKey& key);
   void Loop();
@@ -105,14 +106,18 @@ class Engine {
   void StartPromotions(std::vector<Promotion> promote);
   // Tells the store the waiting queue (the look-ahead of scheduler-aware placement).
   void PublishLookAhead();
-  std::unique_ptr<Running> Start(Queued queued);
+  // Starts a turn: its sequence, and its cached prefix loaded. When the backend has no
+  // KV memory for it now, returns null and hands the turn back in `queued`.
+  std::unique_ptr<Running> Start(Queued& queued);
+  // Puts turns that could not start back at the head of the queue, in order.
+  void Requeue(std::vector<Queued> turns);
   void Step();
   // Samples after a step; returns true when the turn has ended.
   bool AfterStep(Running& r);
   void End(Running& r, FinishReason reason);
 
   const EngineOptions options_;
-  std::unique_ptr<CpuModel> model_;
+  std::unique_ptr<ModelBackend> model_;
   const Tokenizer* tokenizer_;
   storage::SessionStore* store_;
   std::unique_ptr<Metrics> metrics_;

@@ -1,3 +1,4 @@
+#include "engine/cpu_model.h"
 #include "engine/engine.h"
 
 #include <atomic>
@@ -84,6 +85,103 @@ class EngineTest : public ::testing::Test {
   std::unique_ptr<storage::SessionStore> store_;
   std::unique_ptr<Engine> engine_;
 };
+
+// A CPU backend whose KV memory holds at most `limit` sequences and `max_tokens` tokens
+// each, as a GPU pool does: NewSequence says ResourceExhausted past that.
+class LimitedBackend final : public ModelBackend {
+ public:
+  LimitedBackend(std::unique_ptr<CpuModel> inner, int limit, int64_t max_tokens)
+      : inner_(std::move(inner)), limit_(limit), max_tokens_(max_tokens) {}
+  const ModelConfig& config() const override { return inner_->config(); }
+  std::string name() const override { return "limited-cpu"; }
+  uint64_t fingerprint() const override { return inner_->fingerprint(); }
+  int64_t kv_row_bytes() const override { return inner_->kv_row_bytes(); }
+  absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity) override {
+    if (*live_ >= limit_ || capacity > max_tokens_) return absl::ResourceExhaustedError("KV memory is full");
+    auto seq = inner_->NewSequence(capacity);
+    if (!seq.ok()) return seq.status();
+    ++*live_;
+    *peak_ = std::max(*peak_, *live_);
+    return std::unique_ptr<SequenceState>(std::make_unique<Seq>(*std::move(seq), live_));
+  }
+  absl::Status Forward(absl::Span<const ForwardEntry> batch) override {
+    std::vector<ForwardEntry> inner(batch.begin(), batch.end());
+    for (ForwardEntry& e : inner) e.seq = static_cast<Seq*>(e.seq)->inner.get();
+    return inner_->Forward(inner);
+  }
+  absl::Status LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                      const storage::ChunkLayout& layout) override {
+    return inner_->LoadKv(*static_cast<Seq&>(seq).inner, begin, count, payload, layout);
+  }
+  absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+                      const storage::ChunkLayout& layout) override {
+    return inner_->SaveKv(*static_cast<const Seq&>(seq).inner, begin, count, payload, layout);
+  }
+  std::shared_ptr<int> peak() const { return peak_; }
+
+ private:
+  struct Seq : SequenceState {
+    Seq(std::unique_ptr<SequenceState> s, std::shared_ptr<int> live) : inner(std::move(s)), live(std::move(live)) {}
+    ~Seq() override { --*live; }
+    std::unique_ptr<SequenceState> inner;
+    std::shared_ptr<int> live;
+  };
+  std::unique_ptr<CpuModel> inner_;
+  int limit_;
+  int64_t max_tokens_;
+  std::shared_ptr<int> live_ = std::make_shared<int>(0);
+  std::shared_ptr<int> peak_ = std::make_shared<int>(0);
+};
+
+TEST(EngineKvMemoryTest, TurnsWaitForKvMemoryAndAnswerAsWithout) {
+  ByteTokenizer tokenizer;
+  auto run = [&](int limit, std::shared_ptr<int>* peak) {
+    auto backend = std::make_unique<LimitedBackend>(
+        std::make_unique<CpuModel>(ModelWeights::Random(SmallConfig(), 99, tokenizer.SilentTokens())), limit, 512);
+    if (peak != nullptr) *peak = backend->peak();
+    auto engine = *Engine::Create({}, std::move(backend), &tokenizer, nullptr, nullptr);
+    std::vector<std::shared_ptr<TurnStream>> streams;
+    for (int i = 0; i < 6; ++i) {
+      TurnRequest r;
+      r.key = {"t", "s" + std::to_string(i)};
+      r.prompt = *tokenizer.RenderChat({{"user", "question " + std::to_string(i)}});
+      r.max_new_tokens = 10;
+      streams.push_back(*engine->Submit(std::move(r)));
+    }
+    std::vector<std::vector<int32_t>> answers;
+    for (auto& s : streams) {
+      TurnOutput out = Collect(s);
+      EXPECT_TRUE(out.status.ok()) << out.status;
+      answers.push_back(out.tokens);
+    }
+    return answers;
+  };
+  std::shared_ptr<int> peak;
+  auto limited = run(2, &peak);
+  EXPECT_EQ(*peak, 2) << "at most two sequences held at once";
+  EXPECT_EQ(limited, run(100, nullptr)) << "turns that waited for KV memory answer as without the limit";
+}
+
+TEST(EngineKvMemoryTest, ATurnThatCanNeverFitFailsWithResourceExhausted) {
+  ByteTokenizer tokenizer;
+  auto engine = *Engine::Create(
+      {},
+      std::make_unique<LimitedBackend>(
+          std::make_unique<CpuModel>(ModelWeights::Random(SmallConfig(), 99, tokenizer.SilentTokens())), 4, 64),
+      &tokenizer, nullptr, nullptr);
+  TurnRequest r;
+  r.key = {"t", "big"};
+  r.prompt = *tokenizer.RenderChat({{"user", "hello"}});
+  r.max_new_tokens = 100;  // prompt + 100 > 64 tokens: never fits
+  TurnOutput out = Collect(*engine->Submit(std::move(r)));
+  EXPECT_TRUE(absl::IsResourceExhausted(out.status)) << out.status;
+  // The session is not left stuck.
+  TurnRequest small;
+  small.key = {"t", "big"};
+  small.prompt = *tokenizer.RenderChat({{"user", "hi"}});
+  small.max_new_tokens = 4;
+  EXPECT_TRUE(Collect(*engine->Submit(std::move(small))).status.ok());
+}
 
 TEST_F(EngineTest, LaterTurnsComputeOnlyNewTokens) {
   Build(/*cache=*/true);

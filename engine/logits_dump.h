@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model_weights.h"
+#include "engine/model_backend.h"
 
 namespace strata::engine {
 
@@ -17,7 +17,8 @@ namespace strata::engine {
 // "prefill", the last token's logits with the whole sequence as one prefill. Returns
 // {"fingerprint": hex, "vocab_size": V, "sequences": [{"tokens", "steps", "prefill"}]}.
 // InvalidArgument for an empty sequence or a token outside the vocabulary.
-absl::StatusOr<std::string> DumpLogits(ModelWeights weights, const std::vector<std::vector<int32_t>>& sequences);
+// Errors: the backend's (NewSequence, Forward).
+absl::StatusOr<std::string> DumpLogits(ModelBackend& model, const std::vector<std::vector<int32_t>>& sequences);
 
 }  // namespace strata::engine
 

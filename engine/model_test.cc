@@ -91,7 +91,7 @@ TEST(CpuModelTest, SplitPrefillAndDecodeEqualOneShotPrefill) {
   SequenceKv whole(c.num_layers, c.kv_dim(), 32);
   std::vector<float> logits_whole(c.vocab_size);
   ForwardEntry e{&whole, 0, prompt, logits_whole.data()};
-  model.Forward({&e, 1});
+  ASSERT_TRUE(model.Forward({&e, 1}).ok());
 
   SequenceKv pieces(c.num_layers, c.kv_dim(), 32);
   SequenceKv other(c.num_layers, c.kv_dim(), 32);  // a bystander in the same batch
@@ -103,7 +103,7 @@ TEST(CpuModelTest, SplitPrefillAndDecodeEqualOneShotPrefill) {
     bool last = pos + n == static_cast<int64_t>(prompt.size());
     ForwardEntry batch[2] = {{&other, 0, other_prompt, nullptr},
                              {&pieces, pos, part, last ? logits_pieces.data() : nullptr}};
-    model.Forward(batch);
+    ASSERT_TRUE(model.Forward(batch).ok());
     pos += n;
   }
   ASSERT_EQ(pos, 23);
@@ -123,7 +123,7 @@ TEST(CpuModelTest, PlacedKvEqualsComputedKv) {
   const std::vector<int32_t> prompt = Prompt(12);
   SequenceKv computed(c.num_layers, c.kv_dim(), 16);
   ForwardEntry e{&computed, 0, prompt, nullptr};
-  model.Forward({&e, 1});
+  ASSERT_TRUE(model.Forward({&e, 1}).ok());
   SequenceKv placed(c.num_layers, c.kv_dim(), 16);
   for (int l = 0; l < c.num_layers; ++l)
     for (int t = 0; t < 12; ++t) model.PlaceLoadedKv(placed, l, t, computed.k_raw(l, t), computed.v(l, t));

@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/model_backend.h"
+
 namespace strata::engine {
 
-class SequenceKv {
+class SequenceKv final : public SequenceState {
  public:
   SequenceKv(int layers, int kv_dim, int64_t capacity_tokens)
       : layers_(layers), kv_dim_(kv_dim), capacity_(capacity_tokens),

@@ -48,6 +48,10 @@ ABSL_FLAG(int, max_new_tokens, 48, "chat: tokens to generate per turn");
 ABSL_FLAG(std::string, model, "",
           "serve, logits: Hugging Face model directory (config.json + *.safetensors; Llama, Mistral, Qwen2); "
           "serve: empty for the built-in model");
+ABSL_FLAG(std::string, device, "auto",
+          "serve, logits: cuda, cpu, or auto (cuda when strata was built with CUDA and a GPU is visible)");
+ABSL_FLAG(double, kv_memory_fraction, 0.85,
+          "serve: share of the GPU memory left after the weights that the paged KV pool takes");
 ABSL_FLAG(std::string, tokens, "", "logits: token sequences, comma-separated ids, sequences separated by ';'");
 
 namespace {
@@ -85,6 +89,8 @@ int Serve() {
   o.placement = *placement;
   o.engine.fetch_or_recompute = absl::GetFlag(FLAGS_fetch_or_recompute);
   o.model_dir = absl::GetFlag(FLAGS_model);
+  o.backend.device = absl::GetFlag(FLAGS_device);
+  o.backend.kv_memory_fraction = absl::GetFlag(FLAGS_kv_memory_fraction);
   o.engine.max_running = absl::GetFlag(FLAGS_max_batch);
   o.engine.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
@@ -161,7 +167,14 @@ int Logits() {
     }
     sequences.push_back(std::move(ids));
   }
-  auto json = strata::engine::DumpLogits(*std::move(weights), sequences);
+  strata::engine::BackendOptions backend;
+  backend.device = absl::GetFlag(FLAGS_device);
+  auto model = strata::engine::CreateBackend(*std::move(weights), backend);
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
+    return 1;
+  }
+  auto json = strata::engine::DumpLogits(**model, sequences);
   if (!json.ok()) {
     std::fprintf(stderr, "%s\n", std::string(json.status().message()).c_str());
     return 2;

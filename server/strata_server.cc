@@ -5,6 +5,8 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include <optional>
+
 #include "base/log.h"
 #include "absl/strings/str_cat.h"
 #include "server/cache_service.h"
@@ -19,6 +21,7 @@ absl::Status ServerOptions::Validate() const {
   if (chunk_tokens <= 0 || chunk_tokens > 65536) {
     return absl::InvalidArgumentError("--chunk_tokens must be in 1..65536");
   }
+  if (absl::Status s = backend.Validate(); !s.ok()) return s;
   return engine.Validate();
 }
 
@@ -110,10 +113,10 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   std::unique_ptr<StrataServer> server(new StrataServer());
   server->options_ = options;
   std::unique_ptr<engine::Tokenizer> tokenizer;
-  std::unique_ptr<engine::CpuModel> model;
+  std::optional<engine::ModelWeights> model_weights;
   if (options.model_dir.empty()) {
     auto bytes = std::make_unique<engine::ByteTokenizer>();
-    model = std::make_unique<engine::CpuModel>(
+    model_weights.emplace(
         engine::ModelWeights::Random(engine::ModelConfig::Builtin(), options.model_seed, bytes->SilentTokens()));
     tokenizer = std::move(bytes);
   } else {
@@ -121,18 +124,22 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
     if (!weights.ok()) return weights.status();
     const engine::ModelConfig& c = weights->config();
     LOG(INFO) << "model " << options.model_dir << ": " << c.architecture << ", " << c.num_layers << " layers, hidden "
-              << c.hidden_size << ", " << weights->parameter_count() << " parameters (fp32, CPU backend)";
+              << c.hidden_size << ", " << weights->parameter_count() << " parameters";
     LOG(WARNING) << "no tokenizer support for " << options.model_dir
                  << " yet: Chat takes token_ids only (messages are refused)";
     tokenizer = std::make_unique<engine::TokenIdsOnlyTokenizer>(c.vocab_size, c.eos_token_ids);
-    model = std::make_unique<engine::CpuModel>(*std::move(weights));
+    model_weights.emplace(*std::move(weights));
   }
-  const engine::ModelConfig config = model->config();
-  const uint64_t fingerprint = model->weights().fingerprint();
+  auto backend = engine::CreateBackend(*std::move(model_weights), options.backend);
+  if (!backend.ok()) return backend.status();
+  std::unique_ptr<engine::ModelBackend> model = *std::move(backend);
+  LOG(INFO) << "model backend: " << model->name()
+            << (model->name() == "cuda" ? " (bf16 weights and KV in GPU memory)" : " (fp32, CPU reference)");
+  const uint64_t fingerprint = model->fingerprint();
   if (options.cache_enabled) {
     storage::SessionStoreOptions so;
     so.host_capacity_bytes = options.host_cache_bytes;
-    so.layout = engine::Engine::ChunkLayoutFor(config, options.chunk_tokens);
+    so.layout = engine::ChunkLayoutFor(*model, options.chunk_tokens);
     so.model_fingerprint = fingerprint;
     so.ssd_dirs = options.ssd_dirs;
     so.ssd_capacity_bytes_per_dir = options.ssd_capacity_bytes_per_dir;

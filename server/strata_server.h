@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "base/metrics.h"
 #include "base/metrics_exposer.h"
+#include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/tokenizer.h"
 #include "storage/session_store.h"
@@ -40,6 +41,7 @@ struct ServerOptions {
   uint64_t model_seed = 20241122;  // seed of the built-in model's weights
   // A Hugging Face model directory (config.json + *.safetensors); empty: the built-in model.
   std::string model_dir;
+  engine::BackendOptions backend;  // --device and the GPU KV pool
   engine::EngineOptions engine;
   // API key -> tenant. Empty: no authentication, every caller is tenant "default".
   std::map<std::string, std::string> api_keys;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/cpu_model.h"
 #include "engine/engine.h"
 
 namespace strata {

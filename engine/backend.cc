@@ -1,0 +1,39 @@
+#include "engine/backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/cpu_model.h"
+#include "engine/cuda_model.h"
+
+namespace strata::engine {
+
+absl::Status BackendOptions::Validate() const {
+  if (device != "auto" && device != "cuda" && device != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat("--device must be auto, cuda or cpu, got '", device, "'"));
+  }
+  if (!(kv_memory_fraction > 0 && kv_memory_fraction <= 0.95)) {
+    return absl::InvalidArgumentError("the KV memory fraction must be in (0, 0.95]");
+  }
+  if (kv_pool_bytes < 0 || cuda_device < 0) return absl::InvalidArgumentError("negative CUDA option");
+  if (page_tokens != 16 && page_tokens != 32 && page_tokens != 64) {
+    return absl::InvalidArgumentError("page_tokens must be 16, 32 or 64");
+  }
+  return absl::OkStatus();
+}
+
+bool CudaAvailable() { return CudaModel::DeviceCount() > 0; }
+
+absl::StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(ModelWeights weights, const BackendOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  const bool cuda = options.device == "cuda" || (options.device == "auto" && CudaAvailable());
+  if (!cuda) return std::unique_ptr<ModelBackend>(std::make_unique<CpuModel>(std::move(weights)));
+  CudaModelOptions co;
+  co.device = options.cuda_device;
+  co.kv_memory_fraction = options.kv_memory_fraction;
+  co.kv_pool_bytes = options.kv_pool_bytes;
+  co.page_tokens = options.page_tokens;
+  auto model = CudaModel::Create(weights, co);
+  if (!model.ok()) return model.status();
+  return std::unique_ptr<ModelBackend>(*std::move(model));
+}
+
+}  // namespace strata::engine

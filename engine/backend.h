@@ -1,0 +1,40 @@
+// Picks and builds the model backend a server runs: the CPU reference or the CUDA GPU.
+#ifndef STRATA_ENGINE_BACKEND_H_
+#define STRATA_ENGINE_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/model_backend.h"
+#include "engine/model_weights.h"
+
+namespace strata::engine {
+
+struct BackendOptions {
+  // "auto" (CUDA when strata was built with it and a GPU is there, else CPU), "cuda" or
+  // "cpu".
+  std::string device = "auto";
+  // CUDA: the GPU to use, and how much of its free memory (after the weights) the paged
+  // KV pool takes; 0 < fraction <= 0.95.
+  int cuda_device = 0;
+  double kv_memory_fraction = 0.85;
+  // CUDA: an explicit pool size in bytes instead (0: use the fraction).
+  int64_t kv_pool_bytes = 0;
+  int page_tokens = 32;  // tokens per page of the pool
+
+  absl::Status Validate() const;
+};
+
+// True when strata was built with CUDA and a device is visible.
+bool CudaAvailable();
+
+// Builds the backend `options.device` names over `weights`. InvalidArgument for a bad
+// option; FailedPrecondition for "cuda" without a usable GPU (or a build without CUDA),
+// naming why; ResourceExhausted when the weights do not fit the GPU.
+absl::StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(ModelWeights weights, const BackendOptions& options);
+
+}  // namespace strata::engine
+
+#endif  // STRATA_ENGINE_BACKEND_H_

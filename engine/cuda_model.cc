@@ -1,0 +1,693 @@
+#include "engine/cuda_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+#if defined(STRATA_WITH_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "kernels/cpu_kernels.h"
+#include "kernels/cuda_check.h"
+#include "kernels/cuda_gemm.h"
+#include "kernels/cuda_kernels.h"
+#include "kernels/cuda_model_kernels.h"
+#endif
+
+namespace strata::engine {
+
+#if defined(STRATA_WITH_CUDA)
+
+namespace {
+
+// A device allocation with one owner.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { Free(); }
+
+  absl::Status Allocate(int64_t bytes) {
+    Free();
+    if (bytes <= 0) return absl::OkStatus();
+    if (cudaError_t e = cudaMalloc(&ptr_, static_cast<size_t>(bytes)); e != cudaSuccess) {
+      ptr_ = nullptr;
+      cudaGetLastError();  // clear the sticky-free error so later calls are not blamed
+      if (e == cudaErrorMemoryAllocation) {
+        return absl::ResourceExhaustedError(absl::StrCat("the GPU has no room for ", bytes, " more bytes"));
+      }
+      return kernels::CudaStatus(e, "cudaMalloc", __FILE__, __LINE__);
+    }
+    bytes_ = bytes;
+    return absl::OkStatus();
+  }
+  // Grows (never shrinks) to at least `bytes`; the contents are not kept.
+  absl::Status Reserve(int64_t bytes) { return bytes <= bytes_ ? absl::OkStatus() : Allocate(bytes + bytes / 4); }
+  void Free() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// Pinned host memory, grown on demand.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() {
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+  }
+  absl::Status Reserve(int64_t bytes) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr_, static_cast<size_t>(bytes)));
+    bytes_ = bytes;
+    return absl::OkStatus();
+  }
+  std::byte* data() const { return static_cast<std::byte*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+struct LayerDevice {
+  const float* attn_norm;
+  const uint16_t* wqkv;  // [q_dim + 2 kv_dim][hidden]
+  const float* bqkv;     // [q_dim + 2 kv_dim] or null
+  const uint16_t* wo;    // [hidden][q_dim]
+  const float* mlp_norm;
+  const uint16_t* wgu;    // [2 ffn][hidden]: gate rows, then up rows
+  const uint16_t* wdown;  // [hidden][ffn]
+};
+
+int64_t AlignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+// Lays out one flat allocation: each Add returns the offset of a new region.
+struct Arena {
+  int64_t size = 0;
+  int64_t Add(int64_t bytes) {
+    const int64_t at = size;
+    size = AlignUp(size + bytes, 256);
+    return at;
+  }
+};
+
+}  // namespace
+
+// A sequence's pages in the pool; gives them back when it ends.
+class CudaSequence final : public SequenceState {
+ public:
+  CudaSequence(CudaModel::Impl* owner, std::vector<int32_t> pages, int64_t capacity)
+      : owner_(owner), pages_(std::move(pages)), capacity_(capacity) {}
+  ~CudaSequence() override;
+  const std::vector<int32_t>& pages() const { return pages_; }
+  int64_t capacity() const { return capacity_; }
+  const CudaModel::Impl* owner() const { return owner_; }
+
+ private:
+  CudaModel::Impl* owner_;
+  std::vector<int32_t> pages_;
+  int64_t capacity_;
+};
+
+struct CudaModel::Impl {
+  ModelConfig config;
+  uint64_t fingerprint = 0;
+  CudaModelOptions options;
+  cudaStream_t stream = nullptr;
+
+  DeviceBuffer weights;
+  int64_t weight_bytes = 0;
+  const uint16_t* embedding = nullptr;
+  const uint16_t* lm_head = nullptr;
+  const float* final_norm = nullptr;
+  const float* inv_freq = nullptr;
+  std::vector<LayerDevice> layers;
+
+  // The pool: three planes, each [layers][pages * page_tokens][kv_dim] bf16.
+  DeviceBuffer k_rot, k_raw, v;
+  int64_t pages = 0;
+  int64_t layer_stride = 0;  // values
+  std::vector<int32_t> free_pages;
+
+  // Step workspaces.
+  DeviceBuffer x, proj, hb, qkv, q, attn, ab, gu, act, logits, lb, attn_ws, meta, stored;
+  PinnedBuffer host_meta;
+  std::vector<int32_t> host_ids;
+
+  ~Impl() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  int qkv_width() const { return config.q_dim() + 2 * config.kv_dim(); }
+  kernels::PagedKv LayerKv(int l, const int32_t* indptr, const int32_t* indices, const int32_t* last) const {
+    return kernels::PagedKv{k_rot.as<uint16_t>() + l * layer_stride, v.as<uint16_t>() + l * layer_stride,
+                            options.page_tokens, config.num_kv_heads, config.head_dim, indptr, indices, last};
+  }
+  int64_t Slot(const CudaSequence& s, int64_t pos) const {
+    return int64_t{s.pages()[static_cast<size_t>(pos / options.page_tokens)]} * options.page_tokens +
+           pos % options.page_tokens;
+  }
+
+  absl::Status Init(int device);
+  absl::Status LayoutWeights(bool qkv_bias);
+  absl::Status AllocatePool();
+  absl::Status ReserveStep(int64_t rows, int64_t logit_rows, int64_t max_tokens);
+};
+
+CudaSequence::~CudaSequence() {
+  for (int32_t p : pages_) owner_->free_pages.push_back(p);
+}
+
+absl::Status CudaModel::Impl::Init(int device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError("no CUDA GPU is visible (use --device=cpu)");
+  }
+  if (device >= count) {
+    return absl::FailedPreconditionError(absl::StrCat("CUDA device ", device, " asked for; ", count, " visible"));
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  STRATA_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+  if (prop.major < 8) {
+    return absl::FailedPreconditionError(absl::StrCat("GPU ", prop.name, " (sm_", prop.major, prop.minor,
+                                                      ") is older than strata's CUDA kernels need (sm_90)"));
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const ModelConfig& c = config;
+  if (c.head_dim != 64 && c.head_dim != 128) {
+    return absl::InvalidArgumentError(absl::StrCat("the CUDA backend takes head_dim 64 or 128, not ", c.head_dim));
+  }
+  const int group = c.num_heads / c.num_kv_heads;
+  if (group != 1 && group != 2 && group != 4 && group != 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the CUDA backend takes 1, 2, 4 or 8 query heads per KV head, not ", group));
+  }
+  return absl::OkStatus();
+}
+
+// One allocation for every weight; fills the pointers.
+absl::Status CudaModel::Impl::LayoutWeights(bool qkv_bias) {
+  const ModelConfig& c = config;
+  const int64_t h = c.hidden_size, w = qkv_width(), ffn = c.intermediate_size, qd = c.q_dim();
+  Arena a;
+  const int64_t emb = a.Add(2 * c.vocab_size * h);
+  const int64_t head = c.tie_embeddings ? emb : a.Add(2 * c.vocab_size * h);
+  const int64_t fnorm = a.Add(4 * h);
+  const int64_t freq = a.Add(4 * c.head_dim / 2);
+  struct Offsets {
+    int64_t attn_norm, wqkv, bqkv, wo, mlp_norm, wgu, wdown;
+  };
+  std::vector<Offsets> off(static_cast<size_t>(c.num_layers));
+  for (Offsets& o : off) {
+    o.attn_norm = a.Add(4 * h);
+    o.wqkv = a.Add(2 * w * h);
+    o.bqkv = qkv_bias ? a.Add(4 * w) : -1;
+    o.wo = a.Add(2 * h * qd);
+    o.mlp_norm = a.Add(4 * h);
+    o.wgu = a.Add(2 * 2 * ffn * h);
+    o.wdown = a.Add(2 * h * ffn);
+  }
+  if (absl::Status s = weights.Allocate(a.size); !s.ok()) return s;
+  weight_bytes = a.size;
+  auto* base = weights.as<std::byte>();
+  embedding = reinterpret_cast<const uint16_t*>(base + emb);
+  lm_head = reinterpret_cast<const uint16_t*>(base + head);
+  final_norm = reinterpret_cast<const float*>(base + fnorm);
+  inv_freq = reinterpret_cast<const float*>(base + freq);
+  layers.clear();
+  for (const Offsets& o : off) {
+    layers.push_back(LayerDevice{reinterpret_cast<const float*>(base + o.attn_norm),
+                                 reinterpret_cast<const uint16_t*>(base + o.wqkv),
+                                 o.bqkv >= 0 ? reinterpret_cast<const float*>(base + o.bqkv) : nullptr,
+                                 reinterpret_cast<const uint16_t*>(base + o.wo),
+                                 reinterpret_cast<const float*>(base + o.mlp_norm),
+                                 reinterpret_cast<const uint16_t*>(base + o.wgu),
+                                 reinterpret_cast<const uint16_t*>(base + o.wdown)});
+  }
+  const std::vector<float> freqs = kernels::RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling);
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpy(const_cast<float*>(inv_freq), freqs.data(), freqs.size() * sizeof(float),
+                                         cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::Impl::ReserveStep(int64_t rows, int64_t logit_rows, int64_t max_tokens) {
+  const ModelConfig& c = config;
+  const int64_t h = c.hidden_size, qd = c.q_dim(), ffn = c.intermediate_size;
+  for (auto [buf, bytes] : {std::pair{&x, 4 * rows * h}, {&proj, 4 * rows * h}, {&hb, 2 * rows * std::max(h, qd)},
+                            {&qkv, 4 * rows * qkv_width()}, {&q, 4 * rows * qd}, {&attn, 4 * rows * qd},
+                            {&ab, 2 * rows * qd}, {&gu, 4 * rows * 2 * ffn}, {&act, 2 * rows * ffn},
+                            {&logits, 4 * logit_rows * c.vocab_size}, {&lb, 2 * logit_rows * h},
+                            {&attn_ws, 4 * kernels::DecodeWorkspaceFloats(static_cast<int>(rows), c.num_heads,
+                                                                          c.head_dim, max_tokens)}}) {
+    if (absl::Status s = buf->Reserve(bytes); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::Impl::AllocatePool() {
+  const ModelConfig& c = config;
+  // Workspaces for a typical step first, so the pool does not take their room.
+  if (absl::Status s = ReserveStep(options.initial_step_tokens, 64, c.max_context); !s.ok()) return s;
+  int64_t bytes = options.kv_pool_bytes;
+  if (bytes == 0) {
+    size_t free = 0, total = 0;
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
+    bytes = static_cast<int64_t>(static_cast<double>(free) * options.kv_memory_fraction);
+  }
+  const int64_t page_bytes = int64_t{3} * c.num_layers * options.page_tokens * c.kv_dim() * 2;
+  pages = std::min<int64_t>(bytes / page_bytes, int64_t{1} << 30);
+  if (pages < 1) return absl::ResourceExhaustedError("no GPU memory is left for the KV pool");
+  layer_stride = pages * options.page_tokens * c.kv_dim();
+  for (DeviceBuffer* plane : {&k_rot, &k_raw, &v}) {
+    if (absl::Status s = plane->Allocate(2 * layer_stride * c.num_layers); !s.ok()) return s;
+  }
+  free_pages.clear();
+  for (int64_t p = pages - 1; p >= 0; --p) free_pages.push_back(static_cast<int32_t>(p));
+  return absl::OkStatus();
+}
+
+namespace {
+
+// fp32 host values to bf16 at a device address.
+absl::Status UploadBf16(const float* src, int64_t n, const uint16_t* dst) {
+  std::vector<uint16_t> tmp(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) tmp[i] = kernels::FloatToBf16(src[i]);
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(const_cast<uint16_t*>(dst), tmp.data(), static_cast<size_t>(n) * 2, cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
+absl::Status UploadF32(const float* src, int64_t n, const float* dst) {
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(const_cast<float*>(dst), src, static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int CudaModel::DeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelWeights& weights,
+                                                             const CudaModelOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = weights.config();
+  impl->options = options;
+  // The stored KV is bf16: another format than the CPU backend's for the same weights.
+  impl->fingerprint = weights.fingerprint() ^ 0xbf16bf16bf16bf16ull;
+  if (absl::Status s = impl->Init(options.device); !s.ok()) return s;
+  const ModelConfig& c = impl->config;
+  const bool bias = c.qkv_bias;
+  if (absl::Status s = impl->LayoutWeights(bias); !s.ok()) return s;
+  const int64_t h = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.intermediate_size;
+  if (absl::Status s = UploadBf16(weights.embedding(), c.vocab_size * h, impl->embedding); !s.ok()) return s;
+  if (!c.tie_embeddings) {
+    if (absl::Status s = UploadBf16(weights.lm_head(), c.vocab_size * h, impl->lm_head); !s.ok()) return s;
+  }
+  if (absl::Status s = UploadF32(weights.final_norm(), h, impl->final_norm); !s.ok()) return s;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& w = weights.layer(l);
+    const LayerDevice& d = impl->layers[static_cast<size_t>(l)];
+    for (absl::Status s : {UploadF32(w.attn_norm, h, d.attn_norm), UploadBf16(w.wq, qd * h, d.wqkv),
+                           UploadBf16(w.wk, kvd * h, d.wqkv + qd * h), UploadBf16(w.wv, kvd * h, d.wqkv + (qd + kvd) * h),
+                           UploadBf16(w.wo, h * qd, d.wo), UploadF32(w.mlp_norm, h, d.mlp_norm),
+                           UploadBf16(w.w_gate, ffn * h, d.wgu), UploadBf16(w.w_up, ffn * h, d.wgu + ffn * h),
+                           UploadBf16(w.w_down, h * ffn, d.wdown)}) {
+      if (!s.ok()) return s;
+    }
+    if (bias) {
+      for (absl::Status s : {UploadF32(w.bq, qd, d.bqkv), UploadF32(w.bk, kvd, d.bqkv + qd),
+                             UploadF32(w.bv, kvd, d.bqkv + qd + kvd)}) {
+        if (!s.ok()) return s;
+      }
+    }
+  }
+  if (absl::Status s = impl->AllocatePool(); !s.ok()) return s;
+  return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
+}
+
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateRandom(const ModelConfig& config, uint64_t seed,
+                                                                   const CudaModelOptions& options) {
+  if (absl::Status s = config.Validate(); !s.ok()) return s;
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->options = options;
+  impl->fingerprint = seed * 0x9e3779b97f4a7c15ull + 0xbf16;
+  if (absl::Status s = impl->Init(options.device); !s.ok()) return s;
+  const ModelConfig& c = impl->config;
+  if (absl::Status s = impl->LayoutWeights(/*qkv_bias=*/false); !s.ok()) return s;
+  const int64_t h = c.hidden_size, ffn = c.intermediate_size, qd = c.q_dim();
+  cudaStream_t st = impl->stream;
+  uint64_t k = seed;
+  auto rnd = [&](const uint16_t* p, int64_t n, int64_t fan_in) {
+    return kernels::LaunchFillRandomBf16(const_cast<uint16_t*>(p), n, ++k * 0x2545f4914f6cdd1dull,
+                                         1.0f / std::sqrt(static_cast<float>(fan_in)), st);
+  };
+  auto ones = [&](const float* p, int64_t n) { return kernels::LaunchFillF32(const_cast<float*>(p), n, 1.0f, st); };
+  if (absl::Status s = rnd(impl->embedding, c.vocab_size * h, 1); !s.ok()) return s;
+  if (!c.tie_embeddings) {
+    if (absl::Status s = rnd(impl->lm_head, c.vocab_size * h, h); !s.ok()) return s;
+  }
+  if (absl::Status s = ones(impl->final_norm, h); !s.ok()) return s;
+  for (const LayerDevice& d : impl->layers) {
+    for (absl::Status s : {ones(d.attn_norm, h), rnd(d.wqkv, int64_t{impl->qkv_width()} * h, h),
+                           rnd(d.wo, h * qd, qd), ones(d.mlp_norm, h), rnd(d.wgu, 2 * ffn * h, h),
+                           rnd(d.wdown, h * ffn, ffn)}) {
+      if (!s.ok()) return s;
+    }
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+  if (absl::Status s = impl->AllocatePool(); !s.ok()) return s;
+  return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
+}
+
+CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaModel::~CudaModel() = default;
+
+absl::Status CudaModel::RandomizeKvPool(uint64_t seed) {
+  Impl& m = *impl_;
+  const int64_t n = m.layer_stride * m.config.num_layers;
+  for (DeviceBuffer* plane : {&m.k_rot, &m.k_raw, &m.v}) {
+    if (absl::Status s = kernels::LaunchFillRandomBf16(plane->as<uint16_t>(), n, ++seed, 1.0f, m.stream); !s.ok()) {
+      return s;
+    }
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+  return absl::OkStatus();
+}
+
+const ModelConfig& CudaModel::config() const { return impl_->config; }
+uint64_t CudaModel::fingerprint() const { return impl_->fingerprint; }
+int64_t CudaModel::weight_bytes() const { return impl_->weight_bytes; }
+int64_t CudaModel::pool_pages() const { return impl_->pages; }
+int64_t CudaModel::free_pages() const { return static_cast<int64_t>(impl_->free_pages.size()); }
+int CudaModel::page_tokens() const { return impl_->options.page_tokens; }
+
+absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequence(int64_t capacity_tokens) {
+  Impl& m = *impl_;
+  if (capacity_tokens <= 0 || capacity_tokens > m.config.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("a sequence of ", capacity_tokens,
+                                                   " tokens does not fit the context of ", m.config.max_context));
+  }
+  const int64_t need = (capacity_tokens + m.options.page_tokens - 1) / m.options.page_tokens;
+  if (need > static_cast<int64_t>(m.free_pages.size())) {
+    return absl::ResourceExhaustedError(absl::StrCat("the GPU KV pool has ", m.free_pages.size(), " free pages of ",
+                                                     m.pages, "; a sequence of ", capacity_tokens, " tokens needs ",
+                                                     need));
+  }
+  std::vector<int32_t> pages(m.free_pages.end() - need, m.free_pages.end());
+  m.free_pages.resize(m.free_pages.size() - static_cast<size_t>(need));
+  return std::unique_ptr<SequenceState>(std::make_unique<CudaSequence>(&m, std::move(pages), capacity_tokens));
+}
+
+namespace {
+
+// The step's index arrays, packed into one pinned block and copied to the device at once.
+struct StepMeta {
+  int64_t ids, positions, slots, qo_indptr, kv_indptr, kv_indices, last_page_len, logit_rows, argmax, bytes;
+};
+
+}  // namespace
+
+absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.config;
+  const int page = m.options.page_tokens;
+  std::vector<const CudaSequence*> seqs;
+  int64_t rows = 0, total_pages = 0, max_tokens = 0, logit_rows = 0;
+  for (const ForwardEntry& e : batch) {
+    const auto* s = dynamic_cast<const CudaSequence*>(e.seq);
+    if (s == nullptr || s->owner() != &m) return absl::InvalidArgumentError("a sequence of another backend");
+    const int64_t len = e.start_pos + static_cast<int64_t>(e.tokens.size());
+    if (e.start_pos < 0 || len > s->capacity()) return absl::InvalidArgumentError("tokens past the sequence's capacity");
+    seqs.push_back(s);
+    rows += static_cast<int64_t>(e.tokens.size());
+    total_pages += (len + page - 1) / page;
+    max_tokens = std::max(max_tokens, len);
+    if ((e.logits != nullptr || e.greedy != nullptr) && !e.tokens.empty()) ++logit_rows;
+  }
+  if (rows == 0) return absl::OkStatus();
+  const int n_seq = static_cast<int>(batch.size());
+
+  Arena a;
+  StepMeta off{};
+  off.ids = a.Add(4 * rows);
+  off.positions = a.Add(4 * rows);
+  off.slots = a.Add(8 * rows);
+  off.qo_indptr = a.Add(4 * (n_seq + 1));
+  off.kv_indptr = a.Add(4 * (n_seq + 1));
+  off.kv_indices = a.Add(4 * total_pages);
+  off.last_page_len = a.Add(4 * n_seq);
+  off.logit_rows = a.Add(4 * std::max<int64_t>(logit_rows, 1));
+  off.argmax = a.Add(4 * std::max<int64_t>(logit_rows, 1));
+  off.bytes = a.size;
+  if (absl::Status s = m.host_meta.Reserve(off.bytes); !s.ok()) return s;
+  if (absl::Status s = m.meta.Reserve(off.bytes); !s.ok()) return s;
+  if (absl::Status s = m.ReserveStep(rows, std::max<int64_t>(logit_rows, 1), max_tokens); !s.ok()) return s;
+  std::byte* hm = m.host_meta.data();
+  auto* ids = reinterpret_cast<int32_t*>(hm + off.ids);
+  auto* positions = reinterpret_cast<int32_t*>(hm + off.positions);
+  auto* slots = reinterpret_cast<int64_t*>(hm + off.slots);
+  auto* qo_indptr = reinterpret_cast<int32_t*>(hm + off.qo_indptr);
+  auto* kv_indptr = reinterpret_cast<int32_t*>(hm + off.kv_indptr);
+  auto* kv_indices = reinterpret_cast<int32_t*>(hm + off.kv_indices);
+  auto* last_page_len = reinterpret_cast<int32_t*>(hm + off.last_page_len);
+  auto* lrows = reinterpret_cast<int32_t*>(hm + off.logit_rows);
+  int64_t row = 0, page_at = 0, lr = 0;
+  qo_indptr[0] = 0;
+  kv_indptr[0] = 0;
+  for (int b = 0; b < n_seq; ++b) {
+    const ForwardEntry& e = batch[static_cast<size_t>(b)];
+    const CudaSequence& s = *seqs[static_cast<size_t>(b)];
+    for (size_t i = 0; i < e.tokens.size(); ++i, ++row) {
+      const int32_t t = e.tokens[i];
+      if (t < 0 || t >= c.vocab_size) return absl::InvalidArgumentError(absl::StrCat("token ", t, " out of range"));
+      ids[row] = t;
+      positions[row] = static_cast<int32_t>(e.start_pos + static_cast<int64_t>(i));
+      slots[row] = m.Slot(s, positions[row]);
+    }
+    qo_indptr[b + 1] = static_cast<int32_t>(row);
+    const int64_t len = e.start_pos + static_cast<int64_t>(e.tokens.size());
+    const int64_t used = (len + page - 1) / page;
+    for (int64_t p = 0; p < used; ++p) kv_indices[page_at++] = s.pages()[static_cast<size_t>(p)];
+    kv_indptr[b + 1] = static_cast<int32_t>(page_at);
+    last_page_len[b] = static_cast<int32_t>(len - (used - 1) * page);
+    if ((e.logits != nullptr || e.greedy != nullptr) && !e.tokens.empty()) lrows[lr++] = static_cast<int32_t>(row - 1);
+  }
+  cudaStream_t st = m.stream;
+  std::byte* dm = m.meta.as<std::byte>();
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dm, hm, static_cast<size_t>(off.bytes), cudaMemcpyHostToDevice, st));
+  const auto* d_ids = reinterpret_cast<const int32_t*>(dm + off.ids);
+  const auto* d_positions = reinterpret_cast<const int32_t*>(dm + off.positions);
+  const auto* d_slots = reinterpret_cast<const int64_t*>(dm + off.slots);
+  const auto* d_qo = reinterpret_cast<const int32_t*>(dm + off.qo_indptr);
+  const auto* d_indptr = reinterpret_cast<const int32_t*>(dm + off.kv_indptr);
+  const auto* d_indices = reinterpret_cast<const int32_t*>(dm + off.kv_indices);
+  const auto* d_last = reinterpret_cast<const int32_t*>(dm + off.last_page_len);
+  const auto* d_lrows = reinterpret_cast<const int32_t*>(dm + off.logit_rows);
+  auto* d_argmax = reinterpret_cast<int32_t*>(dm + off.argmax);
+
+  const int r = static_cast<int>(rows);
+  const int h = c.hidden_size, qd = c.q_dim(), ffn = c.intermediate_size, w = m.qkv_width();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  float* x = m.x.as<float>();
+  float* proj = m.proj.as<float>();
+  uint16_t* hb = m.hb.as<uint16_t>();
+#define STRATA_STEP(expr)              \
+  do {                                 \
+    absl::Status step_status_ = (expr); \
+    if (!step_status_.ok()) return step_status_; \
+  } while (false)
+  STRATA_STEP(kernels::LaunchEmbedBf16(m.embedding, d_ids, r, h, x, st));
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerDevice& L = m.layers[static_cast<size_t>(l)];
+    // Attention block: x += previous MLP output, normed into hb.
+    STRATA_STEP(kernels::LaunchRmsNormToBf16(l == 0 ? nullptr : proj, x, L.attn_norm, hb, r, h, c.rms_norm_eps, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16(hb, L.wqkv, m.qkv.as<float>(), r, h, w, st));
+    kernels::QkvPlaceParams qp{m.qkv.as<float>(), L.bqkv, d_positions, d_slots, r, c.num_heads, c.num_kv_heads,
+                               c.head_dim, m.inv_freq, m.q.as<float>(), m.k_rot.as<uint16_t>() + l * m.layer_stride,
+                               m.k_raw.as<uint16_t>() + l * m.layer_stride, m.v.as<uint16_t>() + l * m.layer_stride};
+    STRATA_STEP(kernels::LaunchQkvRopePlace(qp, st));
+    STRATA_STEP(kernels::LaunchPagedPrefillAttention(m.q.as<float>(), m.LayerKv(l, d_indptr, d_indices, d_last), d_qo,
+                                                     n_seq, r, c.num_heads, scale, max_tokens, m.attn_ws.as<float>(),
+                                                     m.attn.as<float>(), nullptr, st));
+    STRATA_STEP(kernels::LaunchToBf16(m.attn.as<float>(), m.ab.as<uint16_t>(), rows * qd, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16(m.ab.as<uint16_t>(), L.wo, proj, r, qd, h, st));
+    // MLP block.
+    STRATA_STEP(kernels::LaunchRmsNormToBf16(proj, x, L.mlp_norm, hb, r, h, c.rms_norm_eps, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16(hb, L.wgu, m.gu.as<float>(), r, h, 2 * ffn, st));
+    STRATA_STEP(kernels::LaunchSwiGluToBf16(m.gu.as<float>(), m.act.as<uint16_t>(), r, ffn, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16(m.act.as<uint16_t>(), L.wdown, proj, r, ffn, h, st));
+  }
+  if (logit_rows > 0) {
+    const int lrn = static_cast<int>(logit_rows);
+    STRATA_STEP(kernels::LaunchRmsNormToBf16(proj, x, m.final_norm, hb, r, h, c.rms_norm_eps, st));
+    STRATA_STEP(kernels::LaunchGatherRowsBf16(hb, d_lrows, lrn, h, m.lb.as<uint16_t>(), st));
+    STRATA_STEP(kernels::LaunchMatMulBf16(m.lb.as<uint16_t>(), m.lm_head, m.logits.as<float>(), lrn, h, c.vocab_size,
+                                          st));
+    STRATA_STEP(kernels::LaunchArgmax(m.logits.as<float>(), lrn, c.vocab_size, d_argmax, st));
+    m.host_ids.resize(static_cast<size_t>(logit_rows));
+    STRATA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(m.host_ids.data(), d_argmax, 4 * logit_rows, cudaMemcpyDeviceToHost, st));
+    int64_t j = 0;
+    for (const ForwardEntry& e : batch) {
+      if ((e.logits == nullptr && e.greedy == nullptr) || e.tokens.empty()) continue;
+      if (e.logits != nullptr) {
+        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(e.logits, m.logits.as<float>() + j * c.vocab_size,
+                                                    4 * static_cast<size_t>(c.vocab_size), cudaMemcpyDeviceToHost, st));
+      }
+      ++j;
+    }
+  }
+#undef STRATA_STEP
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+  int64_t j = 0;
+  for (const ForwardEntry& e : batch) {
+    if ((e.logits == nullptr && e.greedy == nullptr) || e.tokens.empty()) continue;
+    if (e.greedy != nullptr) *e.greedy = m.host_ids[static_cast<size_t>(j)];
+    ++j;
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status CheckChunk(const ModelConfig& c, const CudaSequence* s, const void* owner, int64_t begin, int count,
+                        size_t payload_bytes, const storage::ChunkLayout& layout) {
+  if (s == nullptr || s->owner() != owner) return absl::InvalidArgumentError("a sequence of another backend");
+  if (layout.layers != c.num_layers || layout.row_bytes != int64_t{c.kv_dim()} * 2 || count < 0 ||
+      count > layout.chunk_tokens || begin < 0 || begin + count > s->capacity() ||
+      static_cast<int64_t>(payload_bytes) < layout.PayloadBytes()) {
+    return absl::InvalidArgumentError("stored KV rows do not fit this model or sequence");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CudaModel::LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                               const storage::ChunkLayout& layout) {
+  Impl& m = *impl_;
+  const auto* s = dynamic_cast<const CudaSequence*>(&seq);
+  if (absl::Status st = CheckChunk(m.config, s, &m, begin, count, payload.size(), layout); !st.ok()) return st;
+  if (count == 0) return absl::OkStatus();
+  const int64_t payload_bytes = layout.PayloadBytes();
+  if (absl::Status st = m.stored.Reserve(payload_bytes); !st.ok()) return st;
+  if (absl::Status st = m.host_meta.Reserve(12 * int64_t{count}); !st.ok()) return st;
+  if (absl::Status st = m.meta.Reserve(12 * int64_t{count}); !st.ok()) return st;
+  auto* slots = reinterpret_cast<int64_t*>(m.host_meta.data());
+  auto* positions = reinterpret_cast<int32_t*>(m.host_meta.data() + 8 * int64_t{count});
+  for (int i = 0; i < count; ++i) {
+    positions[i] = static_cast<int32_t>(begin + i);
+    slots[i] = m.Slot(*s, begin + i);
+  }
+  cudaStream_t st = m.stream;
+  // A copy from pageable memory returns once the payload has been read.
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.stored.as<std::byte>(), payload.data(),
+                                              static_cast<size_t>(payload_bytes), cudaMemcpyHostToDevice, st));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.meta.as<std::byte>(), m.host_meta.data(), 12 * int64_t{count},
+                                              cudaMemcpyHostToDevice, st));
+  kernels::StoredKvParams p{count, m.config.num_layers, layout.chunk_tokens, m.config.num_kv_heads,
+                            m.config.head_dim,
+                            reinterpret_cast<const int32_t*>(m.meta.as<std::byte>() + 8 * int64_t{count}),
+                            m.meta.as<int64_t>(), m.inv_freq, m.layer_stride, m.k_rot.as<uint16_t>(),
+                            m.k_raw.as<uint16_t>(), m.v.as<uint16_t>()};
+  if (absl::Status e = kernels::LaunchPlaceStoredKv(m.stored.as<uint16_t>(), p, st); !e.ok()) return e;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+                               const storage::ChunkLayout& layout) {
+  Impl& m = *impl_;
+  const auto* s = dynamic_cast<const CudaSequence*>(&seq);
+  if (absl::Status st = CheckChunk(m.config, s, &m, begin, count, payload.size(), layout); !st.ok()) return st;
+  if (count == 0) return absl::OkStatus();
+  if (absl::Status st = m.stored.Reserve(layout.PayloadBytes()); !st.ok()) return st;
+  if (absl::Status st = m.host_meta.Reserve(8 * int64_t{count}); !st.ok()) return st;
+  if (absl::Status st = m.meta.Reserve(8 * int64_t{count}); !st.ok()) return st;
+  auto* slots = reinterpret_cast<int64_t*>(m.host_meta.data());
+  for (int i = 0; i < count; ++i) slots[i] = m.Slot(*s, begin + i);
+  cudaStream_t st = m.stream;
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(m.meta.as<std::byte>(), m.host_meta.data(), 8 * int64_t{count}, cudaMemcpyHostToDevice, st));
+  kernels::StoredKvParams p{count, m.config.num_layers, layout.chunk_tokens, m.config.num_kv_heads, m.config.head_dim,
+                            nullptr, m.meta.as<int64_t>(), nullptr, m.layer_stride, nullptr,
+                            m.k_raw.as<uint16_t>(), m.v.as<uint16_t>()};
+  if (absl::Status e = kernels::LaunchGatherStoredKv(p, m.stored.as<uint16_t>(), st); !e.ok()) return e;
+  // One strided copy: each (layer, K|V) block's first `count` rows.
+  const size_t pitch = static_cast<size_t>(layout.chunk_tokens * layout.row_bytes);
+  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(payload.data(), pitch, m.stored.as<std::byte>(), pitch,
+                                                static_cast<size_t>(count * layout.row_bytes),
+                                                static_cast<size_t>(2 * layout.layers), cudaMemcpyDeviceToHost, st));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+  return absl::OkStatus();
+}
+
+#else  // !STRATA_WITH_CUDA
+
+struct CudaModel::Impl {
+  ModelConfig config;
+};
+
+int CudaModel::DeviceCount() { return 0; }
+
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelWeights&, const CudaModelOptions&) {
+  return absl::FailedPreconditionError("strata was built without CUDA (use --device=cpu)");
+}
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateRandom(const ModelConfig&, uint64_t,
+                                                                   const CudaModelOptions&) {
+  return absl::FailedPreconditionError("strata was built without CUDA");
+}
+CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaModel::~CudaModel() = default;
+const ModelConfig& CudaModel::config() const { return impl_->config; }
+uint64_t CudaModel::fingerprint() const { return 0; }
+int64_t CudaModel::weight_bytes() const { return 0; }
+int64_t CudaModel::pool_pages() const { return 0; }
+int64_t CudaModel::free_pages() const { return 0; }
+int CudaModel::page_tokens() const { return 0; }
+absl::Status CudaModel::RandomizeKvPool(uint64_t) { return absl::FailedPreconditionError("no CUDA"); }
+absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequence(int64_t) {
+  return absl::FailedPreconditionError("strata was built without CUDA");
+}
+absl::Status CudaModel::Forward(absl::Span<const ForwardEntry>) {
+  return absl::FailedPreconditionError("strata was built without CUDA");
+}
+absl::Status CudaModel::LoadKv(SequenceState&, int64_t, int, absl::Span<const std::byte>,
+                               const storage::ChunkLayout&) {
+  return absl::FailedPreconditionError("strata was built without CUDA");
+}
+absl::Status CudaModel::SaveKv(const SequenceState&, int64_t, int, absl::Span<std::byte>,
+                               const storage::ChunkLayout&) {
+  return absl::FailedPreconditionError("strata was built without CUDA");
+}
+
+#endif
+
+}  // namespace strata::engine

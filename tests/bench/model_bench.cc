@@ -1,0 +1,241 @@
+// model_bench: the CUDA backend's decode step and prefill on random weights with real
+// model shapes, against the device's own limits measured in the same run:
+//   - decode step time at batch 1/8/32/64 x context 1K/8K, as a fraction of the HBM
+//     roofline: (weight bytes + KV bytes read per step) / measured copy bandwidth;
+//   - prefill of one 512..8K-token prompt: tokens/s and MFU against the measured bf16
+//     matrix-product peak (cuBLAS, 8192^3) and the H100 SXM datasheet's 989 TFLOP/s.
+// HF transformers on the same GPU and shapes: tests/bench/model_bench_hf.py.
+//
+//   model_bench [--models=llama3-8b,llama3-1b] [--quick]
+// Without a GPU it says so and exits 0.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/cuda_model.h"
+#include "kernels/cuda_gemm.h"
+#include "kernels/cuda_model_kernels.h"
+
+namespace strata::engine {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+ModelConfig Shape(const std::string& name) {
+  ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.vocab_size = 128256;
+  c.max_context = 8192 + 64;
+  c.rope_theta = 500000.0f;
+  c.rope_scaling = kernels::RopeScaling{.llama3 = true};
+  if (name == "llama3-8b") {
+    c.hidden_size = 4096;
+    c.num_layers = 32;
+    c.num_heads = 32;
+    c.num_kv_heads = 8;
+    c.head_dim = 128;
+    c.intermediate_size = 14336;
+  } else {  // llama3-1b (Llama 3.2 1B)
+    c.hidden_size = 2048;
+    c.num_layers = 16;
+    c.num_heads = 32;
+    c.num_kv_heads = 8;
+    c.head_dim = 64;
+    c.intermediate_size = 8192;
+    c.tie_embeddings = true;
+  }
+  return c;
+}
+
+// Device-to-device copy bandwidth, bytes read plus written per second.
+double CopyBandwidth() {
+  const size_t bytes = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  cudaMalloc(&a, bytes);
+  cudaMalloc(&b, bytes);
+  cudaMemset(a, 1, bytes);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> ms;
+  for (int i = 0; i < 12; ++i) {
+    cudaEventRecord(start);
+    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float t = 0;
+    cudaEventElapsedTime(&t, start, stop);
+    if (i >= 2) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes / (ms[ms.size() / 2] / 1e3);
+}
+
+// bf16 cuBLAS matrix-product rate at 8192^3, FLOP/s.
+double GemmPeak() {
+  const int n = 8192;
+  uint16_t *x = nullptr, *w = nullptr;
+  float* out = nullptr;
+  cudaMalloc(&x, size_t{2} * n * n);
+  cudaMalloc(&w, size_t{2} * n * n);
+  cudaMalloc(&out, size_t{4} * n * n);
+  (void)kernels::LaunchFillRandomBf16(x, int64_t{n} * n, 1, 1.0f, nullptr);
+  (void)kernels::LaunchFillRandomBf16(w, int64_t{n} * n, 2, 1.0f, nullptr);
+  cudaDeviceSynchronize();
+  std::vector<double> t;
+  for (int i = 0; i < 8; ++i) {
+    const double t0 = Now();
+    (void)kernels::LaunchMatMulBf16(x, w, out, n, n, n, nullptr);
+    cudaDeviceSynchronize();
+    if (i >= 2) t.push_back(Now() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  cudaFree(x);
+  cudaFree(w);
+  cudaFree(out);
+  return 2.0 * n * n * double{n} / t[t.size() / 2];
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void Run(const std::string& name, bool quick, double copy_bw, double peak) {
+  const ModelConfig c = Shape(name);
+  CudaModelOptions o;
+  o.kv_memory_fraction = 0.9;
+  o.initial_step_tokens = 8192;
+  auto made = CudaModel::CreateRandom(c, 1234, o);
+  if (!made.ok()) {
+    std::printf("%s: %s\n", name.c_str(), std::string(made.status().message()).c_str());
+    return;
+  }
+  CudaModel& m = **made;
+  if (absl::Status s = m.RandomizeKvPool(99); !s.ok()) {
+    std::printf("%s: %s\n", name.c_str(), std::string(s.message()).c_str());
+    return;
+  }
+  const int64_t h = c.hidden_size, v = c.vocab_size;
+  const int64_t embed_bytes = 2 * v * h;
+  // Bytes a decode step must read: every weight once (the embedding table only for the
+  // batch's rows, unless it is also the LM head), and every cached K and V.
+  const double weights_read = static_cast<double>(m.weight_bytes() - (c.tie_embeddings ? 0 : embed_bytes));
+  const double kv_token_bytes = 2.0 * c.num_layers * c.kv_dim() * 2;
+  const int64_t capacity_tokens = m.pool_pages() * m.page_tokens();
+  std::printf("\n%s: %.2f GB of bf16 weights, KV pool %lld tokens (%.1f GB)\n", name.c_str(),
+              static_cast<double>(m.weight_bytes()) / 1e9, static_cast<long long>(capacity_tokens),
+              capacity_tokens * kv_token_bytes * 1.5 / 1e9);
+  std::printf("%-8s %-8s %12s %12s %14s %10s\n", "batch", "context", "step_ms", "tokens/s", "roofline_ms",
+              "fraction");
+  const int steps = quick ? 3 : 10;
+  for (int ctx : {1024, 8192}) {
+    for (int batch : {1, 8, 32, 64}) {
+      if (int64_t{batch} * (ctx + 64) > capacity_tokens) {
+        std::printf("%-8d %-8d %12s (the KV of %d x %d does not fit this GPU's pool)\n", batch, ctx, "-", batch, ctx);
+        continue;
+      }
+      std::vector<std::unique_ptr<SequenceState>> seqs;
+      for (int b = 0; b < batch; ++b) seqs.push_back(*m.NewSequence(ctx + 32));
+      std::vector<int32_t> tokens(static_cast<size_t>(batch)), greedy(static_cast<size_t>(batch));
+      std::vector<double> times;
+      for (int s = 0; s < steps + 2; ++s) {
+        std::vector<ForwardEntry> entries;
+        for (int b = 0; b < batch; ++b) {
+          tokens[b] = (b * 7919 + s * 31) % c.vocab_size;
+          entries.push_back(ForwardEntry{seqs[b].get(), ctx + s, absl::Span<const int32_t>(&tokens[b], 1), nullptr,
+                                         &greedy[b]});
+        }
+        const double t0 = Now();
+        absl::Status st = m.Forward(entries);
+        const double t = Now() - t0;
+        if (!st.ok()) {
+          std::printf("forward: %s\n", std::string(st.message()).c_str());
+          return;
+        }
+        if (s >= 2) times.push_back(t);
+      }
+      const double t = Median(times);
+      const double bytes = weights_read + batch * (embed_bytes / v) + batch * (ctx + 1.0) * kv_token_bytes;
+      const double floor = bytes / copy_bw;  // copy_bw counts every byte moved, read or written
+      std::printf("%-8d %-8d %12.3f %12.0f %14.3f %10.2f\n", batch, ctx, t * 1e3, batch / t, floor * 1e3, floor / t);
+    }
+  }
+
+  std::printf("%-8s %12s %12s %12s %10s %10s\n", "prompt", "prefill_ms", "tokens/s", "TFLOP/s", "MFU_meas",
+              "MFU_989");
+  // Matrix parameters a token goes through (the LM head only for the last one).
+  const double layer_params = static_cast<double>(h) * (c.q_dim() + 2 * c.kv_dim()) + double{h} * c.q_dim() +
+                              3.0 * h * c.intermediate_size;
+  for (int n : {512, 1024, 2048, 4096, 8192}) {
+    if (quick && n > 1024) break;
+    std::vector<int32_t> prompt(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) prompt[i] = (i * 104729) % c.vocab_size;
+    std::vector<double> times;
+    for (int rep = 0; rep < (quick ? 2 : 4); ++rep) {
+      auto seq = m.NewSequence(n);
+      if (!seq.ok()) {
+        std::printf("%-8d %s\n", n, std::string(seq.status().message()).c_str());
+        break;
+      }
+      int32_t greedy = -1;
+      ForwardEntry e{seq->get(), 0, absl::Span<const int32_t>(prompt), nullptr, &greedy};
+      const double t0 = Now();
+      absl::Status st = m.Forward({&e, 1});
+      const double t = Now() - t0;
+      if (!st.ok()) {
+        std::printf("forward: %s\n", std::string(st.message()).c_str());
+        return;
+      }
+      if (rep >= 1) times.push_back(t);
+    }
+    if (times.empty()) continue;
+    const double t = Median(times);
+    const double attn_flops = 2.0 * double{n} * (n + 1) * c.q_dim() * c.num_layers;  // causal QK^T + PV
+    const double flops = 2.0 * n * layer_params * c.num_layers + 2.0 * h * v + attn_flops;
+    std::printf("%-8d %12.2f %12.0f %12.1f %10.2f %10.2f\n", n, t * 1e3, n / t, flops / t / 1e12, flops / t / peak,
+                flops / t / 989e12);
+  }
+}
+
+}  // namespace
+}  // namespace strata::engine
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::string models = "llama3-8b,llama3-1b";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") quick = true;
+    if (a.rfind("--models=", 0) == 0) models = a.substr(9);
+  }
+  if (strata::engine::CudaModel::DeviceCount() == 0) {
+    std::printf("model_bench: no CUDA device, nothing measured\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  const double copy_bw = strata::engine::CopyBandwidth();
+  const double peak = strata::engine::GemmPeak();
+  std::printf("device: %s; copy bandwidth %.0f GB/s (read + write); bf16 cuBLAS 8192^3: %.0f TFLOP/s\n", prop.name,
+              copy_bw / 1e9, peak / 1e12);
+  size_t start = 0;
+  while (start <= models.size()) {
+    const size_t end = models.find(',', start);
+    const std::string name = models.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!name.empty()) strata::engine::Run(name, quick, copy_bw, peak);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return 0;
+}
