@@ -86,9 +86,9 @@ double GemmPeak() {
   const int n = 8192;
   uint16_t *x = nullptr, *w = nullptr;
   float* out = nullptr;
-  cudaMalloc(&x, size_t{2} * n * n);
-  cudaMalloc(&w, size_t{2} * n * n);
-  cudaMalloc(&out, size_t{4} * n * n);
+  cudaMalloc(reinterpret_cast<void**>(&x), size_t{2} * n * n);
+  cudaMalloc(reinterpret_cast<void**>(&w), size_t{2} * n * n);
+  cudaMalloc(reinterpret_cast<void**>(&out), size_t{4} * n * n);
   (void)kernels::LaunchFillRandomBf16(x, int64_t{n} * n, 1, 1.0f, nullptr);
   (void)kernels::LaunchFillRandomBf16(w, int64_t{n} * n, 2, 1.0f, nullptr);
   cudaDeviceSynchronize();
