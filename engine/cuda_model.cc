@@ -6,9 +6,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 
 #if defined(STRATA_WITH_CUDA)
 #include <cuda_runtime_api.h>
+
+#include <unordered_map>
 
 #include "kernels/cpu_kernels.h"
 #include "kernels/cuda_check.h"
@@ -45,8 +48,13 @@ class DeviceBuffer {
     bytes_ = bytes;
     return absl::OkStatus();
   }
-  // Grows (never shrinks) to at least `bytes`; the contents are not kept.
-  absl::Status Reserve(int64_t bytes) { return bytes <= bytes_ ? absl::OkStatus() : Allocate(bytes + bytes / 4); }
+  // Grows (never shrinks) to at least `bytes`; the contents are not kept. Counts a move
+  // in `*generation`.
+  absl::Status Reserve(int64_t bytes, int64_t* generation) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    ++*generation;
+    return Allocate(bytes + bytes / 4);
+  }
   void Free() {
     if (ptr_ != nullptr) cudaFree(ptr_);
     ptr_ = nullptr;
@@ -70,8 +78,10 @@ class PinnedBuffer {
   ~PinnedBuffer() {
     if (ptr_ != nullptr) cudaFreeHost(ptr_);
   }
-  absl::Status Reserve(int64_t bytes) {
+  absl::Status Reserve(int64_t bytes, int64_t* generation) {
     if (bytes <= bytes_) return absl::OkStatus();
+    ++*generation;
+    bytes = std::max<int64_t>(bytes + bytes / 4, 4096);
     if (ptr_ != nullptr) cudaFreeHost(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
@@ -147,13 +157,25 @@ struct CudaModel::Impl {
   std::vector<int32_t> free_pages;
 
   // Step workspaces.
-  DeviceBuffer x, proj, hb, qkv, q, attn, ab, gu, act, logits, lb, attn_ws, meta, stored;
-  PinnedBuffer host_meta;
-  std::vector<int32_t> host_ids;
+  DeviceBuffer x, proj, hb, qkv, q, attn, ab, gu, act, logits, lb, attn_ws, meta, stored, argmax_dev;
+  PinnedBuffer host_meta, argmax_host;
+  int64_t generation = 0;  // bumped whenever a buffer above moves
+
+  // Captured decode steps by (rows << 32 | context bucket); null: seen once, not captured.
+  std::unordered_map<uint64_t, cudaGraphExec_t> graphs;
+  bool use_graphs = true;
 
   ~Impl() {
+    DropGraphs();
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
+
+  struct Step;
+  // Enqueues one step's work on the stream: the metadata copy, the layers, the greedy
+  // tokens' copy back to argmax_host. Nothing in it synchronises, so it can be captured.
+  absl::Status Enqueue(const Step& step);
+  absl::Status RunGraph(const Step& step);
+  void DropGraphs();
 
   int qkv_width() const { return config.q_dim() + 2 * config.kv_dim(); }
   kernels::PagedKv LayerKv(int l, const int32_t* indptr, const int32_t* indices, const int32_t* last) const {
@@ -258,7 +280,7 @@ absl::Status CudaModel::Impl::ReserveStep(int64_t rows, int64_t logit_rows, int6
                             {&logits, 4 * logit_rows * c.vocab_size}, {&lb, 2 * logit_rows * h},
                             {&attn_ws, 4 * kernels::DecodeWorkspaceFloats(static_cast<int>(rows), c.num_heads,
                                                                           c.head_dim, max_tokens)}}) {
-    if (absl::Status s = buf->Reserve(bytes); !s.ok()) return s;
+    if (absl::Status s = buf->Reserve(bytes, &generation); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -318,6 +340,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelWeights&
   auto impl = std::make_unique<Impl>();
   impl->config = weights.config();
   impl->options = options;
+  impl->use_graphs = options.cuda_graphs;
   // The stored KV is bf16: another format than the CPU backend's for the same weights.
   impl->fingerprint = weights.fingerprint() ^ 0xbf16bf16bf16bf16ull;
   if (absl::Status s = impl->Init(options.device); !s.ok()) return s;
@@ -357,6 +380,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateRandom(const ModelCo
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->options = options;
+  impl->use_graphs = options.cuda_graphs;
   impl->fingerprint = seed * 0x9e3779b97f4a7c15ull + 0xbf16;
   if (absl::Status s = impl->Init(options.device); !s.ok()) return s;
   const ModelConfig& c = impl->config;
@@ -428,48 +452,185 @@ absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequence(int64_t ca
 namespace {
 
 // The step's index arrays, packed into one pinned block and copied to the device at once.
+// Fixed-size arrays first and the page list last, so that steps with the same batch shape
+// keep every array at the same address (what a captured graph needs).
 struct StepMeta {
-  int64_t ids, positions, slots, qo_indptr, kv_indptr, kv_indices, last_page_len, logit_rows, argmax, bytes;
+  int64_t ids, positions, slots, qo_indptr, kv_indptr, last_page_len, logit_rows, kv_indices, bytes;
 };
 
+StepMeta MetaLayout(int64_t rows, int n_seq, int64_t logit_rows, int64_t pages) {
+  Arena a;
+  StepMeta m{};
+  m.ids = a.Add(4 * rows);
+  m.positions = a.Add(4 * rows);
+  m.slots = a.Add(8 * rows);
+  m.qo_indptr = a.Add(4 * (n_seq + 1));
+  m.kv_indptr = a.Add(4 * (n_seq + 1));
+  m.last_page_len = a.Add(4 * n_seq);
+  m.logit_rows = a.Add(4 * std::max<int64_t>(logit_rows, 1));
+  m.kv_indices = a.Add(4 * std::max<int64_t>(pages, 1));
+  m.bytes = a.size;
+  return m;
+}
+
+bool WantsToken(const ForwardEntry& e) { return (e.logits != nullptr || e.greedy != nullptr) && !e.tokens.empty(); }
+
 }  // namespace
+
+// One step's shape: what the enqueued work depends on besides the metadata's contents.
+struct CudaModel::Impl::Step {
+  int rows = 0, n_seq = 0, logit_rows = 0;
+  int64_t max_tokens = 0;  // bounds every sequence's length (sets the attention's parts)
+  StepMeta meta{};
+};
+
+absl::Status CudaModel::Impl::Enqueue(const Step& step) {
+  cudaStream_t st = stream;
+  const ModelConfig& c = config;
+  const StepMeta& off = step.meta;
+  std::byte* dm = meta.as<std::byte>();
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dm, host_meta.data(), static_cast<size_t>(off.bytes), cudaMemcpyHostToDevice, st));
+  const auto* d_ids = reinterpret_cast<const int32_t*>(dm + off.ids);
+  const auto* d_positions = reinterpret_cast<const int32_t*>(dm + off.positions);
+  const auto* d_slots = reinterpret_cast<const int64_t*>(dm + off.slots);
+  const auto* d_qo = reinterpret_cast<const int32_t*>(dm + off.qo_indptr);
+  const auto* d_indptr = reinterpret_cast<const int32_t*>(dm + off.kv_indptr);
+  const auto* d_indices = reinterpret_cast<const int32_t*>(dm + off.kv_indices);
+  const auto* d_last = reinterpret_cast<const int32_t*>(dm + off.last_page_len);
+  const auto* d_lrows = reinterpret_cast<const int32_t*>(dm + off.logit_rows);
+
+  const int r = step.rows;
+  const int h = c.hidden_size, qd = c.q_dim(), ffn = c.intermediate_size, w = qkv_width();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  float* xs = x.as<float>();
+  float* pr = proj.as<float>();
+  uint16_t* hs = hb.as<uint16_t>();
+#define STRATA_STEP(expr)                         \
+  do {                                            \
+    absl::Status step_status_ = (expr);           \
+    if (!step_status_.ok()) return step_status_;  \
+  } while (false)
+  STRATA_STEP(kernels::LaunchEmbedBf16(embedding, d_ids, r, h, xs, st));
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerDevice& L = layers[static_cast<size_t>(l)];
+    // Attention block: x += the previous MLP output, normed into hb.
+    STRATA_STEP(kernels::LaunchRmsNormToBf16(l == 0 ? nullptr : pr, xs, L.attn_norm, hs, r, h, c.rms_norm_eps, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16(hs, L.wqkv, qkv.as<float>(), r, h, w, st));
+    kernels::QkvPlaceParams qp{qkv.as<float>(), L.bqkv, d_positions, d_slots, r, c.num_heads, c.num_kv_heads,
+                               c.head_dim, inv_freq, q.as<float>(), k_rot.as<uint16_t>() + l * layer_stride,
+                               k_raw.as<uint16_t>() + l * layer_stride, v.as<uint16_t>() + l * layer_stride};
+    STRATA_STEP(kernels::LaunchQkvRopePlace(qp, st));
+    STRATA_STEP(kernels::LaunchPagedPrefillAttention(q.as<float>(), LayerKv(l, d_indptr, d_indices, d_last), d_qo,
+                                                     step.n_seq, r, c.num_heads, scale, step.max_tokens,
+                                                     attn_ws.as<float>(), attn.as<float>(), nullptr, st));
+    STRATA_STEP(kernels::LaunchToBf16(attn.as<float>(), ab.as<uint16_t>(), int64_t{r} * qd, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16(ab.as<uint16_t>(), L.wo, pr, r, qd, h, st));
+    // MLP block.
+    STRATA_STEP(kernels::LaunchRmsNormToBf16(pr, xs, L.mlp_norm, hs, r, h, c.rms_norm_eps, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16(hs, L.wgu, gu.as<float>(), r, h, 2 * ffn, st));
+    STRATA_STEP(kernels::LaunchSwiGluToBf16(gu.as<float>(), act.as<uint16_t>(), r, ffn, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16(act.as<uint16_t>(), L.wdown, pr, r, ffn, h, st));
+  }
+  if (step.logit_rows > 0) {
+    STRATA_STEP(kernels::LaunchRmsNormToBf16(pr, xs, final_norm, hs, r, h, c.rms_norm_eps, st));
+    STRATA_STEP(kernels::LaunchGatherRowsBf16(hs, d_lrows, step.logit_rows, h, lb.as<uint16_t>(), st));
+    STRATA_STEP(kernels::LaunchMatMulBf16(lb.as<uint16_t>(), lm_head, logits.as<float>(), step.logit_rows, h,
+                                          c.vocab_size, st));
+    STRATA_STEP(kernels::LaunchArgmax(logits.as<float>(), step.logit_rows, c.vocab_size, argmax_dev.as<int32_t>(), st));
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(argmax_host.data(), argmax_dev.as<int32_t>(),
+                                                4 * static_cast<size_t>(step.logit_rows), cudaMemcpyDeviceToHost, st));
+  }
+#undef STRATA_STEP
+  return absl::OkStatus();
+}
+
+// Runs a decode step (one token per sequence, greedy) through a captured graph: the first
+// step of a shape runs eagerly (cuBLAS picks and sets up its kernels), the second captures
+// it. Launching ~11 kernels a layer one by one leaves the GPU idle between them; a graph
+// launch does not. A capture that fails turns graphs off, with one log line.
+absl::Status CudaModel::Impl::RunGraph(const Step& step) {
+  const uint64_t key = (static_cast<uint64_t>(step.rows) << 32) | static_cast<uint64_t>(step.max_tokens);
+  auto it = graphs.find(key);
+  if (it == graphs.end()) {
+    graphs.emplace(key, nullptr);  // seen once: eager this time
+    return Enqueue(step);
+  }
+  if (it->second == nullptr) {
+    cudaGraph_t graph = nullptr;
+    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    absl::Status enqueued = Enqueue(step);
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    cudaGraphExec_t exec = nullptr;
+    if (enqueued.ok() && ended == cudaSuccess) {
+      if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) exec = nullptr;
+    }
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (exec == nullptr) {
+      cudaGetLastError();
+      use_graphs = false;
+      LOG(WARNING) << "CUDA graph capture failed (" << (enqueued.ok() ? cudaGetErrorString(ended) : enqueued.message())
+                   << "); decode steps run without graphs";
+      return Enqueue(step);
+    }
+    it->second = exec;
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, stream));
+  return absl::OkStatus();
+}
+
+void CudaModel::Impl::DropGraphs() {
+  for (auto& [key, exec] : graphs) {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+  }
+  graphs.clear();
+}
 
 absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   Impl& m = *impl_;
   const ModelConfig& c = m.config;
   const int page = m.options.page_tokens;
   std::vector<const CudaSequence*> seqs;
-  int64_t rows = 0, total_pages = 0, max_tokens = 0, logit_rows = 0;
+  Impl::Step step;
+  int64_t rows = 0, total_pages = 0, logit_rows = 0, max_tokens = 0;
+  bool decode = true;  // one token per sequence, greedy: a graph can run it
   for (const ForwardEntry& e : batch) {
     const auto* s = dynamic_cast<const CudaSequence*>(e.seq);
     if (s == nullptr || s->owner() != &m) return absl::InvalidArgumentError("a sequence of another backend");
     const int64_t len = e.start_pos + static_cast<int64_t>(e.tokens.size());
     if (e.start_pos < 0 || len > s->capacity()) return absl::InvalidArgumentError("tokens past the sequence's capacity");
+    for (int32_t t : e.tokens) {
+      if (t < 0 || t >= c.vocab_size) return absl::InvalidArgumentError(absl::StrCat("token ", t, " out of range"));
+    }
     seqs.push_back(s);
     rows += static_cast<int64_t>(e.tokens.size());
     total_pages += (len + page - 1) / page;
     max_tokens = std::max(max_tokens, len);
-    if ((e.logits != nullptr || e.greedy != nullptr) && !e.tokens.empty()) ++logit_rows;
+    logit_rows += WantsToken(e);
+    decode = decode && e.tokens.size() == 1 && e.logits == nullptr && e.greedy != nullptr;
   }
   if (rows == 0) return absl::OkStatus();
-  const int n_seq = static_cast<int>(batch.size());
+  step.rows = static_cast<int>(rows);
+  step.n_seq = static_cast<int>(batch.size());
+  step.logit_rows = static_cast<int>(logit_rows);
+  // Graphs are kept per (batch, context bucket of 1024 tokens): the attention's parts
+  // are sized for the bucket, and the parts past a sequence's end are empty.
+  const bool graph = decode && m.use_graphs;
+  step.max_tokens = graph ? (max_tokens + 1023) / 1024 * 1024 : max_tokens;
+  const int64_t page_capacity = graph ? step.n_seq * ((step.max_tokens + page - 1) / page) : total_pages;
+  step.meta = MetaLayout(rows, step.n_seq, logit_rows, page_capacity);
+  const int64_t generation = m.generation;
+  for (absl::Status s : {m.host_meta.Reserve(step.meta.bytes, &m.generation),
+                         m.meta.Reserve(step.meta.bytes, &m.generation),
+                         m.argmax_host.Reserve(4 * std::max<int64_t>(logit_rows, 1), &m.generation),
+                         m.argmax_dev.Reserve(4 * std::max<int64_t>(logit_rows, 1), &m.generation),
+                         m.ReserveStep(rows, std::max<int64_t>(logit_rows, 1), step.max_tokens)}) {
+    if (!s.ok()) return s;
+  }
+  if (m.generation != generation) m.DropGraphs();  // a buffer moved: captured addresses are stale
 
-  Arena a;
-  StepMeta off{};
-  off.ids = a.Add(4 * rows);
-  off.positions = a.Add(4 * rows);
-  off.slots = a.Add(8 * rows);
-  off.qo_indptr = a.Add(4 * (n_seq + 1));
-  off.kv_indptr = a.Add(4 * (n_seq + 1));
-  off.kv_indices = a.Add(4 * total_pages);
-  off.last_page_len = a.Add(4 * n_seq);
-  off.logit_rows = a.Add(4 * std::max<int64_t>(logit_rows, 1));
-  off.argmax = a.Add(4 * std::max<int64_t>(logit_rows, 1));
-  off.bytes = a.size;
-  if (absl::Status s = m.host_meta.Reserve(off.bytes); !s.ok()) return s;
-  if (absl::Status s = m.meta.Reserve(off.bytes); !s.ok()) return s;
-  if (absl::Status s = m.ReserveStep(rows, std::max<int64_t>(logit_rows, 1), max_tokens); !s.ok()) return s;
   std::byte* hm = m.host_meta.data();
+  const StepMeta& off = step.meta;
   auto* ids = reinterpret_cast<int32_t*>(hm + off.ids);
   auto* positions = reinterpret_cast<int32_t*>(hm + off.positions);
   auto* slots = reinterpret_cast<int64_t*>(hm + off.slots);
@@ -481,13 +642,11 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   int64_t row = 0, page_at = 0, lr = 0;
   qo_indptr[0] = 0;
   kv_indptr[0] = 0;
-  for (int b = 0; b < n_seq; ++b) {
+  for (int b = 0; b < step.n_seq; ++b) {
     const ForwardEntry& e = batch[static_cast<size_t>(b)];
     const CudaSequence& s = *seqs[static_cast<size_t>(b)];
     for (size_t i = 0; i < e.tokens.size(); ++i, ++row) {
-      const int32_t t = e.tokens[i];
-      if (t < 0 || t >= c.vocab_size) return absl::InvalidArgumentError(absl::StrCat("token ", t, " out of range"));
-      ids[row] = t;
+      ids[row] = e.tokens[i];
       positions[row] = static_cast<int32_t>(e.start_pos + static_cast<int64_t>(i));
       slots[row] = m.Slot(s, positions[row]);
     }
@@ -497,79 +656,27 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
     for (int64_t p = 0; p < used; ++p) kv_indices[page_at++] = s.pages()[static_cast<size_t>(p)];
     kv_indptr[b + 1] = static_cast<int32_t>(page_at);
     last_page_len[b] = static_cast<int32_t>(len - (used - 1) * page);
-    if ((e.logits != nullptr || e.greedy != nullptr) && !e.tokens.empty()) lrows[lr++] = static_cast<int32_t>(row - 1);
+    if (WantsToken(e)) lrows[lr++] = static_cast<int32_t>(row - 1);
   }
-  cudaStream_t st = m.stream;
-  std::byte* dm = m.meta.as<std::byte>();
-  STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dm, hm, static_cast<size_t>(off.bytes), cudaMemcpyHostToDevice, st));
-  const auto* d_ids = reinterpret_cast<const int32_t*>(dm + off.ids);
-  const auto* d_positions = reinterpret_cast<const int32_t*>(dm + off.positions);
-  const auto* d_slots = reinterpret_cast<const int64_t*>(dm + off.slots);
-  const auto* d_qo = reinterpret_cast<const int32_t*>(dm + off.qo_indptr);
-  const auto* d_indptr = reinterpret_cast<const int32_t*>(dm + off.kv_indptr);
-  const auto* d_indices = reinterpret_cast<const int32_t*>(dm + off.kv_indices);
-  const auto* d_last = reinterpret_cast<const int32_t*>(dm + off.last_page_len);
-  const auto* d_lrows = reinterpret_cast<const int32_t*>(dm + off.logit_rows);
-  auto* d_argmax = reinterpret_cast<int32_t*>(dm + off.argmax);
 
-  const int r = static_cast<int>(rows);
-  const int h = c.hidden_size, qd = c.q_dim(), ffn = c.intermediate_size, w = m.qkv_width();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  float* x = m.x.as<float>();
-  float* proj = m.proj.as<float>();
-  uint16_t* hb = m.hb.as<uint16_t>();
-#define STRATA_STEP(expr)              \
-  do {                                 \
-    absl::Status step_status_ = (expr); \
-    if (!step_status_.ok()) return step_status_; \
-  } while (false)
-  STRATA_STEP(kernels::LaunchEmbedBf16(m.embedding, d_ids, r, h, x, st));
-  for (int l = 0; l < c.num_layers; ++l) {
-    const LayerDevice& L = m.layers[static_cast<size_t>(l)];
-    // Attention block: x += previous MLP output, normed into hb.
-    STRATA_STEP(kernels::LaunchRmsNormToBf16(l == 0 ? nullptr : proj, x, L.attn_norm, hb, r, h, c.rms_norm_eps, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16(hb, L.wqkv, m.qkv.as<float>(), r, h, w, st));
-    kernels::QkvPlaceParams qp{m.qkv.as<float>(), L.bqkv, d_positions, d_slots, r, c.num_heads, c.num_kv_heads,
-                               c.head_dim, m.inv_freq, m.q.as<float>(), m.k_rot.as<uint16_t>() + l * m.layer_stride,
-                               m.k_raw.as<uint16_t>() + l * m.layer_stride, m.v.as<uint16_t>() + l * m.layer_stride};
-    STRATA_STEP(kernels::LaunchQkvRopePlace(qp, st));
-    STRATA_STEP(kernels::LaunchPagedPrefillAttention(m.q.as<float>(), m.LayerKv(l, d_indptr, d_indices, d_last), d_qo,
-                                                     n_seq, r, c.num_heads, scale, max_tokens, m.attn_ws.as<float>(),
-                                                     m.attn.as<float>(), nullptr, st));
-    STRATA_STEP(kernels::LaunchToBf16(m.attn.as<float>(), m.ab.as<uint16_t>(), rows * qd, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16(m.ab.as<uint16_t>(), L.wo, proj, r, qd, h, st));
-    // MLP block.
-    STRATA_STEP(kernels::LaunchRmsNormToBf16(proj, x, L.mlp_norm, hb, r, h, c.rms_norm_eps, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16(hb, L.wgu, m.gu.as<float>(), r, h, 2 * ffn, st));
-    STRATA_STEP(kernels::LaunchSwiGluToBf16(m.gu.as<float>(), m.act.as<uint16_t>(), r, ffn, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16(m.act.as<uint16_t>(), L.wdown, proj, r, ffn, h, st));
-  }
-  if (logit_rows > 0) {
-    const int lrn = static_cast<int>(logit_rows);
-    STRATA_STEP(kernels::LaunchRmsNormToBf16(proj, x, m.final_norm, hb, r, h, c.rms_norm_eps, st));
-    STRATA_STEP(kernels::LaunchGatherRowsBf16(hb, d_lrows, lrn, h, m.lb.as<uint16_t>(), st));
-    STRATA_STEP(kernels::LaunchMatMulBf16(m.lb.as<uint16_t>(), m.lm_head, m.logits.as<float>(), lrn, h, c.vocab_size,
-                                          st));
-    STRATA_STEP(kernels::LaunchArgmax(m.logits.as<float>(), lrn, c.vocab_size, d_argmax, st));
-    m.host_ids.resize(static_cast<size_t>(logit_rows));
-    STRATA_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(m.host_ids.data(), d_argmax, 4 * logit_rows, cudaMemcpyDeviceToHost, st));
-    int64_t j = 0;
-    for (const ForwardEntry& e : batch) {
-      if ((e.logits == nullptr && e.greedy == nullptr) || e.tokens.empty()) continue;
-      if (e.logits != nullptr) {
-        STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(e.logits, m.logits.as<float>() + j * c.vocab_size,
-                                                    4 * static_cast<size_t>(c.vocab_size), cudaMemcpyDeviceToHost, st));
-      }
-      ++j;
-    }
-  }
-#undef STRATA_STEP
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+  if (absl::Status s = graph ? m.RunGraph(step) : m.Enqueue(step); !s.ok()) return s;
+  // Logits asked for (sampling with a temperature) come back whole.
   int64_t j = 0;
   for (const ForwardEntry& e : batch) {
-    if ((e.logits == nullptr && e.greedy == nullptr) || e.tokens.empty()) continue;
-    if (e.greedy != nullptr) *e.greedy = m.host_ids[static_cast<size_t>(j)];
+    if (!WantsToken(e)) continue;
+    if (e.logits != nullptr) {
+      STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(e.logits, m.logits.as<float>() + j * c.vocab_size,
+                                                  4 * static_cast<size_t>(c.vocab_size), cudaMemcpyDeviceToHost,
+                                                  m.stream));
+    }
+    ++j;
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+  const auto* argmax = reinterpret_cast<const int32_t*>(m.argmax_host.data());
+  j = 0;
+  for (const ForwardEntry& e : batch) {
+    if (!WantsToken(e)) continue;
+    if (e.greedy != nullptr) *e.greedy = argmax[j];
     ++j;
   }
   return absl::OkStatus();
@@ -597,9 +704,11 @@ absl::Status CudaModel::LoadKv(SequenceState& seq, int64_t begin, int count, abs
   if (absl::Status st = CheckChunk(m.config, s, &m, begin, count, payload.size(), layout); !st.ok()) return st;
   if (count == 0) return absl::OkStatus();
   const int64_t payload_bytes = layout.PayloadBytes();
-  if (absl::Status st = m.stored.Reserve(payload_bytes); !st.ok()) return st;
-  if (absl::Status st = m.host_meta.Reserve(12 * int64_t{count}); !st.ok()) return st;
-  if (absl::Status st = m.meta.Reserve(12 * int64_t{count}); !st.ok()) return st;
+  const int64_t generation = m.generation;
+  if (absl::Status st = m.stored.Reserve(payload_bytes, &m.generation); !st.ok()) return st;
+  if (absl::Status st = m.host_meta.Reserve(12 * int64_t{count}, &m.generation); !st.ok()) return st;
+  if (absl::Status st = m.meta.Reserve(12 * int64_t{count}, &m.generation); !st.ok()) return st;
+  if (m.generation != generation) m.DropGraphs();
   auto* slots = reinterpret_cast<int64_t*>(m.host_meta.data());
   auto* positions = reinterpret_cast<int32_t*>(m.host_meta.data() + 8 * int64_t{count});
   for (int i = 0; i < count; ++i) {
@@ -628,9 +737,11 @@ absl::Status CudaModel::SaveKv(const SequenceState& seq, int64_t begin, int coun
   const auto* s = dynamic_cast<const CudaSequence*>(&seq);
   if (absl::Status st = CheckChunk(m.config, s, &m, begin, count, payload.size(), layout); !st.ok()) return st;
   if (count == 0) return absl::OkStatus();
-  if (absl::Status st = m.stored.Reserve(layout.PayloadBytes()); !st.ok()) return st;
-  if (absl::Status st = m.host_meta.Reserve(8 * int64_t{count}); !st.ok()) return st;
-  if (absl::Status st = m.meta.Reserve(8 * int64_t{count}); !st.ok()) return st;
+  const int64_t generation = m.generation;
+  if (absl::Status st = m.stored.Reserve(layout.PayloadBytes(), &m.generation); !st.ok()) return st;
+  if (absl::Status st = m.host_meta.Reserve(8 * int64_t{count}, &m.generation); !st.ok()) return st;
+  if (absl::Status st = m.meta.Reserve(8 * int64_t{count}, &m.generation); !st.ok()) return st;
+  if (m.generation != generation) m.DropGraphs();
   auto* slots = reinterpret_cast<int64_t*>(m.host_meta.data());
   for (int i = 0; i < count; ++i) slots[i] = m.Slot(*s, begin + i);
   cudaStream_t st = m.stream;

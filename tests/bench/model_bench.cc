@@ -6,7 +6,7 @@
 //     matrix-product peak (cuBLAS, 8192^3) and the H100 SXM datasheet's 989 TFLOP/s.
 // HF transformers on the same GPU and shapes: tests/bench/model_bench_hf.py.
 //
-//   model_bench [--models=llama3-8b,llama3-1b] [--quick]
+//   model_bench [--models=llama3-8b,llama3-1b] [--quick] [--graphs=0]
 // Without a GPU it says so and exits 0.
 #include <cuda_runtime_api.h>
 
@@ -111,9 +111,10 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-void Run(const std::string& name, bool quick, double copy_bw, double peak) {
+void Run(const std::string& name, bool quick, bool graphs, double copy_bw, double peak) {
   const ModelConfig c = Shape(name);
   CudaModelOptions o;
+  o.cuda_graphs = graphs;
   o.kv_memory_fraction = 0.9;
   o.initial_step_tokens = 8192;
   auto made = CudaModel::CreateRandom(c, 1234, o);
@@ -133,7 +134,8 @@ void Run(const std::string& name, bool quick, double copy_bw, double peak) {
   const double weights_read = static_cast<double>(m.weight_bytes() - (c.tie_embeddings ? 0 : embed_bytes));
   const double kv_token_bytes = 2.0 * c.num_layers * c.kv_dim() * 2;
   const int64_t capacity_tokens = m.pool_pages() * m.page_tokens();
-  std::printf("\n%s: %.2f GB of bf16 weights, KV pool %lld tokens (%.1f GB)\n", name.c_str(),
+  std::printf("\n%s (decode steps %s CUDA graphs): %.2f GB of bf16 weights, KV pool %lld tokens (%.1f GB)\n",
+              name.c_str(), graphs ? "as" : "without",
               static_cast<double>(m.weight_bytes()) / 1e9, static_cast<long long>(capacity_tokens),
               capacity_tokens * kv_token_bytes * 1.5 / 1e9);
   std::printf("%-8s %-8s %12s %12s %14s %10s\n", "batch", "context", "step_ms", "tokens/s", "roofline_ms",
@@ -212,11 +214,12 @@ void Run(const std::string& name, bool quick, double copy_bw, double peak) {
 }  // namespace strata::engine
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, graphs = true;
   std::string models = "llama3-8b,llama3-1b";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") quick = true;
+    if (a == "--graphs=0") graphs = false;
     if (a.rfind("--models=", 0) == 0) models = a.substr(9);
   }
   if (strata::engine::CudaModel::DeviceCount() == 0) {
@@ -233,7 +236,7 @@ int main(int argc, char** argv) {
   while (start <= models.size()) {
     const size_t end = models.find(',', start);
     const std::string name = models.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    if (!name.empty()) strata::engine::Run(name, quick, copy_bw, peak);
+    if (!name.empty()) strata::engine::Run(name, quick, graphs, copy_bw, peak);
     if (end == std::string::npos) break;
     start = end + 1;
   }
