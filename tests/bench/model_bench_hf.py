@@ -59,25 +59,11 @@ def run(name, quick):
             if batch * (ctx + steps + 4) * kv_token_bytes > 0.6 * free:
                 print(f"{batch:<8} {ctx:<8} {'-':>12} (does not fit)")
                 continue
-            with torch.no_grad():
-                ids = torch.randint(0, config.vocab_size, (batch, ctx), device="cuda")
-                cache = transformers.DynamicCache()
-                out = model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-                cache = out.past_key_values
-                nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-                del out
-                pos = [ctx]
-
-                def step():
-                    nonlocal nxt
-                    o = model(nxt, past_key_values=cache, use_cache=True)
-                    nxt = o.logits[:, -1].argmax(-1, keepdim=True)
-                    pos[0] += 1
-
-                step()
-                t = timed(step, steps)
-            print(f"{batch:<8} {ctx:<8} {t * 1e3:>12.3f} {batch / t:>12.0f}")
-            del cache, ids
+            try:
+                t = decode_step_time(model, config, batch, ctx, steps)
+                print(f"{batch:<8} {ctx:<8} {t * 1e3:>12.3f} {batch / t:>12.0f}")
+            except torch.OutOfMemoryError:
+                print(f"{batch:<8} {ctx:<8} {'-':>12} (out of GPU memory)")
             torch.cuda.empty_cache()
     print(f"{'prompt':<8} {'prefill_ms':>12} {'tokens/s':>12}")
     for n in (512, 1024, 2048, 4096, 8192):
@@ -89,6 +75,25 @@ def run(name, quick):
         print(f"{n:<8} {t * 1e3:>12.2f} {n / t:>12.0f}")
     del model
     torch.cuda.empty_cache()
+
+
+def decode_step_time(model, config, batch, ctx, steps):
+    """Median time of one-token greedy steps after a prefill of `ctx` tokens per sequence."""
+    with torch.no_grad():
+        ids = torch.randint(0, config.vocab_size, (batch, ctx), device="cuda")
+        cache = transformers.DynamicCache()
+        out = model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+        del out, ids
+
+        def step():
+            nonlocal nxt
+            o = model(nxt, past_key_values=cache, use_cache=True)
+            nxt = o.logits[:, -1].argmax(-1, keepdim=True)
+
+        step()
+        return timed(step, steps)
 
 
 def main():
