@@ -184,7 +184,7 @@ absl::Status CpuModel::Forward(absl::Span<const ForwardEntry> batch) {
   int64_t row = 0;
   for (const ForwardEntry& e : batch) {
     row += static_cast<int64_t>(e.tokens.size());
-    if (e.logits == nullptr && e.greedy == nullptr) continue;
+    if (e.logits == nullptr && e.token == nullptr) continue;
     float* last = h_.data();
     kernels::RmsNorm(x + (row - 1) * hidden, weights_.final_norm(), last, 1, hidden, c.rms_norm_eps);
     float* logits = e.logits;
@@ -193,7 +193,9 @@ absl::Status CpuModel::Forward(absl::Span<const ForwardEntry> batch) {
       logits = logits_.data();
     }
     kernels::MatMulWT(last, weights_.lm_head(), nullptr, logits, 1, hidden, c.vocab_size);
-    if (e.greedy != nullptr) *e.greedy = kernels::SampleToken(logits, c.vocab_size, 0.0f, 1.0f, 0.0);
+    if (e.token != nullptr) {
+      *e.token = kernels::SampleToken(logits, c.vocab_size, e.sampling.temperature, e.sampling.top_p, e.sampling.u);
+    }
   }
   return absl::OkStatus();
 }

@@ -455,7 +455,8 @@ namespace {
 // Fixed-size arrays first and the page list last, so that steps with the same batch shape
 // keep every array at the same address (what a captured graph needs).
 struct StepMeta {
-  int64_t ids, positions, slots, qo_indptr, kv_indptr, last_page_len, logit_rows, kv_indices, bytes;
+  int64_t ids, positions, slots, qo_indptr, kv_indptr, last_page_len, logit_rows, temperature, top_p, u, kv_indices,
+      bytes;
 };
 
 StepMeta MetaLayout(int64_t rows, int n_seq, int64_t logit_rows, int64_t pages) {
@@ -468,12 +469,15 @@ StepMeta MetaLayout(int64_t rows, int n_seq, int64_t logit_rows, int64_t pages) 
   m.kv_indptr = a.Add(4 * (n_seq + 1));
   m.last_page_len = a.Add(4 * n_seq);
   m.logit_rows = a.Add(4 * std::max<int64_t>(logit_rows, 1));
+  m.temperature = a.Add(4 * std::max<int64_t>(logit_rows, 1));
+  m.top_p = a.Add(4 * std::max<int64_t>(logit_rows, 1));
+  m.u = a.Add(8 * std::max<int64_t>(logit_rows, 1));
   m.kv_indices = a.Add(4 * std::max<int64_t>(pages, 1));
   m.bytes = a.size;
   return m;
 }
 
-bool WantsToken(const ForwardEntry& e) { return (e.logits != nullptr || e.greedy != nullptr) && !e.tokens.empty(); }
+bool WantsToken(const ForwardEntry& e) { return (e.logits != nullptr || e.token != nullptr) && !e.tokens.empty(); }
 
 }  // namespace
 
@@ -537,7 +541,10 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step) {
     STRATA_STEP(kernels::LaunchGatherRowsBf16(hs, d_lrows, step.logit_rows, h, lb.as<uint16_t>(), st));
     STRATA_STEP(kernels::LaunchMatMulBf16(lb.as<uint16_t>(), lm_head, logits.as<float>(), step.logit_rows, h,
                                           c.vocab_size, st));
-    STRATA_STEP(kernels::LaunchArgmax(logits.as<float>(), step.logit_rows, c.vocab_size, argmax_dev.as<int32_t>(), st));
+    STRATA_STEP(kernels::LaunchSample(logits.as<float>(), step.logit_rows, c.vocab_size,
+                                      reinterpret_cast<const float*>(dm + off.temperature),
+                                      reinterpret_cast<const float*>(dm + off.top_p),
+                                      reinterpret_cast<const double*>(dm + off.u), argmax_dev.as<int32_t>(), st));
     STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(argmax_host.data(), argmax_dev.as<int32_t>(),
                                                 4 * static_cast<size_t>(step.logit_rows), cudaMemcpyDeviceToHost, st));
   }
@@ -545,7 +552,7 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step) {
   return absl::OkStatus();
 }
 
-// Runs a decode step (one token per sequence, greedy) through a captured graph: the first
+// Runs a decode step (one token per sequence) through a captured graph: the first
 // step of a shape runs eagerly (cuBLAS picks and sets up its kernels), the second captures
 // it. Launching ~11 kernels a layer one by one leaves the GPU idle between them; a graph
 // launch does not. A capture that fails turns graphs off, with one log line.
@@ -593,7 +600,7 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   std::vector<const CudaSequence*> seqs;
   Impl::Step step;
   int64_t rows = 0, total_pages = 0, logit_rows = 0, max_tokens = 0;
-  bool decode = true;  // one token per sequence, greedy: a graph can run it
+  bool decode = true;  // one token per sequence, no logits out: a graph can run it
   for (const ForwardEntry& e : batch) {
     const auto* s = dynamic_cast<const CudaSequence*>(e.seq);
     if (s == nullptr || s->owner() != &m) return absl::InvalidArgumentError("a sequence of another backend");
@@ -607,7 +614,7 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
     total_pages += (len + page - 1) / page;
     max_tokens = std::max(max_tokens, len);
     logit_rows += WantsToken(e);
-    decode = decode && e.tokens.size() == 1 && e.logits == nullptr && e.greedy != nullptr;
+    decode = decode && e.tokens.size() == 1 && e.logits == nullptr && e.token != nullptr;
   }
   if (rows == 0) return absl::OkStatus();
   step.rows = static_cast<int>(rows);
@@ -639,6 +646,9 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   auto* kv_indices = reinterpret_cast<int32_t*>(hm + off.kv_indices);
   auto* last_page_len = reinterpret_cast<int32_t*>(hm + off.last_page_len);
   auto* lrows = reinterpret_cast<int32_t*>(hm + off.logit_rows);
+  auto* temperature = reinterpret_cast<float*>(hm + off.temperature);
+  auto* top_p = reinterpret_cast<float*>(hm + off.top_p);
+  auto* u = reinterpret_cast<double*>(hm + off.u);
   int64_t row = 0, page_at = 0, lr = 0;
   qo_indptr[0] = 0;
   kv_indptr[0] = 0;
@@ -656,7 +666,12 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
     for (int64_t p = 0; p < used; ++p) kv_indices[page_at++] = s.pages()[static_cast<size_t>(p)];
     kv_indptr[b + 1] = static_cast<int32_t>(page_at);
     last_page_len[b] = static_cast<int32_t>(len - (used - 1) * page);
-    if (WantsToken(e)) lrows[lr++] = static_cast<int32_t>(row - 1);
+    if (WantsToken(e)) {
+      temperature[lr] = e.sampling.temperature;
+      top_p[lr] = e.sampling.top_p;
+      u[lr] = e.sampling.u;
+      lrows[lr++] = static_cast<int32_t>(row - 1);
+    }
   }
 
   if (absl::Status s = graph ? m.RunGraph(step) : m.Enqueue(step); !s.ok()) return s;
@@ -676,7 +691,7 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   j = 0;
   for (const ForwardEntry& e : batch) {
     if (!WantsToken(e)) continue;
-    if (e.greedy != nullptr) *e.greedy = argmax[j];
+    if (e.token != nullptr) *e.token = argmax[j];
     ++j;
   }
   return absl::OkStatus();

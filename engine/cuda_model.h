@@ -33,7 +33,8 @@ struct CudaModelOptions {
   // Most tokens of one forward step the workspaces are sized for up front (they grow
   // on demand past it).
   int initial_step_tokens = 1024;
-  // Decode steps (one token per sequence, greedy) run as captured CUDA graphs, one per
+  // Decode steps (one token per sequence, no logits copied out) run as captured CUDA
+  // graphs, one per
   // (batch size, context rounded up to 1024 tokens).
   bool cuda_graphs = true;
 };

@@ -46,9 +46,7 @@ double RelativeError(const std::vector<float>& got, const std::vector<float>& wa
   return std::sqrt(num / den);
 }
 
-int Argmax(const std::vector<float>& v) {
-  return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
-}
+int Argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 // Logits after a prefill and then after each decode step, one sequence.
 std::vector<std::vector<float>> StepLogits(ModelBackend& m, const std::vector<int32_t>& tokens, int prefill) {
@@ -153,8 +151,8 @@ TEST_F(CudaModelTest, GraphDecodeStepsEqualEagerSteps) {
       std::vector<ForwardEntry> batch;
       for (int b = 0; b < 3; ++b) {
         const int64_t pos = static_cast<int64_t>(tokens[b].size()) - 1;
-        batch.push_back(ForwardEntry{seqs[b].get(), pos, absl::Span<const int32_t>(&tokens[b][pos], 1), nullptr,
-                                     &next[b]});
+        batch.push_back(
+            ForwardEntry{seqs[b].get(), pos, absl::Span<const int32_t>(&tokens[b][pos], 1), nullptr, &next[b]});
       }
       ASSERT_TRUE(m.Forward(batch).ok());
       for (int b = 0; b < 3; ++b) tokens[b].push_back(next[b]);
@@ -179,48 +177,54 @@ TEST_F(CudaModelTest, PoolRunsOutAndRecovers) {
 
 // The engine on the GPU: the second and third turns reuse the cache and answer exactly as
 // with the cache off.
-TEST_F(CudaModelTest, GreedyTurnsWithTheCacheEqualTurnsWithout) {
+TEST_F(CudaModelTest, TurnsWithTheCacheEqualTurnsWithout) {
   ByteTokenizer tokenizer;
   const ModelConfig c = Config();
-  std::vector<std::vector<int32_t>> answers[2];
-  for (int cache = 0; cache < 2; ++cache) {
-    auto model = CudaModel::Create(ModelWeights::Random(c, 77, tokenizer.SilentTokens()), SmallPool());
-    ASSERT_TRUE(model.ok()) << model.status();
-    std::unique_ptr<storage::SessionStore> store;
-    if (cache) {
-      storage::SessionStoreOptions so;
-      so.layout = ChunkLayoutFor(**model, 16);
-      so.host_capacity_bytes = 64 << 20;
-      so.model_fingerprint = (*model)->fingerprint();
-      store = *storage::SessionStore::Create(so);
-    }
-    auto engine = Engine::Create({}, *std::move(model), &tokenizer, store.get(), nullptr);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    std::vector<ChatMessage> conv;
-    for (const char* user : {"Hello there, strata.", "Tell me more about caches.", "Thanks!"}) {
-      conv.push_back({"user", user});
-      TurnRequest r;
-      r.key = {"t", "s"};
-      r.prompt = *tokenizer.RenderChat(conv);
-      r.max_new_tokens = 24;
-      auto stream = (*engine)->Submit(std::move(r));
-      ASSERT_TRUE(stream.ok());
-      std::vector<int32_t> tokens;
-      std::string text;
-      TurnStream::Event e;
-      int64_t cached = 0;
-      while ((*stream)->Next(&e, absl::Seconds(60))) {
-        ASSERT_TRUE(e.error.ok()) << e.error;
-        tokens.insert(tokens.end(), e.token_ids.begin(), e.token_ids.end());
-        text += e.text;
-        if (e.done) cached = e.done->usage.cached_tokens;
+  for (float temperature : {0.0f, 0.8f}) {
+    std::vector<std::vector<int32_t>> answers[2];
+    for (int cache = 0; cache < 2; ++cache) {
+      auto model = CudaModel::Create(ModelWeights::Random(c, 77, tokenizer.SilentTokens()), SmallPool());
+      ASSERT_TRUE(model.ok()) << model.status();
+      std::unique_ptr<storage::SessionStore> store;
+      if (cache) {
+        storage::SessionStoreOptions so;
+        so.layout = ChunkLayoutFor(**model, 16);
+        so.host_capacity_bytes = 64 << 20;
+        so.model_fingerprint = (*model)->fingerprint();
+        store = *storage::SessionStore::Create(so);
       }
-      if (cache && conv.size() > 1) EXPECT_GT(cached, 0) << "turn " << conv.size() << " reused nothing";
-      answers[cache].push_back(tokens);
-      conv.push_back({"assistant", text});
+      auto engine = Engine::Create({}, *std::move(model), &tokenizer, store.get(), nullptr);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      std::vector<ChatMessage> conv;
+      for (const char* user : {"Hello there, strata.", "Tell me more about caches.", "Thanks!"}) {
+        conv.push_back({"user", user});
+        TurnRequest r;
+        r.key = {"t", "s"};
+        r.prompt = *tokenizer.RenderChat(conv);
+        r.max_new_tokens = 24;
+        r.sampling.temperature = temperature;
+        r.sampling.top_p = 0.9f;
+        r.sampling.seed = 7;  // the same draws with the cache on and off
+        auto stream = (*engine)->Submit(std::move(r));
+        ASSERT_TRUE(stream.ok());
+        std::vector<int32_t> tokens;
+        std::string text;
+        TurnStream::Event e;
+        int64_t cached = 0;
+        while ((*stream)->Next(&e, absl::Seconds(60))) {
+          ASSERT_TRUE(e.error.ok()) << e.error;
+          tokens.insert(tokens.end(), e.token_ids.begin(), e.token_ids.end());
+          text += e.text;
+          if (e.done) cached = e.done->usage.cached_tokens;
+        }
+        if (cache && conv.size() > 1) EXPECT_GT(cached, 0) << "turn " << conv.size() << " reused nothing";
+        answers[cache].push_back(tokens);
+        conv.push_back({"assistant", text});
+      }
     }
+    EXPECT_EQ(answers[0], answers[1]) << "answers at temperature " << temperature
+                                      << " differ with the session cache on";
   }
-  EXPECT_EQ(answers[0], answers[1]) << "greedy answers differ with the session cache on";
 }
 
 }  // namespace

@@ -56,8 +56,7 @@ struct Engine::Running {
   int64_t reused = 0;           // of those, loaded from the session cache
   storage::Tier tier = storage::Tier::kNone;
   int64_t generated = 0;
-  std::vector<float> logits;  // when sampling with a temperature
-  int32_t greedy = -1;        // otherwise: the step's argmax
+  int32_t next_token = -1;  // drawn by the backend at the end of the turn's last step
   SplitMix64 rng{0};
   Utf8StreamDecoder utf8;
   StopStringFilter stop_filter{{}};
@@ -284,7 +283,6 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   r->rng = SplitMix64(r->request.sampling.seed);
   r->stop_filter = StopStringFilter(r->request.stop);
   const int64_t prompt = static_cast<int64_t>(r->tokens.size());
-  if (r->request.sampling.temperature > 0) r->logits.resize(static_cast<size_t>(c.vocab_size));
   if (store_ != nullptr && !queued.recompute) {
     if (metrics_) metrics_->lookups.Increment();
     // At least the last prompt token is computed: its logits give the first new token.
@@ -390,11 +388,14 @@ void Engine::Step() {
       budget -= n;
       r.step_tokens = n;
       const bool last = r.computed + n == static_cast<int64_t>(r.tokens.size());
-      const bool sample = r.request.sampling.temperature > 0;
-      batch.push_back(ForwardEntry{r.seq.get(), r.computed,
-                                   absl::Span<const int32_t>(r.tokens.data() + r.computed, n),
-                                   last && sample ? r.logits.data() : nullptr,
-                                   last && !sample ? &r.greedy : nullptr});
+      ForwardEntry entry{r.seq.get(), r.computed, absl::Span<const int32_t>(r.tokens.data() + r.computed, n)};
+      if (last) {
+        // One uniform draw per sampled token, in order: the same sequence whatever the backend.
+        const SamplingOptions& s = r.request.sampling;
+        entry.token = &r.next_token;
+        entry.sampling = TokenSampling{s.temperature, s.top_p, s.temperature > 0 ? r.rng.Uniform() : 0.0};
+      }
+      batch.push_back(entry);
       in_batch.push_back(&r);
     }
   }
@@ -438,10 +439,7 @@ void Engine::Step() {
 }
 
 bool Engine::AfterStep(Running& r) {
-  const SamplingOptions& s = r.request.sampling;
-  const int32_t token = s.temperature > 0 ? kernels::SampleToken(r.logits.data(), config().vocab_size,
-                                                                 s.temperature, s.top_p, r.rng.Uniform())
-                                          : r.greedy;
+  const int32_t token = r.next_token;
   ++r.generated;
   if (metrics_) metrics_->generated.Increment();
   if (!r.first_token_sent) {

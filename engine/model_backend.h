@@ -27,14 +27,23 @@ class SequenceState {
   virtual ~SequenceState() = default;
 };
 
+// How the next token is drawn from the last token's logits: kernels::SampleToken's
+// arguments (temperature <= 0: the argmax, lowest index on ties).
+struct TokenSampling {
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  double u = 0.0;  // uniform in [0, 1)
+};
+
 // One sequence's share of a forward step: `tokens` sit at positions
 // [start_pos, start_pos + tokens.size()); the KV of [0, start_pos) is already held.
 struct ForwardEntry {
   SequenceState* seq;
   int64_t start_pos;
   absl::Span<const int32_t> tokens;
-  float* logits = nullptr;    // if non-null: receives [vocab] logits of the last token
-  int32_t* greedy = nullptr;  // if non-null: receives the argmax of those logits (lowest on ties)
+  float* logits = nullptr;  // if non-null: receives [vocab] logits of the last token
+  int32_t* token = nullptr;  // if non-null: receives the next token, drawn as `sampling` says
+  TokenSampling sampling = {};
 };
 
 class ModelBackend {

@@ -89,6 +89,15 @@ absl::Status LaunchGatherRowsBf16(const uint16_t* in, const int32_t* rows, int n
   return absl::OkStatus();
 }
 
+absl::Status LaunchSample(const float* logits, int rows, int vocab, const float* temperature, const float* top_p,
+                          const double* u, int32_t* ids, cudaStream_t stream) {
+  if (absl::Status s = Sizes(rows, vocab); !s.ok()) return s;
+  if (rows == 0) return absl::OkStatus();
+  if (vocab == 0) return absl::InvalidArgumentError("sampling from an empty vocabulary");
+  STRATA_CUDA_RETURN_IF_ERROR(internal::SampleAsync(logits, rows, vocab, temperature, top_p, u, ids, stream));
+  return absl::OkStatus();
+}
+
 absl::Status LaunchFillRandomBf16(uint16_t* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream) {
   if (absl::Status s = Sizes(n); !s.ok()) return s;
   if (n == 0) return absl::OkStatus();
@@ -119,6 +128,9 @@ absl::Status LaunchQkvRopePlace(const QkvPlaceParams&, cudaStream_t) { return No
 absl::Status LaunchPlaceStoredKv(const uint16_t*, const StoredKvParams&, cudaStream_t) { return NoCuda(); }
 absl::Status LaunchGatherStoredKv(const StoredKvParams&, uint16_t*, cudaStream_t) { return NoCuda(); }
 absl::Status LaunchGatherRowsBf16(const uint16_t*, const int32_t*, int, int, uint16_t*, cudaStream_t) {
+  return NoCuda();
+}
+absl::Status LaunchSample(const float*, int, int, const float*, const float*, const double*, int32_t*, cudaStream_t) {
   return NoCuda();
 }
 absl::Status LaunchFillRandomBf16(uint16_t*, int64_t, uint64_t, float, cudaStream_t) { return NoCuda(); }

@@ -173,6 +173,171 @@ __global__ void FillF32Kernel(float* out, int64_t n, float value) {
   }
 }
 
+// ---- Sampling (SampleToken in cpu_kernels.h, in double precision like it). ----
+//
+// No sort: the nucleus is found by a binary search over logit values. A token's
+// probability exp(l / T - m) is a non-decreasing function of its logit, so "the most
+// probable tokens whose mass reaches top_p" are the tokens with logit >= some value λ
+// (those at λ taken in index order as the spec's tie order says), and the spec's walk in
+// probability order stops at the token whose logit μ is the largest value with more
+// kept mass at or above it than the target. Each search step is one pass over the row.
+
+constexpr int kSampleThreads = 512;
+
+// Order-preserving map of a float to an unsigned key (NaN excluded by the caller).
+__device__ __forceinline__ uint32_t Key(float f) {
+  const uint32_t b = __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float Unkey(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+__device__ double BlockSumD(double v) {
+  __shared__ double partial[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0.0;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  return v;
+}
+
+__device__ uint32_t BlockMaxU(uint32_t v) {
+  __shared__ uint32_t partial[32];
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0u;
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  return v;
+}
+
+__device__ uint32_t BlockMinU(uint32_t v) { return ~BlockMaxU(~v); }
+
+// The first index i (in index order) at which the running sum of weight(i) exceeds
+// `target`; -1 if none. One tile of blockDim elements at a time, scanned across the block.
+template <typename WeightFn>
+__device__ int FirstPrefixAbove(int n, double target, WeightFn weight) {
+  __shared__ double warp_total[32];
+  double carry = 0;
+  for (int base = 0; base < n; base += blockDim.x) {
+    const int i = base + threadIdx.x;
+    const double w = i < n ? weight(i) : 0.0;
+    double scan = w;  // inclusive scan within the warp
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 1; o < 32; o <<= 1) {
+      const double up = __shfl_up_sync(0xffffffffu, scan, o);
+      if (lane >= o) scan += up;
+    }
+    if (lane == 31) warp_total[warp] = scan;
+    __syncthreads();
+    double before = carry;
+    for (int wi = 0; wi < warp; ++wi) before += warp_total[wi];
+    double tile = 0;
+    for (int wi = 0; wi < static_cast<int>(blockDim.x >> 5); ++wi) tile += warp_total[wi];
+    __syncthreads();
+    const bool hit = i < n && w > 0 && target < before + scan;
+    const uint32_t first = BlockMinU(hit ? static_cast<uint32_t>(i) : 0xffffffffu);
+    if (first != 0xffffffffu) return static_cast<int>(first);
+    carry += tile;
+  }
+  return -1;
+}
+
+// One block per row.
+__global__ void SampleKernel(const float* __restrict__ logits, int vocab, const float* __restrict__ temperature,
+                             const float* __restrict__ top_p, const double* __restrict__ u, int32_t* ids) {
+  const int r = blockIdx.x;
+  const float* l = logits + static_cast<int64_t>(r) * vocab;
+  const float t = temperature[r];
+  // Largest logit (lowest index on ties): greedy, and the softmax's shift.
+  uint32_t kmax = 0;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) kmax = max(kmax, Key(l[i]));
+  kmax = BlockMaxU(kmax);
+  if (!(t > 0)) {
+    uint32_t first = 0xffffffffu;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      if (Key(l[i]) == kmax) first = min(first, static_cast<uint32_t>(i));
+    }
+    first = BlockMinU(first);
+    if (threadIdx.x == 0) ids[r] = static_cast<int32_t>(first);
+    return;
+  }
+  const double inv_t = 1.0 / static_cast<double>(t);
+  const double m = static_cast<double>(Unkey(kmax)) * inv_t;
+  auto prob = [&](int i) { return exp(static_cast<double>(l[i]) * inv_t - m); };
+  // Mass of the tokens whose key is >= k.
+  auto mass_at_or_above = [&](uint32_t k) {
+    double s = 0;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      if (Key(l[i]) >= k) s += prob(i);
+    }
+    return BlockSumD(s);
+  };
+  const double total = mass_at_or_above(0);
+  const float p_cut = top_p[r];
+  if (!(p_cut > 0 && p_cut < 1)) {
+    // Every token, in index order.
+    const double target = u[r] * total;
+    int pick = FirstPrefixAbove(vocab, target, [&](int i) { return prob(i); });
+    if (pick < 0) {  // u * total rounded past the sum: the last token with probability > 0
+      uint32_t last = 0;
+      for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        if (prob(i) > 0) last = max(last, static_cast<uint32_t>(i) + 1);
+      }
+      pick = static_cast<int>(BlockMaxU(last)) - 1;
+    }
+    if (threadIdx.x == 0) ids[r] = pick < 0 ? 0 : pick;
+    return;
+  }
+  // λ: the largest logit key whose at-or-above mass reaches top_p * total.
+  const double need = static_cast<double>(p_cut) * total;
+  uint32_t kmin = 0xffffffffu;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) kmin = min(kmin, Key(l[i]));
+  kmin = BlockMinU(kmin);
+  uint32_t lo = kmin, hi = kmax;
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo + 1) / 2;
+    if (mass_at_or_above(mid) >= need) lo = mid; else hi = mid - 1;
+  }
+  const uint32_t lambda = lo;
+  const double above = lambda == 0xffffffffu ? 0.0 : mass_at_or_above(lambda + 1);
+  const double p_lambda = exp(static_cast<double>(Unkey(lambda)) * inv_t - m);
+  double ties = 0;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) ties += Key(l[i]) == lambda ? 1.0 : 0.0;
+  ties = BlockSumD(ties);
+  // Ties at λ join in index order until the mass reaches `need`.
+  const double k = fmin(ties, fmax(1.0, ceil((need - above) / p_lambda)));
+  const double kept = above + k * p_lambda;
+  // μ: the largest key whose kept at-or-above mass exceeds the target.
+  const double target = u[r] * kept;
+  auto kept_at_or_above = [&](uint32_t key) { return key <= lambda ? kept : mass_at_or_above(key); };
+  lo = lambda;
+  hi = kmax;
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo + 1) / 2;
+    if (kept_at_or_above(mid) > target) lo = mid; else hi = mid - 1;
+  }
+  const uint32_t mu = lo;
+  const double below_mu = mu == lambda ? above : mass_at_or_above(mu + 1);
+  const double p_mu = exp(static_cast<double>(Unkey(mu)) * inv_t - m);
+  double mu_ties = k;
+  if (mu != lambda) {
+    mu_ties = 0;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) mu_ties += Key(l[i]) == mu ? 1.0 : 0.0;
+    mu_ties = BlockSumD(mu_ties);
+  }
+  const double j = fmin(mu_ties - 1, fmax(0.0, floor((target - below_mu) / p_mu)));
+  // The j-th (0-based) token with logit μ, in index order.
+  const int pick = FirstPrefixAbove(vocab, j, [&](int i) { return Key(l[i]) == mu ? 1.0 : 0.0; });
+  if (threadIdx.x == 0) ids[r] = pick < 0 ? 0 : pick;
+}
+
 unsigned GridFor(int64_t n) {
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8);
@@ -226,6 +391,12 @@ cudaError_t GatherRowsBf16Async(const uint16_t* in, const int32_t* rows, int n, 
 
 cudaError_t FillRandomBf16Async(uint16_t* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream) {
   FillRandomBf16Kernel<<<GridFor(n), kThreads, 0, stream>>>(out, n, seed, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t SampleAsync(const float* logits, int rows, int vocab, const float* temperature, const float* top_p,
+                        const double* u, int32_t* ids, cudaStream_t stream) {
+  SampleKernel<<<rows, kSampleThreads, 0, stream>>>(logits, vocab, temperature, top_p, u, ids);
   return cudaGetLastError();
 }
 

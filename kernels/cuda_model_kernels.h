@@ -32,6 +32,16 @@ absl::Status LaunchPlaceStoredKv(const uint16_t* stored, const StoredKvParams& p
 absl::Status LaunchGatherStoredKv(const StoredKvParams& p, uint16_t* stored, cudaStream_t stream);
 absl::Status LaunchGatherRowsBf16(const uint16_t* in, const int32_t* rows, int n, int dim, uint16_t* out,
                                   cudaStream_t stream);
+// SampleToken (cpu_kernels.h) for each row of logits [rows][vocab] (finite or -inf, at least
+// one finite), with that row's temperature, top_p and u (device arrays [rows]); ids[r] gets
+// the token. Like the CPU, in double precision; instead of sorting, the nucleus and the
+// walk through it are found by binary searches over logit values (one pass over the row
+// each, ~64 passes a row). The token equals SampleToken's except where u * mass or
+// top_p * total falls within double rounding of a cumulative boundary (the sums are
+// reduced in another order).
+absl::Status LaunchSample(const float* logits, int rows, int vocab, const float* temperature, const float* top_p,
+                          const double* u, int32_t* ids, cudaStream_t stream);
+
 // Deterministic uniform values in [-scale, scale] from (seed, index), rounded to bf16:
 // random weights for benchmarks without a host copy. And out[i] = value.
 absl::Status LaunchFillRandomBf16(uint16_t* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -209,6 +210,53 @@ TEST_F(CudaModelKernelsTest, GatherRowsBf16CopiesRows) {
   ASSERT_TRUE(LaunchGatherRowsBf16(din.get(), dpick.get(), 3, dim, dout.get(), stream_).ok());
   Sync();
   EXPECT_EQ(dout.ToHost(), want);
+}
+
+// The device sampler against SampleToken over temperatures, top_p values (nucleus and
+// whole-vocabulary), ties, -inf logits and many u. The two reduce their double sums in
+// different orders, so a u within rounding of a boundary may pick the neighbour: allowed
+// at most once in 200 draws; greedy must always agree.
+TEST_F(CudaModelKernelsTest, SampleMatchesSampleToken) {
+  std::mt19937 gen(42);
+  for (int vocab : {7, 1000, 50000}) {
+    const int rows = 200;
+    std::vector<float> logits = RandomFloats(static_cast<size_t>(rows) * vocab, vocab, -4, 4);
+    for (int r = 0; r < rows; ++r) {
+      float* row = logits.data() + static_cast<int64_t>(r) * vocab;
+      if (r % 5 == 0) row[(r * 13) % vocab] = -INFINITY;
+      if (r % 7 == 0) row[vocab - 1] = row[0];  // a tie
+      if (r % 11 == 0) {
+        for (int i = 0; i < vocab; i += 3) row[i] = 1.5f;  // many ties
+      }
+    }
+    std::vector<float> temperature(rows), top_p(rows);
+    std::vector<double> u(rows);
+    const float temps[] = {0.0f, 0.3f, 0.7f, 1.0f, 1.7f};
+    const float tops[] = {1.0f, 0.95f, 0.9f, 0.5f, 0.05f, 0.0f};
+    std::uniform_real_distribution<double> unif(0.0, 1.0);
+    for (int r = 0; r < rows; ++r) {
+      temperature[r] = temps[r % 5];
+      top_p[r] = tops[(r / 5) % 6];
+      u[r] = unif(gen);
+    }
+    DeviceVector<float> dl(logits), dt(temperature), dp(top_p);
+    DeviceVector<double> du(u);
+    DeviceVector<int32_t> ids{std::vector<int32_t>(rows, -1)};
+    ASSERT_TRUE(LaunchSample(dl.get(), rows, vocab, dt.get(), dp.get(), du.get(), ids.get(), stream_).ok());
+    Sync();
+    const std::vector<int32_t> got = ids.ToHost();
+    int differ = 0;
+    for (int r = 0; r < rows; ++r) {
+      const int32_t want = SampleToken(logits.data() + static_cast<int64_t>(r) * vocab, vocab, temperature[r],
+                                       top_p[r], u[r]);
+      if (got[r] != want) {
+        ++differ;
+        EXPECT_GT(temperature[r], 0) << "greedy row " << r << " of vocab " << vocab << ": " << got[r] << " vs " << want;
+      }
+    }
+    EXPECT_LE(differ, 1) << "vocab " << vocab << ": the device drew another token than SampleToken in " << differ
+                         << " of " << rows << " rows";
+  }
 }
 
 TEST_F(CudaModelKernelsTest, BadSizesAreRefusedBeforeLaunch) {

@@ -23,6 +23,8 @@ cudaError_t GatherStoredKvAsync(const StoredKvParams& p, uint16_t* stored, cudaS
 cudaError_t GatherRowsBf16Async(const uint16_t* in, const int32_t* rows, int n, int dim, uint16_t* out,
                                 cudaStream_t stream);
 cudaError_t FillRandomBf16Async(uint16_t* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
+cudaError_t SampleAsync(const float* logits, int rows, int vocab, const float* temperature, const float* top_p,
+                        const double* u, int32_t* ids, cudaStream_t stream);
 cudaError_t FillF32Async(float* out, int64_t n, float value, cudaStream_t stream);
 
 }  // namespace strata::kernels::internal

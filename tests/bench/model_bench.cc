@@ -177,7 +177,7 @@ void Run(const std::string& name, bool quick, bool graphs, double copy_bw, doubl
   std::printf("%-8s %12s %12s %12s %10s %10s\n", "prompt", "prefill_ms", "tokens/s", "TFLOP/s", "MFU_meas",
               "MFU_989");
   // Matrix parameters a token goes through (the LM head only for the last one).
-  const double layer_params = static_cast<double>(h) * (c.q_dim() + 2 * c.kv_dim()) + double{h} * c.q_dim() +
+  const double layer_params = static_cast<double>(h) * (c.q_dim() + 2 * c.kv_dim()) + static_cast<double>(h) * c.q_dim() +
                               3.0 * h * c.intermediate_size;
   for (int n : {512, 1024, 2048, 4096, 8192}) {
     if (quick && n > 1024) break;
@@ -203,7 +203,7 @@ void Run(const std::string& name, bool quick, bool graphs, double copy_bw, doubl
     }
     if (times.empty()) continue;
     const double t = Median(times);
-    const double attn_flops = 2.0 * double{n} * (n + 1) * c.q_dim() * c.num_layers;  // causal QK^T + PV
+    const double attn_flops = 2.0 * static_cast<double>(n) * (n + 1) * c.q_dim() * c.num_layers;  // causal QK^T + PV
     const double flops = 2.0 * n * layer_params * c.num_layers + 2.0 * h * v + attn_flops;
     std::printf("%-8d %12.2f %12.0f %12.1f %10.2f %10.2f\n", n, t * 1e3, n / t, flops / t / 1e12, flops / t / peak,
                 flops / t / 989e12);
