@@ -165,7 +165,10 @@ struct CudaModel::Impl {
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs;
   bool use_graphs = true;
 
+  void* registered = nullptr;  // host memory pinned by RegisterHostMemory
+
   ~Impl() {
+    if (registered != nullptr) cudaHostUnregister(registered);
     DropGraphs();
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
@@ -412,6 +415,15 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateRandom(const ModelCo
 
 CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaModel::~CudaModel() = default;
+
+absl::Status CudaModel::RegisterHostMemory(absl::Span<std::byte> memory) {
+  Impl& m = *impl_;
+  if (m.registered != nullptr || memory.empty()) return absl::OkStatus();
+  // Pins (and so commits) the whole arena: the host tier is meant to be pinned memory.
+  STRATA_CUDA_RETURN_IF_ERROR(cudaHostRegister(memory.data(), memory.size(), cudaHostRegisterDefault));
+  m.registered = memory.data();
+  return absl::OkStatus();
+}
 
 absl::Status CudaModel::RandomizeKvPool(uint64_t seed) {
   Impl& m = *impl_;
@@ -799,6 +811,7 @@ int64_t CudaModel::pool_pages() const { return 0; }
 int64_t CudaModel::free_pages() const { return 0; }
 int CudaModel::page_tokens() const { return 0; }
 absl::Status CudaModel::RandomizeKvPool(uint64_t) { return absl::FailedPreconditionError("no CUDA"); }
+absl::Status CudaModel::RegisterHostMemory(absl::Span<std::byte>) { return absl::OkStatus(); }
 absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequence(int64_t) {
   return absl::FailedPreconditionError("strata was built without CUDA");
 }

@@ -66,6 +66,8 @@ class CudaModel final : public ModelBackend {
                       const storage::ChunkLayout& layout) override;
   absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                       const storage::ChunkLayout& layout) override;
+  // cudaHostRegister of the host tier's arena (unregistered when the model goes).
+  absl::Status RegisterHostMemory(absl::Span<std::byte> memory) override;
 
   // For benchmarks: fills every page of the pool with random bf16 values, so decode steps
   // can be timed at long contexts without computing them first.

@@ -105,6 +105,12 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<ModelBackend> model
                metrics::Registry* registry)
     : options_(options), model_(std::move(model)), tokenizer_(tokenizer), store_(store) {
   if (registry != nullptr) metrics_ = std::make_unique<Metrics>(*registry);
+  if (store_ != nullptr) {
+    if (absl::Status s = model_->RegisterHostMemory(store_->host_arena()); !s.ok()) {
+      LOG(WARNING) << "the host tier could not be pinned for DMA; KV loads and saves go through staging copies: "
+                   << s;
+    }
+  }
   loop_ = std::thread([this] { Loop(); });
 }
 

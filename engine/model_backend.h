@@ -77,6 +77,11 @@ class ModelBackend {
   // as the projection produced it) into a chunk payload.
   virtual absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                               const storage::ChunkLayout& layout) = 0;
+
+  // Tells the backend that chunk payloads will lie in `memory` (the host tier's arena),
+  // which outlives the backend: a device backend pins it so loads and saves are DMA.
+  // Errors only say that copies stay staged; nothing else changes.
+  virtual absl::Status RegisterHostMemory(absl::Span<std::byte> /*memory*/) { return absl::OkStatus(); }
 };
 
 // The chunk layout the session cache must use for `backend`'s KV.

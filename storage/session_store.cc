@@ -431,3 +431,12 @@ SessionStoreStats SessionStore::Stats() const {
 }
 
 }  // namespace strata::storage
+
+namespace strata::storage {
+
+absl::Span<std::byte> SessionStore::host_arena() const {
+  MutexLock lock(&mu_);
+  return absl::Span<std::byte>(host_->arena_base(), static_cast<size_t>(host_->arena_bytes()));
+}
+
+}  // namespace strata::storage

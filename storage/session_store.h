@@ -214,6 +214,9 @@ class SessionStore {
   std::vector<TierIoSample> TakeIoSamples();
 
   const ChunkLayout& layout() const { return options_.layout; }
+  // The host tier's arena: every payload that Read() and Save() hand out lies in it (for
+  // registering it with a DMA engine, e.g. cudaHostRegister). Fixed for the store's life.
+  absl::Span<std::byte> host_arena() const;
 
  private:
   struct Promotion {
