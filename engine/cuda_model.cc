@@ -632,10 +632,11 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   step.rows = static_cast<int>(rows);
   step.n_seq = static_cast<int>(batch.size());
   step.logit_rows = static_cast<int>(logit_rows);
-  // Graphs are kept per (batch, context bucket of 1024 tokens): the attention's parts
-  // are sized for the bucket, and the parts past a sequence's end are empty.
+  // Decode steps are shaped by (batch, context bucket of 1024 tokens), graph or not: the
+  // attention's split along the sequence follows the bucket (the parts past a sequence's
+  // end are empty), so a graph replay and an eager step of one shape give the same bits.
   const bool graph = decode && m.use_graphs;
-  step.max_tokens = graph ? (max_tokens + 1023) / 1024 * 1024 : max_tokens;
+  step.max_tokens = decode ? (max_tokens + 1023) / 1024 * 1024 : max_tokens;
   const int64_t page_capacity = graph ? step.n_seq * ((step.max_tokens + page - 1) / page) : total_pages;
   step.meta = MetaLayout(rows, step.n_seq, logit_rows, page_capacity);
   const int64_t generation = m.generation;
