@@ -1,6 +1,8 @@
 #include "kernels/cuda_kernels.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 #if defined(STRATA_WITH_CUDA)
 #include "kernels/cuda_check.h"
@@ -81,12 +83,40 @@ absl::Status LaunchPlaceKvPaged(const float* k_raw, const float* v, const int32_
   return absl::OkStatus();
 }
 
-int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t max_tokens) {
-  const int64_t splits = std::max<int64_t>(1, (max_tokens + kDecodeSplitTokens - 1) / kDecodeSplitTokens);
-  return splits * batch * num_heads * (int64_t{head_dim} + 1);
+namespace {
+
+// The device's multiprocessor count (132 on an H100 SXM if it cannot be read; the launch
+// that follows reports the error).
+int SmCount() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
+    (void)cudaGetLastError();
+    return 132;
+  }
+  return sms;
 }
 
-namespace {
+struct DecodeSplit {
+  int parts;
+  int part_tokens;
+};
+
+// Parts per sequence for `blocks_per_part` blocks (rows x KV heads) of one part each:
+// enough parts that the launch has kDecodeBlocksPerSm blocks per SM, none shorter than
+// kDecodePartAlign tokens, each a multiple of it. Fewer rows or KV heads never give fewer
+// parts, so the workspace bound (KV heads = 1) holds for every launch.
+DecodeSplit ChooseDecodeSplit(int64_t blocks_per_part, int64_t max_tokens, int sm_count) {
+  const int64_t tokens = std::max<int64_t>(1, max_tokens);
+  const int64_t want_blocks = int64_t{kDecodeBlocksPerSm} * sm_count;
+  int64_t parts = (want_blocks + blocks_per_part - 1) / std::max<int64_t>(1, blocks_per_part);
+  parts = std::clamp<int64_t>(parts, 1, (tokens + kDecodePartAlign - 1) / kDecodePartAlign);
+  int64_t part_tokens = (tokens + parts - 1) / parts;
+  part_tokens = (part_tokens + kDecodePartAlign - 1) / kDecodePartAlign * kDecodePartAlign;
+  return DecodeSplit{static_cast<int>((tokens + part_tokens - 1) / part_tokens), static_cast<int>(part_tokens)};
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32_t* qo_indptr, int batch, int rows,
                                   int num_heads, float scale, int64_t max_tokens, float* workspace, float* out,
@@ -99,17 +129,27 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
   if ((group != 1 && group != 2 && group != 4 && group != 8) || kv.page_size <= 0) {
     return absl::InvalidArgumentError("paged attention needs 1, 2, 4 or 8 query heads per KV head");
   }
+  if (!Aligned16(q) || !Aligned16(kv.k_pages) || !Aligned16(kv.v_pages)) {
+    return absl::InvalidArgumentError("paged attention needs q, k_pages and v_pages 16-byte aligned");
+  }
   if (batch == 0 || rows == 0 || num_heads == 0) return absl::OkStatus();
-  const int splits = static_cast<int>(std::max<int64_t>(1, (max_tokens + kDecodeSplitTokens - 1) / kDecodeSplitTokens));
+  if (max_tokens > std::numeric_limits<int32_t>::max()) return absl::InvalidArgumentError("max_tokens too large");
+  const DecodeSplit split = ChooseDecodeSplit(int64_t{rows} * kv.kv_heads, max_tokens, SmCount());
   float* ws_o = workspace;
-  float* ws_lse = workspace + int64_t{splits} * rows * num_heads * kv.head_dim;
+  float* ws_lse = workspace + int64_t{split.parts} * rows * num_heads * kv.head_dim;
   STRATA_CUDA_RETURN_IF_ERROR(internal::PagedDecodeAttentionAsync(
       q, kv.k_pages, kv.v_pages, kv.page_size, kv.kv_heads, kv.head_dim, kv.indptr, kv.indices, kv.last_page_len,
-      qo_indptr, batch, rows, num_heads, scale, splits, kDecodeSplitTokens, ws_o, ws_lse, out, lse, stream));
+      qo_indptr, batch, rows, num_heads, scale, split.parts, split.part_tokens, ws_o, ws_lse, out, lse, stream));
   return absl::OkStatus();
 }
 
 }  // namespace
+
+int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t max_tokens) {
+  if (batch <= 0 || num_heads <= 0 || head_dim <= 0) return 0;
+  const DecodeSplit split = ChooseDecodeSplit(batch, max_tokens, SmCount());
+  return int64_t{split.parts} * batch * num_heads * (int64_t{head_dim} + 1);
+}
 
 absl::Status LaunchPagedDecodeAttention(const float* q, const PagedKv& kv, int batch, int num_heads, float scale,
                                         int64_t max_tokens, float* workspace, float* out, float* lse,

@@ -171,47 +171,71 @@ cudaError_t ApplyRopeAsync(float* x, const int32_t* positions, int rows, int hea
 namespace {
 
 constexpr int kAttnThreads = 128;
-constexpr int kMaxSplitTokens = 256;
 
-__device__ __forceinline__ float Bf16ToFloat(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
-
-// Max and sum over a block of kAttnThreads, returned to every thread.
-__device__ float AttnBlockReduce(float v, bool is_max) {
-  __shared__ float partial[kAttnThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) {
-    const float other = __shfl_xor_sync(0xffffffffu, v, o);
-    v = is_max ? fmaxf(v, other) : v + other;
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();  // partial may still be read by a previous call
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < kAttnThreads / 32 ? partial[lane] : (is_max ? -INFINITY : 0.0f);
-  for (int o = 16; o > 0; o >>= 1) {
-    const float other = __shfl_xor_sync(0xffffffffu, v, o);
-    v = is_max ? fmaxf(v, other) : v + other;
-  }
-  return v;
+// cp.async of 16 bytes global -> shared; with valid false it reads nothing and writes zeros
+// (so a masked token's V row is 0, never NaN bits that 0 * x would spread).
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// One block per (split, KV head, sequence): the group's query heads against the split's
-// tokens; writes each head's partial output (normalised) and log-sum-exp. Each warp takes
-// every fourth token; a lane holds kHeadDim/32 consecutive elements of a row, so a K or V
-// row is read by one warp in one coalesced sweep.
+__device__ __forceinline__ float FastExp2(float x) {  // exp2(-inf) = 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Eight bf16 (one 16-byte load) widened to fp32; widening is exact.
+__device__ __forceinline__ void UnpackBf16x8(const uint4& v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+// Decode attention, one block per (part, KV head, query row): the group's kGroup query
+// heads against the part's tokens [t0, t1), in one pass over its K and V rows.
+//
+// Threads: kLanes = head_dim / 8 lanes share a token, each holding 8 of its dims (one
+// 16-byte chunk of the bf16 row); the block's kRows lane groups take different tokens.
+// Every thread copies, with cp.async, exactly the chunks it later reads, so the
+// kStages-deep pipeline needs no barrier: each thread waits only on its own copies. Each
+// lane group keeps its own online softmax (max, sum, output) per head, in log2 units
+// (q is pre-scaled by scale * log2(e)); the groups are merged through shared memory at
+// the end. One part per row (gridDim.x == 1) writes out/lse directly, otherwise the
+// part's normalised output and natural-log lse go to the workspace for MergePartsKernel.
 template <int kHeadDim, int kGroup>
-__global__ void PagedDecodePartKernel(const float* __restrict__ q, const uint16_t* __restrict__ k_pages,
-                                      const uint16_t* __restrict__ v_pages, int page_size, int kv_heads,
-                                      const int32_t* __restrict__ indptr, const int32_t* __restrict__ indices,
-                                      const int32_t* __restrict__ last_page_len,
-                                      const int32_t* __restrict__ qo_indptr, int batch, int num_heads, float scale,
-                                      int split_tokens, float* ws_o, float* ws_lse) {
-  constexpr int kPerLane = kHeadDim / 32;
-  constexpr int kWarps = kAttnThreads / 32;
+__global__ void __launch_bounds__(kAttnThreads)
+    PagedDecodeKernel(const float* __restrict__ q, const uint16_t* __restrict__ k_pages,
+                      const uint16_t* __restrict__ v_pages, int page_size, int kv_heads,
+                      const int32_t* __restrict__ indptr, const int32_t* __restrict__ indices,
+                      const int32_t* __restrict__ last_page_len, const int32_t* __restrict__ qo_indptr, int batch,
+                      int num_heads, float scale_log2, int split_tokens, float* ws_o, float* ws_lse, float* out,
+                      float* lse) {
+  constexpr int kLanes = kHeadDim / 8;
+  constexpr int kRows = kAttnThreads / kLanes;
+  constexpr int kPerThread = 2;  // tokens per thread per stage
+  constexpr int kStageTokens = kRows * kPerThread;
+  constexpr int kStages = 4;
+  constexpr int kStageBytes = kStages * 2 * kStageTokens * kHeadDim * 2;
+  constexpr int kMergeBytes = kRows * kGroup * (kHeadDim + 2) * 4;
+  __shared__ __align__(16) unsigned char smem[kStageBytes > kMergeBytes ? kStageBytes : kMergeBytes];
+  uint4(*stage)[2][kStageTokens][kLanes] = reinterpret_cast<uint4(*)[2][kStageTokens][kLanes]>(smem);
+
+  const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z, splits = gridDim.x;
+  const int tx = threadIdx.x % kLanes, ty = threadIdx.x / kLanes;
   // Query row r belongs to sequence b; with qo_indptr (prefill) it is the j-th of that
   // sequence's new tokens and sees all but the sequence's last (rows - 1 - j) tokens.
-  const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z, splits = gridDim.x;
   int b = r;
-  int64_t hidden = 0;
+  int hidden = 0;
   if (qo_indptr != nullptr) {
     int lo = 0, hi = batch - 1;
     while (lo < hi) {
@@ -225,100 +249,180 @@ __global__ void PagedDecodePartKernel(const float* __restrict__ q, const uint16_
     b = lo;
     hidden = qo_indptr[b + 1] - 1 - r;
   }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __shared__ float scores[kGroup * kMaxSplitTokens];
-  __shared__ float reduce[kWarps * kGroup * kHeadDim];
   const int first_page = indptr[b], pages = indptr[b + 1] - first_page;
-  const int64_t len = (pages == 0 ? 0 : int64_t{pages - 1} * page_size + last_page_len[b]) - hidden;
-  const int64_t t0 = int64_t{split} * split_tokens;
-  const int64_t t1 = min(len, t0 + split_tokens);
-  if (t0 >= t1) {  // an empty part: weight zero in the merge
-    for (int g = 0; g < kGroup; ++g) {
-      const int64_t out_row = (int64_t{r} * splits + split) * num_heads + kvh * kGroup + g;
-      for (int d = threadIdx.x; d < kHeadDim; d += kAttnThreads) ws_o[out_row * kHeadDim + d] = 0.0f;
-      if (threadIdx.x == 0) ws_lse[out_row] = -INFINITY;
+  // Token counts fit in int: the launch checks max_tokens.
+  const int len = (pages == 0 ? 0 : (pages - 1) * page_size + last_page_len[b]) - hidden;
+  const int t0 = split * split_tokens;
+  const int t1 = min(len, t0 + split_tokens);
+  const int64_t head0 = int64_t{r} * num_heads + kvh * kGroup;
+  if (t0 >= t1) {  // an empty part: weight zero in the merge (or, alone, an empty sequence)
+    float* o = splits == 1 ? out + head0 * kHeadDim : ws_o + (int64_t{r} * splits + split) * num_heads * kHeadDim +
+                                                          int64_t{kvh} * kGroup * kHeadDim;
+    for (int x = threadIdx.x; x < kGroup * kHeadDim; x += kAttnThreads) o[x] = 0.0f;
+    if (threadIdx.x < kGroup) {
+      if (splits > 1) {
+        ws_lse[(int64_t{r} * splits + split) * num_heads + kvh * kGroup + threadIdx.x] = -INFINITY;
+      } else if (lse != nullptr) {
+        lse[head0 + threadIdx.x] = -INFINITY;
+      }
     }
     return;
   }
-  float qr[kGroup][kPerLane];
-  for (int g = 0; g < kGroup; ++g) {
-    const float* qg = q + (int64_t{r} * num_heads + kvh * kGroup + g) * kHeadDim + lane * kPerLane;
-    for (int e = 0; e < kPerLane; ++e) qr[g][e] = qg[e];
-  }
-  const int64_t row = int64_t{kv_heads} * kHeadDim;
-  auto slot_of = [&](int64_t t) {
-    const int64_t page = indices[first_page + t / page_size];
-    return (page * page_size + t % page_size) * row + int64_t{kvh} * kHeadDim + lane * kPerLane;
+
+  const int64_t row_elems = int64_t{kv_heads} * kHeadDim;
+  const int stages = (t1 - t0 + kStageTokens - 1) / kStageTokens;
+  // Issues stage s's copies: this thread's tokens ty + j * kRows, chunk tx, of K and V.
+  auto issue = [&](int s) {
+    const int buf = s % kStages;
+    if (s >= stages) {  // past the end: an empty group keeps the wait counts uniform
+      CpAsyncCommit();
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = j * kRows + ty;
+      const int t = t0 + s * kStageTokens + i;
+      const bool valid = t < t1;
+      const int tt = valid ? t : t0;
+      const int64_t page = indices[first_page + tt / page_size];
+      const int64_t at = (page * page_size + tt % page_size) * row_elems + int64_t{kvh} * kHeadDim + tx * 8;
+      CpAsync16(&stage[buf][0][i][tx], k_pages + at, valid);
+      CpAsync16(&stage[buf][1][i][tx], v_pages + at, valid);
+    }
+    CpAsyncCommit();
   };
-  const int n = static_cast<int>(t1 - t0);
-  for (int i = warp; i < n; i += kWarps) {
-    const uint16_t* k = k_pages + slot_of(t0 + i);
-    float kf[kPerLane];
-    for (int e = 0; e < kPerLane; ++e) kf[e] = Bf16ToFloat(k[e]);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s);
+
+  float qr[kGroup][8];
+#pragma unroll
+  for (int g = 0; g < kGroup; ++g) {
+    const float4* qg = reinterpret_cast<const float4*>(q + (head0 + g) * kHeadDim + tx * 8);
+    const float4 a = qg[0], c = qg[1];
+    const float v[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) qr[g][e] = v[e] * scale_log2;
+  }
+  float m[kGroup], l[kGroup], acc[kGroup][8];
+#pragma unroll
+  for (int g = 0; g < kGroup; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
+  }
+
+  for (int s = 0; s < stages; ++s) {
+    issue(s + kStages - 1);  // into the buffer read at s - 1, which this thread is done with
+    CpAsyncWait<kStages - 1>();
+    const int buf = s % kStages;
+    float score[kPerThread][kGroup];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      float kf[8];
+      UnpackBf16x8(stage[buf][0][j * kRows + ty][tx], kf);
+      const bool valid = t0 + s * kStageTokens + j * kRows + ty < t1;
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        float d = qr[g][0] * kf[0];
+#pragma unroll
+        for (int e = 1; e < 8; ++e) d = __fmaf_rn(qr[g][e], kf[e], d);
+#pragma unroll
+        for (int o = kLanes / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        score[j][g] = valid ? d : -INFINITY;
+      }
+    }
+    float p[kPerThread][kGroup];
+#pragma unroll
     for (int g = 0; g < kGroup; ++g) {
-      float dot = 0.0f;
-      for (int e = 0; e < kPerLane; ++e) dot += qr[g][e] * kf[e];
-      for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-      if (lane == 0) scores[g * kMaxSplitTokens + i] = dot * scale;
+      float mx = score[0][g];
+#pragma unroll
+      for (int j = 1; j < kPerThread; ++j) mx = fmaxf(mx, score[j][g]);
+      const float m_new = fmaxf(m[g], mx);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = FastExp2(m[g] - m_use);
+      m[g] = m_new;
+      float sum = l[g] * alpha;
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) {
+        p[j][g] = FastExp2(score[j][g] - m_use);
+        sum += p[j][g];
+      }
+      l[g] = sum;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[g][e] *= alpha;
+    }
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      float vf[8];
+      UnpackBf16x8(stage[buf][1][j * kRows + ty][tx], vf);
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[g][e] = __fmaf_rn(p[j][g], vf[e], acc[g][e]);
+      }
+    }
+  }
+  CpAsyncWait<0>();
+  __syncthreads();  // every thread is done with the stages: the buffer becomes the merge area
+
+  float* merge_acc = reinterpret_cast<float*>(smem);              // [kRows][kGroup][kHeadDim]
+  float* merge_m = merge_acc + kRows * kGroup * kHeadDim;         // [kRows][kGroup]
+  float* merge_l = merge_m + kRows * kGroup;                      // [kRows][kGroup]
+#pragma unroll
+  for (int g = 0; g < kGroup; ++g) {
+    float4* dst = reinterpret_cast<float4*>(merge_acc + (ty * kGroup + g) * kHeadDim + tx * 8);
+    dst[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
+    dst[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
+    if (tx == 0) {
+      merge_m[ty * kGroup + g] = m[g];
+      merge_l[ty * kGroup + g] = l[g];
     }
   }
   __syncthreads();
-  float m[kGroup], sum[kGroup];
-  for (int g = 0; g < kGroup; ++g) {
-    float* sg = scores + g * kMaxSplitTokens;
-    float mg = -INFINITY;
-    for (int i = threadIdx.x; i < n; i += kAttnThreads) mg = fmaxf(mg, sg[i]);
-    mg = AttnBlockReduce(mg, true);
-    float sg_sum = 0.0f;
-    for (int i = threadIdx.x; i < n; i += kAttnThreads) {
-      const float e = expf(sg[i] - mg);
-      sg[i] = e;
-      sg_sum += e;
-    }
-    m[g] = mg;
-    sum[g] = AttnBlockReduce(sg_sum, false);  // its barriers also publish sg[] to every thread
-  }
-  float acc[kGroup][kPerLane] = {};
-  for (int i = warp; i < n; i += kWarps) {
-    const uint16_t* v = v_pages + slot_of(t0 + i);
-    float vf[kPerLane];
-    for (int e = 0; e < kPerLane; ++e) vf[e] = Bf16ToFloat(v[e]);
-    for (int g = 0; g < kGroup; ++g) {
-      const float p = scores[g * kMaxSplitTokens + i];
-      for (int e = 0; e < kPerLane; ++e) acc[g][e] += p * vf[e];
-    }
-  }
-  for (int g = 0; g < kGroup; ++g) {
-    for (int e = 0; e < kPerLane; ++e) reduce[(warp * kGroup + g) * kHeadDim + lane * kPerLane + e] = acc[g][e];
-  }
-  __syncthreads();
+  constexpr float kLn2 = 0.693147180559945309f;
   for (int x = threadIdx.x; x < kGroup * kHeadDim; x += kAttnThreads) {
     const int g = x / kHeadDim, d = x % kHeadDim;
-    float total = 0.0f;
-    for (int w = 0; w < kWarps; ++w) total += reduce[(w * kGroup + g) * kHeadDim + d];
-    const int64_t out_row = (int64_t{r} * splits + split) * num_heads + kvh * kGroup + g;
-    ws_o[out_row * kHeadDim + d] = total / sum[g];
-    if (d == 0) ws_lse[out_row] = m[g] + logf(sum[g]);
+    float mx = -INFINITY;
+#pragma unroll
+    for (int y = 0; y < kRows; ++y) mx = fmaxf(mx, merge_m[y * kGroup + g]);  // finite: the part is not empty
+    float sum = 0.0f, o = 0.0f;
+#pragma unroll
+    for (int y = 0; y < kRows; ++y) {
+      const float w = FastExp2(merge_m[y * kGroup + g] - mx);
+      sum += merge_l[y * kGroup + g] * w;
+      o += merge_acc[(y * kGroup + g) * kHeadDim + d] * w;
+    }
+    const float part_lse = (mx + __log2f(sum)) * kLn2;
+    if (splits == 1) {
+      out[(head0 + g) * kHeadDim + d] = o / sum;
+      if (d == 0 && lse != nullptr) lse[head0 + g] = part_lse;
+    } else {
+      const int64_t part_row = (int64_t{r} * splits + split) * num_heads + kvh * kGroup + g;
+      ws_o[part_row * kHeadDim + d] = o / sum;
+      if (d == 0) ws_lse[part_row] = part_lse;
+    }
   }
 }
 
 template <int kHeadDim>
-cudaError_t LaunchPart(int group, dim3 grid, cudaStream_t stream, const float* q, const uint16_t* k,
-                       const uint16_t* v, int page_size, int kv_heads, const int32_t* indptr, const int32_t* indices,
-                       const int32_t* last, const int32_t* qo_indptr, int batch, int num_heads, float scale,
-                       int split_tokens, float* ws_o, float* ws_lse) {
+cudaError_t LaunchDecode(int group, dim3 grid, cudaStream_t stream, const float* q, const uint16_t* k,
+                         const uint16_t* v, int page_size, int kv_heads, const int32_t* indptr, const int32_t* indices,
+                         const int32_t* last, const int32_t* qo_indptr, int batch, int num_heads, float scale_log2,
+                         int split_tokens, float* ws_o, float* ws_lse, float* out, float* lse) {
   switch (group) {
-#define STRATA_PART(G)                                                                                  \
-  case G:                                                                                               \
-    PagedDecodePartKernel<kHeadDim, G><<<grid, kAttnThreads, 0, stream>>>(                              \
-        q, k, v, page_size, kv_heads, indptr, indices, last, qo_indptr, batch, num_heads, scale, split_tokens, \
-        ws_o, ws_lse);                                                                                  \
+#define STRATA_DECODE(G)                                                                                       \
+  case G:                                                                                                      \
+    PagedDecodeKernel<kHeadDim, G><<<grid, kAttnThreads, 0, stream>>>(q, k, v, page_size, kv_heads, indptr,    \
+                                                                      indices, last, qo_indptr, batch,         \
+                                                                      num_heads, scale_log2, split_tokens,     \
+                                                                      ws_o, ws_lse, out, lse);                 \
     return cudaGetLastError();
-    STRATA_PART(1)
-    STRATA_PART(2)
-    STRATA_PART(4)
-    STRATA_PART(8)
-#undef STRATA_PART
+    STRATA_DECODE(1)
+    STRATA_DECODE(2)
+    STRATA_DECODE(4)
+    STRATA_DECODE(8)
+#undef STRATA_DECODE
   }
   return cudaErrorInvalidValue;
 }
@@ -401,15 +505,17 @@ cudaError_t PagedDecodeAttentionAsync(const float* q, const uint16_t* k_pages, c
                                       float* ws_lse, float* out, float* lse, cudaStream_t stream) {
   const dim3 grid(splits, kv_heads, rows);
   const int group = num_heads / kv_heads;
+  const float scale_log2 = scale * 1.4426950408889634f;
   cudaError_t e = cudaErrorInvalidValue;
   if (head_dim == 64) {
-    e = LaunchPart<64>(group, grid, stream, q, k_pages, v_pages, page_size, kv_heads, indptr, indices, last_page_len,
-                       qo_indptr, batch, num_heads, scale, split_tokens, ws_o, ws_lse);
+    e = LaunchDecode<64>(group, grid, stream, q, k_pages, v_pages, page_size, kv_heads, indptr, indices,
+                         last_page_len, qo_indptr, batch, num_heads, scale_log2, split_tokens, ws_o, ws_lse, out, lse);
   } else if (head_dim == 128) {
-    e = LaunchPart<128>(group, grid, stream, q, k_pages, v_pages, page_size, kv_heads, indptr, indices,
-                        last_page_len, qo_indptr, batch, num_heads, scale, split_tokens, ws_o, ws_lse);
+    e = LaunchDecode<128>(group, grid, stream, q, k_pages, v_pages, page_size, kv_heads, indptr, indices,
+                          last_page_len, qo_indptr, batch, num_heads, scale_log2, split_tokens, ws_o, ws_lse, out,
+                          lse);
   }
-  if (e != cudaSuccess) return e;
+  if (e != cudaSuccess || splits == 1) return e;
   MergePartsKernel<<<dim3(num_heads, rows), kAttnThreads, 0, stream>>>(ws_o, ws_lse, splits, num_heads, head_dim,
                                                                          out, lse);
   return cudaGetLastError();

@@ -11,7 +11,8 @@
 //
 // Numerics: within fp32 rounding of the CPU twin (the tests allow 1e-5 relative); unlike
 // the CPU kernels, reductions here are not bit-for-bit the CPU's order, but each output is
-// still computed by the same operations whatever the number of rows.
+// still computed by the same operations whatever the number of rows (except the paged
+// attention kernels, whose split along the sequence follows the batch; see there).
 #ifndef STRATA_KERNELS_CUDA_KERNELS_H_
 #define STRATA_KERNELS_CUDA_KERNELS_H_
 
@@ -66,13 +67,23 @@ absl::Status LaunchPlaceKvPaged(const float* k_raw, const float* v, const int32_
                                 uint16_t* v_pages, cudaStream_t stream);
 
 // PagedDecodeAttention (cpu_kernels.h) on the device, split along the sequence: each
-// sequence's tokens go in parts of kDecodeSplitTokens, each part's (o, lse) is computed by
-// one block per (part, KV head, sequence), then the parts are merged by log-sum-exp.
-// `kv`'s pointers are device pointers; `max_tokens` bounds every sequence's length (it
-// sets the number of parts); `workspace` holds DecodeWorkspaceFloats(...) floats. lse may
-// be null. InvalidArgument unless head_dim is 64 or 128 and there are 1, 2, 4 or 8 query
-// heads per KV head.
-constexpr int kDecodeSplitTokens = 256;
+// sequence's tokens go in parts of equal size, each part's (o, lse) is computed by one
+// block per (part, KV head, sequence) that serves all the KV head's query heads in one
+// pass over the part's K and V (16-byte cp.async loads, kept several stages in flight),
+// then the parts are merged by log-sum-exp (skipped when there is one part). The number
+// of parts is chosen from batch x KV heads against the device's multiprocessor count
+// (kDecodeBlocksPerSm blocks per SM), parts being multiples of kDecodePartAlign tokens.
+// `kv`'s pointers are device pointers; `max_tokens` bounds every sequence's length (with
+// the batch it sets the number of parts); `workspace` holds DecodeWorkspaceFloats(...)
+// floats (unused when one part suffices). lse may be null. q, k_pages and
+// v_pages must be 16-byte aligned (cudaMalloc'd buffers are). InvalidArgument unless
+// head_dim is 64 or 128 and there are 1, 2, 4 or 8 query heads per KV head.
+//
+// Numerics: as the other twins, within 1e-5 of the CPU; but the split depends on the
+// batch size and max_tokens, so a sequence's result may differ in the last bits between
+// batches of different shapes (the same call on the same device gives the same bits).
+constexpr int kDecodeBlocksPerSm = 2;
+constexpr int kDecodePartAlign = 32;
 int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t max_tokens);
 absl::Status LaunchPagedDecodeAttention(const float* q, const PagedKv& kv, int batch, int num_heads, float scale,
                                         int64_t max_tokens, float* workspace, float* out, float* lse,
@@ -81,8 +92,9 @@ absl::Status LaunchPagedDecodeAttention(const float* q, const PagedKv& kv, int b
 // PagedPrefillAttention (cpu_kernels.h) on the device: `rows` new-token queries, those of
 // sequence b at rows [qo_indptr[b], qo_indptr[b+1]) (qo_indptr a device array), causal
 // over the sequence's cached and new tokens (their KV already placed in the pool). Same
-// parts-and-merge scheme and limits as the decode kernel, whose K/V sweep it reuses per
-// query row (no tensor cores yet: a first, correct version). Workspace:
+// parts-and-merge scheme and limits as the decode kernel, whose K/V sweep it runs per
+// query row on CUDA cores (fp32 accuracy; LaunchPagedPrefillAttentionTc in
+// cuda_prefill_attention.h is the fast, tensor-core version). Workspace:
 // DecodeWorkspaceFloats(rows, num_heads, head_dim, max_tokens).
 absl::Status LaunchPagedPrefillAttention(const float* q, const PagedKv& kv, const int32_t* qo_indptr, int batch,
                                          int rows, int num_heads, float scale, int64_t max_tokens, float* workspace,

@@ -240,6 +240,29 @@ TEST_F(CudaKernelsTest, PagedDecodeAttentionMatchesCpu) {
       LaunchPagedDecodeAttention(nullptr, odd.View(), 1, 1, 1.0f, 4, nullptr, nullptr, nullptr, stream_)));
 }
 
+TEST_F(CudaKernelsTest, PagedDecodeAttentionLargeBatchOnePartMatchesCpu) {
+  // Enough sequences x KV heads to fill the device without splitting (one part per
+  // sequence, written straight to out), 32-token pages, two query heads per KV head.
+  std::vector<int64_t> lengths;
+  for (int b = 0; b < 48; ++b) lengths.push_back(1 + (b * 397) % 2100);
+  const int kv_heads = 8, heads = 16, head_dim = 128, page_size = 32, batch = static_cast<int>(lengths.size());
+  const test_support::PagedPool pool = test_support::RandomPagedPool(lengths, page_size, kv_heads, head_dim, 77);
+  const std::vector<float> q = RandomVector(static_cast<size_t>(batch) * heads * head_dim, 78);
+  std::vector<float> want(q.size()), want_lse(static_cast<size_t>(batch) * heads);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  PagedDecodeAttention(q.data(), pool.View(), batch, heads, scale, want.data(), want_lse.data());
+  DevicePool dp(pool);
+  DeviceVector<float> dq(q), dout{std::vector<float>(q.size(), std::nanf(""))},
+      dlse{std::vector<float>(want_lse.size(), std::nanf(""))},
+      ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(batch, heads, head_dim, 2100)))};
+  ASSERT_TRUE(
+      LaunchPagedDecodeAttention(dq.get(), dp.view, batch, heads, scale, 2100, ws.get(), dout.get(), dlse.get(), stream_)
+          .ok());
+  Sync();
+  ExpectClose(dout.ToHost(), want, "large batch out");
+  ExpectClose(dlse.ToHost(), want_lse, "large batch lse");
+}
+
 TEST_F(CudaKernelsTest, PlaceKvPagedMatchesCpuWithinOneBf16Unit) {
   const int n = 300, kv_heads = 8, head_dim = 128, pool_slots = 512;
   const int64_t row = kv_heads * head_dim;

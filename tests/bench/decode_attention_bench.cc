@@ -1,13 +1,16 @@
 // Paged decode attention on the GPU vs the device's copy bandwidth, measured in the same
 // run: Llama-3-8B attention shapes (32 query heads, 8 KV heads of 128, bf16 KV, 16-token
 // pages), batch 1-64, contexts 1K and 8K. The floor is the KV bytes every step must read;
-// the ceiling is a device-to-device cudaMemcpy (bytes read + written over its time).
+// the ceilings are device-to-device cudaMemcpys (bytes read + written over their time):
+// one of 1 GiB, and one moving as many bytes as the step reads (same launch overheads).
+// L2 is flushed before each timed run (a 1K-token batch of 8 fits in the 50 MB L2).
 //
 //   build/tests/bench/decode_attention_bench        (needs a CUDA device; says so otherwise)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "kernels/cuda_kernels.h"
@@ -32,15 +35,17 @@ T* Upload(const std::vector<T>& v) {
   return p;
 }
 
-// Median milliseconds of `reps` runs of fn, timed with events after warm-up.
-template <typename Fn>
-float MedianMs(cudaStream_t stream, int reps, Fn fn) {
+// Median milliseconds of `reps` runs of fn, timed with events after warm-up; before each
+// run (outside the timed region) `flush` evicts the inputs from L2.
+template <typename Fn, typename Flush>
+float MedianMs(cudaStream_t stream, int reps, Fn fn, Flush flush) {
   for (int i = 0; i < 3; ++i) fn();
   std::vector<float> ms;
   cudaEvent_t a, b;
   CHECK_CUDA(cudaEventCreate(&a));
   CHECK_CUDA(cudaEventCreate(&b));
   for (int i = 0; i < reps; ++i) {
+    flush();
     CHECK_CUDA(cudaEventRecord(a, stream));
     fn();
     CHECK_CUDA(cudaEventRecord(b, stream));
@@ -49,6 +54,8 @@ float MedianMs(cudaStream_t stream, int reps, Fn fn) {
     CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
     ms.push_back(t);
   }
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
 }
@@ -65,19 +72,28 @@ int main() {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreate(&stream));
+  // Writing 256 MB evicts the 50 MB L2.
+  const size_t flush_bytes = size_t{256} << 20;
+  void* flush_buf = nullptr;
+  CHECK_CUDA(cudaMalloc(&flush_buf, flush_bytes));
+  auto flush = [&] { CHECK_CUDA(cudaMemsetAsync(flush_buf, 0, flush_bytes, stream)); };
   // Copy ceiling: 1 GiB device to device.
   const size_t copy_bytes = size_t{1} << 30;
   void *src = nullptr, *dst = nullptr;
   CHECK_CUDA(cudaMalloc(&src, copy_bytes));
   CHECK_CUDA(cudaMalloc(&dst, copy_bytes));
   CHECK_CUDA(cudaMemset(src, 1, copy_bytes));
-  const float copy_ms =
-      MedianMs(stream, 20, [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream)); });
-  const double copy_gbps = 2.0 * static_cast<double>(copy_bytes) / (copy_ms * 1e-3) / 1e9;
-  CHECK_CUDA(cudaFree(src));
-  CHECK_CUDA(cudaFree(dst));
-  std::printf("%s; device-to-device copy %.0f GB/s (read + write)\n\n", prop.name, copy_gbps);
-  std::printf("| batch | context | KV MB read | ms | GB/s | vs copy |\n|---|---|---|---|---|---|\n");
+  auto copy_gbps = [&](size_t bytes) {  // bytes read + written per second
+    const float ms = MedianMs(
+        stream, 20, [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream)); }, flush);
+    return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
+  };
+  const double big_copy_gbps = copy_gbps(copy_bytes);
+  std::printf("%s, %d SMs; device-to-device copy of 1 GiB: %.0f GB/s (read + write)\n\n", prop.name,
+              prop.multiProcessorCount, big_copy_gbps);
+  std::printf(
+      "| batch | context | KV MB read | ms | GB/s | vs 1 GiB copy | same-size copy GB/s | vs same-size copy |\n"
+      "|---|---|---|---|---|---|---|---|\n");
   const int kv_heads = 8, heads = 32, head_dim = 128, page = 16;
   for (int64_t context : {1024, 8192}) {
     for (int batch : {1, 8, 32, 64}) {
@@ -88,27 +104,32 @@ int main() {
       int32_t* indptr = Upload(pool.indptr);
       int32_t* indices = Upload(pool.indices);
       int32_t* last = Upload(pool.last_page_len);
-      std::vector<float> qh(static_cast<size_t>(batch) * heads * head_dim, 0.5f);
+      std::vector<float> qh(static_cast<size_t>(batch) * heads * head_dim);
+      for (size_t i = 0; i < qh.size(); ++i) qh[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
       float* q = Upload(qh);
       float *out = nullptr, *lse = nullptr, *ws = nullptr;
       CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&out), qh.size() * sizeof(float)));
       CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&lse), static_cast<size_t>(batch) * heads * sizeof(float)));
-      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&ws), static_cast<size_t>(strata::kernels::DecodeWorkspaceFloats(batch, heads, head_dim,
-                                                                                           context)) *
-                                     sizeof(float)));
+      const int64_t ws_floats = strata::kernels::DecodeWorkspaceFloats(batch, heads, head_dim, context);
+      CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&ws), static_cast<size_t>(std::max<int64_t>(1, ws_floats)) *
+                                                               sizeof(float)));
       const strata::kernels::PagedKv kv{k, v, page, kv_heads, head_dim, indptr, indices, last};
-      const float ms = MedianMs(stream, 20, [&] {
-        absl::Status s = strata::kernels::LaunchPagedDecodeAttention(q, kv, batch, heads, 0.088f, context, ws, out,
-                                                                    lse, stream);
-        if (!s.ok()) {
-          std::fprintf(stderr, "%s\n", s.ToString().c_str());
-          std::exit(1);
-        }
-      });
+      const float ms = MedianMs(
+          stream, 20,
+          [&] {
+            absl::Status s = strata::kernels::LaunchPagedDecodeAttention(q, kv, batch, heads, 0.088f, context, ws,
+                                                                        out, lse, stream);
+            if (!s.ok()) {
+              std::fprintf(stderr, "%s\n", s.ToString().c_str());
+              std::exit(1);
+            }
+          },
+          flush);
       const double bytes = 2.0 * batch * context * kv_heads * head_dim * 2;  // K and V, bf16
       const double gbps = bytes / (ms * 1e-3) / 1e9;
-      std::printf("| %d | %lld | %.0f | %.3f | %.0f | %.2f |\n", batch, static_cast<long long>(context), bytes / 1e6,
-                  ms, gbps, gbps / copy_gbps);
+      const double same_gbps = copy_gbps(static_cast<size_t>(bytes / 2));  // reads + writes `bytes`
+      std::printf("| %d | %lld | %.0f | %.3f | %.0f | %.2f | %.0f | %.2f |\n", batch, static_cast<long long>(context),
+                  bytes / 1e6, ms, gbps, gbps / big_copy_gbps, same_gbps, gbps / same_gbps);
       for (void* p : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(indptr),
                       static_cast<void*>(indices), static_cast<void*>(last), static_cast<void*>(q),
                       static_cast<void*>(out), static_cast<void*>(lse), static_cast<void*>(ws)}) {
@@ -116,5 +137,8 @@ int main() {
       }
     }
   }
+  CHECK_CUDA(cudaFree(src));
+  CHECK_CUDA(cudaFree(dst));
+  CHECK_CUDA(cudaFree(flush_buf));
   return 0;
 }
