@@ -18,6 +18,7 @@
 #include "kernels/cuda_gemm.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_model_kernels.h"
+#include "kernels/cuda_prefill_attention.h"
 #endif
 
 namespace strata::engine {
@@ -467,7 +468,7 @@ namespace {
 // Fixed-size arrays first and the page list last, so that steps with the same batch shape
 // keep every array at the same address (what a captured graph needs).
 struct StepMeta {
-  int64_t ids, positions, slots, qo_indptr, kv_indptr, last_page_len, logit_rows, temperature, top_p, u, kv_indices,
+  int64_t ids, positions, slots, kv_indptr, last_page_len, logit_rows, temperature, top_p, u, kv_indices, qo_prompt,
       bytes;
 };
 
@@ -477,7 +478,6 @@ StepMeta MetaLayout(int64_t rows, int n_seq, int64_t logit_rows, int64_t pages) 
   m.ids = a.Add(4 * rows);
   m.positions = a.Add(4 * rows);
   m.slots = a.Add(8 * rows);
-  m.qo_indptr = a.Add(4 * (n_seq + 1));
   m.kv_indptr = a.Add(4 * (n_seq + 1));
   m.last_page_len = a.Add(4 * n_seq);
   m.logit_rows = a.Add(4 * std::max<int64_t>(logit_rows, 1));
@@ -485,6 +485,7 @@ StepMeta MetaLayout(int64_t rows, int n_seq, int64_t logit_rows, int64_t pages) 
   m.top_p = a.Add(4 * std::max<int64_t>(logit_rows, 1));
   m.u = a.Add(8 * std::max<int64_t>(logit_rows, 1));
   m.kv_indices = a.Add(4 * std::max<int64_t>(pages, 1));
+  m.qo_prompt = a.Add(4 * (n_seq + 1));
   m.bytes = a.size;
   return m;
 }
@@ -494,9 +495,14 @@ bool WantsToken(const ForwardEntry& e) { return (e.logits != nullptr || e.token 
 }  // namespace
 
 // One step's shape: what the enqueued work depends on besides the metadata's contents.
+// Sequences (and their rows) are ordered decodes first: the first `decodes` sequences have
+// one new row each (rows [0, decodes)), attended by the decode kernel; the others are
+// prompt chunks, attended by the tensor-core prefill kernel.
 struct CudaModel::Impl::Step {
   int rows = 0, n_seq = 0, logit_rows = 0;
-  int64_t max_tokens = 0;  // bounds every sequence's length (sets the attention's parts)
+  int decodes = 0;
+  int max_new = 0;         // most new rows of one prompt sequence
+  int64_t max_tokens = 0;  // bounds every decode sequence's length (sets the decode kernel's split)
   StepMeta meta{};
 };
 
@@ -510,7 +516,7 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step) {
   const auto* d_ids = reinterpret_cast<const int32_t*>(dm + off.ids);
   const auto* d_positions = reinterpret_cast<const int32_t*>(dm + off.positions);
   const auto* d_slots = reinterpret_cast<const int64_t*>(dm + off.slots);
-  const auto* d_qo = reinterpret_cast<const int32_t*>(dm + off.qo_indptr);
+  const auto* d_qo_prompt = reinterpret_cast<const int32_t*>(dm + off.qo_prompt);
   const auto* d_indptr = reinterpret_cast<const int32_t*>(dm + off.kv_indptr);
   const auto* d_indices = reinterpret_cast<const int32_t*>(dm + off.kv_indices);
   const auto* d_last = reinterpret_cast<const int32_t*>(dm + off.last_page_len);
@@ -537,9 +543,18 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step) {
                                c.head_dim, inv_freq, q.as<float>(), k_rot.as<uint16_t>() + l * layer_stride,
                                k_raw.as<uint16_t>() + l * layer_stride, v.as<uint16_t>() + l * layer_stride};
     STRATA_STEP(kernels::LaunchQkvRopePlace(qp, st));
-    STRATA_STEP(kernels::LaunchPagedPrefillAttention(q.as<float>(), LayerKv(l, d_indptr, d_indices, d_last), d_qo,
-                                                     step.n_seq, r, c.num_heads, scale, step.max_tokens,
-                                                     attn_ws.as<float>(), attn.as<float>(), nullptr, st));
+    if (step.decodes > 0) {
+      STRATA_STEP(kernels::LaunchPagedDecodeAttention(q.as<float>(), LayerKv(l, d_indptr, d_indices, d_last),
+                                                      step.decodes, c.num_heads, scale, step.max_tokens,
+                                                      attn_ws.as<float>(), attn.as<float>(), nullptr, st));
+    }
+    if (step.decodes < step.n_seq) {
+      const int64_t first = int64_t{step.decodes} * qd;
+      STRATA_STEP(kernels::LaunchPagedPrefillAttentionTc(
+          q.as<float>() + first, LayerKv(l, d_indptr + step.decodes, d_indices, d_last + step.decodes), d_qo_prompt,
+          step.n_seq - step.decodes, r - step.decodes, c.num_heads, scale, step.max_new, attn.as<float>() + first,
+          nullptr, st));
+    }
     STRATA_STEP(kernels::LaunchToBf16(attn.as<float>(), ab.as<uint16_t>(), int64_t{r} * qd, st));
     STRATA_STEP(kernels::LaunchMatMulBf16(ab.as<uint16_t>(), L.wo, pr, r, qd, h, st));
     // MLP block.
@@ -609,10 +624,17 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   Impl& m = *impl_;
   const ModelConfig& c = m.config;
   const int page = m.options.page_tokens;
-  std::vector<const CudaSequence*> seqs;
   Impl::Step step;
   int64_t rows = 0, total_pages = 0, logit_rows = 0, max_tokens = 0;
-  bool decode = true;  // one token per sequence, no logits out: a graph can run it
+  bool graphable = true;  // decodes only, no logits out: a graph can run it
+  // Entries in step order: one-row entries (decodes) first, then prompt chunks.
+  std::vector<size_t> order;
+  order.reserve(batch.size());
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t b = 0; b < batch.size(); ++b) {
+      if ((batch[b].tokens.size() == 1) == (pass == 0)) order.push_back(b);
+    }
+  }
   for (const ForwardEntry& e : batch) {
     const auto* s = dynamic_cast<const CudaSequence*>(e.seq);
     if (s == nullptr || s->owner() != &m) return absl::InvalidArgumentError("a sequence of another backend");
@@ -621,22 +643,26 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
     for (int32_t t : e.tokens) {
       if (t < 0 || t >= c.vocab_size) return absl::InvalidArgumentError(absl::StrCat("token ", t, " out of range"));
     }
-    seqs.push_back(s);
     rows += static_cast<int64_t>(e.tokens.size());
     total_pages += (len + page - 1) / page;
-    max_tokens = std::max(max_tokens, len);
     logit_rows += WantsToken(e);
-    decode = decode && e.tokens.size() == 1 && e.logits == nullptr && e.token != nullptr;
+    if (e.tokens.size() == 1) {
+      ++step.decodes;
+      max_tokens = std::max(max_tokens, len);
+    } else {
+      step.max_new = std::max(step.max_new, static_cast<int>(e.tokens.size()));
+    }
+    graphable = graphable && e.tokens.size() == 1 && e.logits == nullptr && e.token != nullptr;
   }
   if (rows == 0) return absl::OkStatus();
   step.rows = static_cast<int>(rows);
   step.n_seq = static_cast<int>(batch.size());
   step.logit_rows = static_cast<int>(logit_rows);
-  // Decode steps are shaped by (batch, context bucket of 1024 tokens), graph or not: the
-  // attention's split along the sequence follows the bucket (the parts past a sequence's
-  // end are empty), so a graph replay and an eager step of one shape give the same bits.
-  const bool graph = decode && m.use_graphs;
-  step.max_tokens = decode ? (max_tokens + 1023) / 1024 * 1024 : max_tokens;
+  // Decodes are shaped by (batch, context bucket of 1024 tokens), graph or not: the decode
+  // kernel's split along the sequence follows the bucket (parts past a sequence's end are
+  // empty), so a graph replay and an eager step of one shape give the same bits.
+  const bool graph = graphable && m.use_graphs;
+  step.max_tokens = (max_tokens + 1023) / 1024 * 1024;
   const int64_t page_capacity = graph ? step.n_seq * ((step.max_tokens + page - 1) / page) : total_pages;
   step.meta = MetaLayout(rows, step.n_seq, logit_rows, page_capacity);
   const int64_t generation = m.generation;
@@ -654,7 +680,7 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   auto* ids = reinterpret_cast<int32_t*>(hm + off.ids);
   auto* positions = reinterpret_cast<int32_t*>(hm + off.positions);
   auto* slots = reinterpret_cast<int64_t*>(hm + off.slots);
-  auto* qo_indptr = reinterpret_cast<int32_t*>(hm + off.qo_indptr);
+  auto* qo_prompt = reinterpret_cast<int32_t*>(hm + off.qo_prompt);
   auto* kv_indptr = reinterpret_cast<int32_t*>(hm + off.kv_indptr);
   auto* kv_indices = reinterpret_cast<int32_t*>(hm + off.kv_indices);
   auto* last_page_len = reinterpret_cast<int32_t*>(hm + off.last_page_len);
@@ -662,50 +688,49 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   auto* temperature = reinterpret_cast<float*>(hm + off.temperature);
   auto* top_p = reinterpret_cast<float*>(hm + off.top_p);
   auto* u = reinterpret_cast<double*>(hm + off.u);
-  int64_t row = 0, page_at = 0, lr = 0;
-  qo_indptr[0] = 0;
+  std::vector<size_t> token_entry;  // logit row -> entry
+  token_entry.reserve(static_cast<size_t>(logit_rows));
+  int64_t row = 0, page_at = 0;
   kv_indptr[0] = 0;
-  for (int b = 0; b < step.n_seq; ++b) {
-    const ForwardEntry& e = batch[static_cast<size_t>(b)];
-    const CudaSequence& s = *seqs[static_cast<size_t>(b)];
+  qo_prompt[0] = 0;
+  for (int k = 0; k < step.n_seq; ++k) {
+    const ForwardEntry& e = batch[order[static_cast<size_t>(k)]];
+    const auto& s = static_cast<const CudaSequence&>(*e.seq);
     for (size_t i = 0; i < e.tokens.size(); ++i, ++row) {
       ids[row] = e.tokens[i];
       positions[row] = static_cast<int32_t>(e.start_pos + static_cast<int64_t>(i));
       slots[row] = m.Slot(s, positions[row]);
     }
-    qo_indptr[b + 1] = static_cast<int32_t>(row);
+    if (k >= step.decodes) qo_prompt[k - step.decodes + 1] = static_cast<int32_t>(row - step.decodes);
     const int64_t len = e.start_pos + static_cast<int64_t>(e.tokens.size());
     const int64_t used = (len + page - 1) / page;
     for (int64_t p = 0; p < used; ++p) kv_indices[page_at++] = s.pages()[static_cast<size_t>(p)];
-    kv_indptr[b + 1] = static_cast<int32_t>(page_at);
-    last_page_len[b] = static_cast<int32_t>(len - (used - 1) * page);
+    kv_indptr[k + 1] = static_cast<int32_t>(page_at);
+    last_page_len[k] = static_cast<int32_t>(len - (used - 1) * page);
     if (WantsToken(e)) {
+      const size_t lr = token_entry.size();
       temperature[lr] = e.sampling.temperature;
       top_p[lr] = e.sampling.top_p;
       u[lr] = e.sampling.u;
-      lrows[lr++] = static_cast<int32_t>(row - 1);
+      lrows[lr] = static_cast<int32_t>(row - 1);
+      token_entry.push_back(order[static_cast<size_t>(k)]);
     }
   }
 
   if (absl::Status s = graph ? m.RunGraph(step) : m.Enqueue(step); !s.ok()) return s;
-  // Logits asked for (sampling with a temperature) come back whole.
-  int64_t j = 0;
-  for (const ForwardEntry& e : batch) {
-    if (!WantsToken(e)) continue;
-    if (e.logits != nullptr) {
-      STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(e.logits, m.logits.as<float>() + j * c.vocab_size,
-                                                  4 * static_cast<size_t>(c.vocab_size), cudaMemcpyDeviceToHost,
-                                                  m.stream));
-    }
-    ++j;
+  // Logits asked for come back whole.
+  for (size_t j = 0; j < token_entry.size(); ++j) {
+    const ForwardEntry& e = batch[token_entry[j]];
+    if (e.logits == nullptr) continue;
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(e.logits, m.logits.as<float>() + j * c.vocab_size,
+                                                4 * static_cast<size_t>(c.vocab_size), cudaMemcpyDeviceToHost,
+                                                m.stream));
   }
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
-  const auto* argmax = reinterpret_cast<const int32_t*>(m.argmax_host.data());
-  j = 0;
-  for (const ForwardEntry& e : batch) {
-    if (!WantsToken(e)) continue;
-    if (e.token != nullptr) *e.token = argmax[j];
-    ++j;
+  const auto* drawn = reinterpret_cast<const int32_t*>(m.argmax_host.data());
+  for (size_t j = 0; j < token_entry.size(); ++j) {
+    const ForwardEntry& e = batch[token_entry[j]];
+    if (e.token != nullptr) *e.token = drawn[j];
   }
   return absl::OkStatus();
 }
