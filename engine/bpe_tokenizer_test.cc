@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/testing/tiny_tokenizer.h"
 #include "engine/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -12,23 +13,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-// GPT-2's byte-to-unicode alphabet: the vocabulary spelling of byte `b`.
-std::string ByteLevelChar(int b) {
-  int extra = 0, cp = -1;
-  for (int x = 0; x < 256; ++x) {
-    bool printable = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255);
-    int mapped = printable ? x : 256 + extra++;
-    if (x == b) cp = mapped;
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s.push_back(static_cast<char>(cp));
-  } else {
-    s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-  return s;
-}
+using testing::ByteLevelChar;
 
 // A byte-level tokenizer.json: bytes 0..255 are IDs 0..255 (spelled in the byte-level
 // alphabet), then each merge's result in order, then one special token <|end|> = 400.

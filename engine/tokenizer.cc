@@ -71,6 +71,10 @@ std::string Utf8StreamDecoder::Flush() {
   return out;
 }
 
+absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view) const {
+  return absl::UnimplementedError("this tokenizer has no text form: send token_ids");
+}
+
 absl::StatusOr<std::vector<int32_t>> ByteTokenizer::RenderChat(
     absl::Span<const ChatMessage> messages) const {
   if (messages.empty()) return absl::InvalidArgumentError("the conversation has no messages");

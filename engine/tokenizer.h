@@ -34,6 +34,10 @@ class Tokenizer {
   virtual bool IsStopToken(int32_t token) const = 0;
   // Tokens a random built-in model should not produce (see ModelWeights::Random).
   virtual std::vector<int32_t> SilentTokens() const { return {}; }
+  // The token IDs of plain text: no chat template, no BOS; special tokens written in the
+  // text are recognised. InvalidArgument for text that is not valid UTF-8; Unimplemented
+  // for a tokenizer with no text form (TokenIdsOnlyTokenizer).
+  virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const;
 };
 
 // The built-in model's tokenizer: one token per byte (0..255) and six special tokens.
