@@ -1,0 +1,129 @@
+// `strata serve --model DIR` on a directory with a real tokenizer file (a hand-made
+// byte-level tokenizer.json with the ChatML template, so it runs without the network;
+// random weights): chat in text over gRPC, the second turn re-renders the conversation
+// and reuses the cached prefix, and the answers equal the cache-off server's.
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/model_weights.h"
+#include "engine/testing/tiny_tokenizer.h"
+#include "engine/tokenizer.h"
+#include "engine/tokenizer_loader.h"
+#include "gtest/gtest.h"
+#include "storage/testing/temp_dir.h"
+#include "strata/v1/chat.grpc.pb.h"
+#include "tests/e2e/chat_rpc.h"
+#include "tests/e2e/server_process.h"
+
+namespace strata {
+namespace {
+
+using Turn = testing::ChatTurn;
+
+Turn ChatText(const std::string& target, const std::string& session,
+              const std::vector<std::pair<std::string, std::string>>& messages) {
+  v1::ChatRequest r;
+  r.set_session_id(session);
+  r.set_max_new_tokens(12);
+  for (const auto& [role, content] : messages) {
+    v1::Message* m = r.add_messages();
+    m->set_role(role);
+    m->set_content(content);
+  }
+  return testing::RunChat(target, r);
+}
+
+engine::ModelConfig SmallQwen2(int vocab) {
+  engine::ModelConfig c;
+  c.architecture = "Qwen2ForCausalLM";
+  c.vocab_size = vocab;
+  c.hidden_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.intermediate_size = 96;
+  c.max_context = 1024;
+  c.rope_theta = 1e6f;
+  c.qkv_bias = true;
+  c.eos_token_ids = {engine::testing::kTinyEndOfText};
+  return c;
+}
+
+// A model directory: random weights whose vocabulary covers the tiny tokenizer's, and
+// the tokenizer files. The random model avoids control bytes and special tokens (but
+// may end its turn with <|im_end|>).
+std::string WriteModelDir(const std::string& root) {
+  const std::string model = root + "/qwen2-tiny-tokenizer";
+  std::vector<int32_t> silent;
+  for (int32_t t = 0; t < 320; ++t) {
+    bool text = (t >= 0x20 && t < 0x7F) || t == '\n' || (t >= 256 && t < engine::testing::kTinyEndOfText);
+    if (!text && t != engine::testing::kTinyImEnd) silent.push_back(t);
+  }
+  EXPECT_TRUE(engine::ModelWeights::Random(SmallQwen2(320), 5, silent).WriteDirectory(model, engine::DType::kBF16).ok());
+  EXPECT_TRUE(engine::testing::WriteTinyChatMlTokenizer(model));
+  return model;
+}
+
+TEST(TokenizerE2eTest, ChatsInTextAndTheSecondTurnReusesTheRenderedPrefix) {
+  storage::testing::TempDir dir("strata-tokenizer-e2e");
+  const std::string model = WriteModelDir(dir.path());
+  auto on = testing::ServerProcess::Start({"--model=" + model, "--chunk_tokens=16", "--pin_host_memory=false"});
+  ASSERT_TRUE(on.ok()) << on.status();
+  auto off = testing::ServerProcess::Start({"--model=" + model, "--cache=off"});
+  ASSERT_TRUE(off.ok()) << off.status();
+
+  const std::vector<std::pair<std::string, std::string>> first_turn = {{"system", "be short"}, {"user", "hello world"}};
+  Turn first = ChatText((*on)->target(), "s", first_turn);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  ASSERT_FALSE(first.tokens.empty());
+  EXPECT_EQ(first.done.usage().cached_tokens(), 0);
+  EXPECT_TRUE(engine::IsValidUtf8(first.text));
+
+  // The streamed text is the tokens' bytes decoded by the directory's tokenizer.
+  auto tokenizer = engine::LoadTokenizer(model);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  engine::Utf8StreamDecoder decoder;
+  std::string decoded;
+  for (int32_t t : first.tokens) {
+    if (!(*tokenizer)->IsStopToken(t)) decoded += decoder.Feed((*tokenizer)->TokenBytes(t));
+  }
+  EXPECT_EQ(decoded + decoder.Flush(), first.text);
+  // And the prompt was the rendered template: its token count is the server's.
+  auto prompt = (*tokenizer)->RenderChat({{"system", "be short"}, {"user", "hello world"}});
+  ASSERT_TRUE(prompt.ok());
+  EXPECT_EQ(first.done.usage().prompt_tokens(), prompt->size());
+
+  std::vector<std::pair<std::string, std::string>> second_turn = first_turn;
+  second_turn.push_back({"assistant", first.text});
+  second_turn.push_back({"user", "more"});
+  Turn second = ChatText((*on)->target(), "s", second_turn);
+  Turn reference = ChatText((*off)->target(), "s", second_turn);
+  ASSERT_TRUE(second.status.ok() && reference.status.ok()) << second.status.error_message();
+  // At least the first turn's prompt is reused (one token less when the answer starts
+  // with a newline: see AnAnswerStartingWithANewlineMovesTheBoundaryOneTokenBack).
+  EXPECT_GE(second.done.usage().cached_tokens(), first.done.usage().prompt_tokens() - 1);
+  EXPECT_GT(second.done.usage().cached_tokens(), 0);
+  EXPECT_EQ(second.tokens, reference.tokens) << "cached and recomputed answers differ";
+  EXPECT_EQ(second.text, reference.text);
+
+  Turn bad_role = ChatText((*on)->target(), "t", {{"robot", "hi"}});
+  EXPECT_EQ(bad_role.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST(TokenizerE2eTest, ABrokenTokenizerOrTemplateIsRefusedAtStart) {
+  storage::testing::TempDir dir("strata-tokenizer-e2e");
+  const std::string model = WriteModelDir(dir.path());
+  std::ofstream(model + "/tokenizer_config.json")
+      << R"({"eos_token": "<|im_end|>", "chat_template": "{% call foo() %}{% endcall %}"})";
+  EXPECT_FALSE(testing::ServerProcess::Start({"--model=" + model}).ok());
+  std::ofstream(model + "/tokenizer.json") << "{}";
+  EXPECT_FALSE(testing::ServerProcess::Start({"--model=" + model}).ok());
+}
+
+}  // namespace
+}  // namespace strata
