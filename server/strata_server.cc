@@ -9,6 +9,7 @@
 
 #include "base/log.h"
 #include "absl/strings/str_cat.h"
+#include "engine/tokenizer_loader.h"
 #include "server/cache_service.h"
 #include "server/chat_service.h"
 
@@ -125,9 +126,17 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
     const engine::ModelConfig& c = weights->config();
     LOG(INFO) << "model " << options.model_dir << ": " << c.architecture << ", " << c.num_layers << " layers, hidden "
               << c.hidden_size << ", " << weights->parameter_count() << " parameters";
-    LOG(WARNING) << "no tokenizer support for " << options.model_dir
-                 << " yet: Chat takes token_ids only (messages are refused)";
-    tokenizer = std::make_unique<engine::TokenIdsOnlyTokenizer>(c.vocab_size, c.eos_token_ids);
+    if (engine::HasTokenizerFile(options.model_dir)) {
+      std::string note;
+      auto loaded = engine::LoadTokenizer(options.model_dir, &note);
+      if (!loaded.ok()) return loaded.status();
+      LOG(INFO) << note;
+      tokenizer = *std::move(loaded);
+    } else {
+      LOG(WARNING) << "no tokenizer.json in " << options.model_dir
+                   << ": Chat takes token_ids only (messages are refused)";
+      tokenizer = std::make_unique<engine::TokenIdsOnlyTokenizer>(c.vocab_size, c.eos_token_ids);
+    }
     model_weights.emplace(*std::move(weights));
   }
   auto backend = engine::CreateBackend(*std::move(model_weights), options.backend);
