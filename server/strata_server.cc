@@ -134,7 +134,7 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
       tokenizer = *std::move(loaded);
     } else {
       LOG(WARNING) << "no tokenizer.json in " << options.model_dir
-                   << ": Chat takes token_ids only (messages are refused)";
+                   << " (a tokenizer.model alone is not read): Chat takes token_ids only (messages are refused)";
       tokenizer = std::make_unique<engine::TokenIdsOnlyTokenizer>(c.vocab_size, c.eos_token_ids);
     }
     model_weights.emplace(*std::move(weights));
