@@ -170,6 +170,23 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(std::string
   Json j = Json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("tokenizer.json is not a JSON object");
   std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
+  // The decoder matters to strata only for the space it strips off the start of a text.
+  if (auto d = j.find("decoder"); d != j.end() && d->is_object()) {
+    std::vector<Json> steps;
+    if (d->value("type", "") == "Sequence") {
+      for (const Json& s : d->value("decoders", Json::array())) steps.push_back(s);
+    } else {
+      steps.push_back(*d);
+    }
+    for (const Json& s : steps) {
+      const std::string type = s.value("type", "");
+      if (type == "Strip" && s.value("content", "") == " " && s.value("start", 0) >= 1) t->drops_leading_space_ = true;
+      if (type == "Metaspace" && s.value("prepend_scheme", s.value("add_prefix_space", true) ? "always" : "never") !=
+                                     "never") {
+        t->drops_leading_space_ = true;
+      }
+    }
+  }
 
   // Pre-tokenizers first: they say whether the vocabulary is byte-level.
   std::vector<Json> pre;

@@ -44,6 +44,10 @@ class BpeTokenizer {
   std::string_view TokenBytes(int32_t id) const;
   // True for added tokens marked `special` (`<|eot_id|>`, `</s>`, ...).
   bool IsSpecial(int32_t id) const;
+  // True when the file's decoder drops the first space of a decoded text (a `Strip`
+  // decoder with start >= 1, or a `Metaspace` decoder that prepends on encode): the
+  // SentencePiece form, whose first word token stands for " word".
+  bool drops_leading_space() const { return drops_leading_space_; }
   // The ID of an added token or vocabulary entry given as it is written in
   // tokenizer.json (`<|im_end|>`, `</s>`); nullopt if there is none.
   std::optional<int32_t> TokenId(std::string_view written) const;
@@ -83,6 +87,7 @@ class BpeTokenizer {
   int32_t LookupPair(int32_t a, int32_t b, int32_t* merged) const;
 
   bool byte_level_ = false;    // merges over bytes (GPT-2 byte-to-unicode vocabulary)
+  bool drops_leading_space_ = false;
   bool byte_fallback_ = false;
   bool fuse_unk_ = false;
   bool ignore_merges_ = false;  // a whole piece found in the vocabulary is one token

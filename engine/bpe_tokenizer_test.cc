@@ -163,6 +163,26 @@ TEST(BpeTokenizerTest, MetaspacePrependsOnlyAtTheStartOfTheInput) {
   EXPECT_EQ(Encode(*t, "hi</s>hi"), (std::vector<int32_t>{hi, 2, h, i}));
 }
 
+// The reference decoders strip the space a SentencePiece text starts with (Llama 2's
+// `Strip` step, Metaspace with a prepend scheme); byte-level decoders keep it.
+TEST(BpeTokenizerTest, SentencePieceDecodersDropTheLeadingSpace) {
+  Json strip = SentencePieceJson(/*metaspace=*/false);
+  strip["decoder"] = {{"type", "Sequence"},
+                      {"decoders", Json::array({{{"type", "Replace"}, {"pattern", {{"String", "▁"}}}, {"content", " "}},
+                                                {{"type", "ByteFallback"}},
+                                                {{"type", "Fuse"}},
+                                                {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+  EXPECT_TRUE(Load(strip)->drops_leading_space());
+  Json metaspace = SentencePieceJson(/*metaspace=*/true);
+  metaspace["decoder"] = {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "first"}, {"split", false}};
+  EXPECT_TRUE(Load(metaspace)->drops_leading_space());
+  metaspace["decoder"]["prepend_scheme"] = "never";
+  EXPECT_FALSE(Load(metaspace)->drops_leading_space());
+  Json byte_level = ByteLevelJson({});
+  byte_level["decoder"] = {{"type", "ByteLevel"}};
+  EXPECT_FALSE(Load(byte_level)->drops_leading_space());
+}
+
 TEST(BpeTokenizerTest, RefusesWhatItDoesNotImplementAndBadInput) {
   Json j = ByteLevelJson({});
   j["normalizer"] = {{"type", "NFKD"}};

@@ -61,6 +61,7 @@ struct Engine::Running {
   Utf8StreamDecoder utf8;
   StopStringFilter stop_filter{{}};
   bool first_token_sent = false;
+  bool text_started = false;  // some text has been streamed (the leading-space rule is applied)
   double ttft_ms = 0;
   int step_tokens = 0;  // tokens fed in the current step
 };
@@ -455,6 +456,10 @@ bool Engine::AfterStep(Running& r) {
   }
   const bool stop_token = tokenizer_->IsStopToken(token);
   std::string text = stop_token ? std::string() : r.utf8.Feed(tokenizer_->TokenBytes(token));
+  if (!r.text_started && !text.empty()) {
+    r.text_started = true;
+    if (text[0] == ' ' && tokenizer_->DropsLeadingSpace()) text.erase(0, 1);
+  }
   std::string visible = r.stop_filter.Feed(text);
   const bool length = r.generated >= r.request.max_new_tokens;
   if (stop_token || r.stop_filter.stopped() || length) {

@@ -183,6 +183,41 @@ TEST(EngineKvMemoryTest, ATurnThatCanNeverFitFailsWithResourceExhausted) {
   EXPECT_TRUE(Collect(*engine->Submit(std::move(small))).status.ok());
 }
 
+// A byte tokenizer whose printable tokens all decode to " x", and which drops a text's
+// first leading space as SentencePiece decoders do.
+class LeadingSpaceTokenizer final : public Tokenizer {
+ public:
+  int vocab_size() const override { return bytes_.vocab_size(); }
+  absl::StatusOr<std::vector<int32_t>> RenderChat(absl::Span<const ChatMessage> messages) const override {
+    return bytes_.RenderChat(messages);
+  }
+  std::string_view TokenBytes(int32_t token) const override { return token < 256 ? " x" : ""; }
+  bool IsStopToken(int32_t token) const override { return bytes_.IsStopToken(token); }
+  std::vector<int32_t> SilentTokens() const override { return bytes_.SilentTokens(); }
+  bool DropsLeadingSpace() const override { return true; }
+
+ private:
+  ByteTokenizer bytes_;
+};
+
+TEST(EngineTextTest, AnAnswerDropsItsFirstSpaceWhenTheTokenizerSaysSo) {
+  LeadingSpaceTokenizer tokenizer;
+  auto engine = *Engine::Create(
+      {}, std::make_unique<CpuModel>(ModelWeights::Random(SmallConfig(), 99, tokenizer.SilentTokens())), &tokenizer,
+      nullptr, nullptr);
+  TurnRequest r;
+  r.key = {"t", "s"};
+  r.prompt = *tokenizer.RenderChat({{"user", "hello"}});
+  r.max_new_tokens = 6;
+  TurnOutput out = Collect(*engine->Submit(std::move(r)));
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  std::string want;
+  for (int32_t t : out.tokens) want += tokenizer.TokenBytes(t);
+  if (!want.empty()) want.erase(0, 1);
+  ASSERT_FALSE(want.empty()) << "the answer had no text tokens";
+  EXPECT_EQ(out.text, want) << "only the answer's very first space is dropped";
+}
+
 TEST_F(EngineTest, LaterTurnsComputeOnlyNewTokens) {
   Build(/*cache=*/true);
   auto outs = ThreeTurns("s");

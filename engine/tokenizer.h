@@ -38,6 +38,10 @@ class Tokenizer {
   // text are recognised. InvalidArgument for text that is not valid UTF-8; Unimplemented
   // for a tokenizer with no text form (TokenIdsOnlyTokenizer).
   virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const;
+  // True when a generated text drops its first leading space, as the reference decoder
+  // does for SentencePiece-style vocabularies (Llama 2, Mistral: the first token of an
+  // answer stands for " word").
+  virtual bool DropsLeadingSpace() const { return false; }
 };
 
 // The built-in model's tokenizer: one token per byte (0..255) and six special tokens.

@@ -89,6 +89,7 @@ class ModelDirTokenizer final : public Tokenizer {
 
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override { return bpe_->Encode(text); }
   std::string_view TokenBytes(int32_t token) const override { return bpe_->TokenBytes(token); }
+  bool DropsLeadingSpace() const override { return bpe_->drops_leading_space(); }
   bool IsStopToken(int32_t token) const override { return stops_.contains(token); }
 
   // Special tokens other than the stop tokens: a random-weight model should not emit them.
