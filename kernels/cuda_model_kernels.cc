@@ -58,6 +58,7 @@ absl::Status LaunchToBf16(const float* x, uint16_t* out, int64_t n, cudaStream_t
 absl::Status LaunchQkvRopePlace(const QkvPlaceParams& p, cudaStream_t stream) {
   if (absl::Status s = Sizes(p.rows, p.num_heads, p.kv_heads); !s.ok()) return s;
   if (absl::Status s = HeadDim(p.head_dim); !s.ok()) return s;
+  if (p.num_heads + p.kv_heads > 65535) return absl::InvalidArgumentError("more than 65535 heads");
   if (p.rows == 0) return absl::OkStatus();
   STRATA_CUDA_RETURN_IF_ERROR(internal::QkvRopePlaceAsync(p, stream));
   return absl::OkStatus();

@@ -83,42 +83,48 @@ __device__ __forceinline__ void Rotate(float a, float b, int32_t position, float
   *rb = b * c + a * s;
 }
 
-// K and V of one token into the three planes at `slot` (one layer's planes). k(j), v(j)
-// give raw fp32 values (bias applied); the caller's block strides over pairs and values.
+// K and V of one token's KV head `h` into the three planes at `slot` (one layer's
+// planes). k(j), v(j) give the head's raw fp32 values (bias applied), j < head_dim; the
+// caller's block strides over pairs and values.
 template <typename KFn, typename VFn>
-__device__ void PlaceToken(KFn k, VFn v, int32_t position, int64_t slot, int kv_heads, int head_dim,
-                           const float* __restrict__ inv_freq, uint16_t* k_rot, uint16_t* k_raw, uint16_t* v_plane) {
-  const int half = head_dim / 2, kvd = kv_heads * head_dim;
-  const int64_t base = slot * kvd;
-  for (int idx = threadIdx.x; idx < kv_heads * half; idx += blockDim.x) {
-    const int h = idx / half, i = idx % half;
-    const int ja = h * head_dim + i, jb = ja + half;
-    const uint16_t raw_a = Narrow(k(ja)), raw_b = Narrow(k(jb));
-    k_raw[base + ja] = raw_a;
-    k_raw[base + jb] = raw_b;
+__device__ void PlaceHead(KFn k, VFn v, int h, int32_t position, int64_t slot, int kv_heads, int head_dim,
+                          const float* __restrict__ inv_freq, uint16_t* k_rot, uint16_t* k_raw, uint16_t* v_plane) {
+  const int half = head_dim / 2;
+  const int64_t base = slot * kv_heads * head_dim + int64_t{h} * head_dim;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const uint16_t raw_a = Narrow(k(i)), raw_b = Narrow(k(i + half));
+    k_raw[base + i] = raw_a;
+    k_raw[base + i + half] = raw_b;
     float ra, rb;
     Rotate(Widen(raw_a), Widen(raw_b), position, inv_freq[i], &ra, &rb);
-    k_rot[base + ja] = Narrow(ra);
-    k_rot[base + jb] = Narrow(rb);
+    k_rot[base + i] = Narrow(ra);
+    k_rot[base + i + half] = Narrow(rb);
   }
-  for (int j = threadIdx.x; j < kvd; j += blockDim.x) v_plane[base + j] = Narrow(v(j));
+  for (int j = threadIdx.x; j < head_dim; j += blockDim.x) v_plane[base + j] = Narrow(v(j));
 }
 
+// Grid (rows, num_heads + kv_heads): block (r, y) rotates query head y of row r, or, for
+// y >= num_heads, places KV head y - num_heads. One block a head keeps small batches
+// (decode) spread over the GPU instead of on one multiprocessor a row.
 __global__ void QkvRopePlaceKernel(QkvPlaceParams p) {
-  const int r = blockIdx.x;
+  const int r = blockIdx.x, y = blockIdx.y;
   const int qd = p.num_heads * p.head_dim, kvd = p.kv_heads * p.head_dim, width = qd + 2 * kvd, half = p.head_dim / 2;
   const float* row = p.qkv + static_cast<int64_t>(r) * width;
   const float* bias = p.bias;
   const int32_t position = p.positions[r];
   auto value = [row, bias](int j) { return bias != nullptr ? row[j] + bias[j] : row[j]; };
-  float* q = p.q_out + static_cast<int64_t>(r) * qd;
-  for (int idx = threadIdx.x; idx < p.num_heads * half; idx += blockDim.x) {
-    const int h = idx / half, i = idx % half;
-    const int ja = h * p.head_dim + i, jb = ja + half;
-    Rotate(value(ja), value(jb), position, p.inv_freq[i], &q[ja], &q[jb]);
+  if (y < p.num_heads) {
+    float* q = p.q_out + static_cast<int64_t>(r) * qd + y * p.head_dim;
+    const int at = y * p.head_dim;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+      Rotate(value(at + i), value(at + i + half), position, p.inv_freq[i], &q[i], &q[i + half]);
+    }
+    return;
   }
-  PlaceToken([&](int j) { return value(qd + j); }, [&](int j) { return value(qd + kvd + j); }, position, p.slots[r],
-             p.kv_heads, p.head_dim, p.inv_freq, p.k_rot, p.k_raw, p.v);
+  const int h = y - p.num_heads;
+  const int k_at = qd + h * p.head_dim, v_at = qd + kvd + h * p.head_dim;
+  PlaceHead([&](int j) { return value(k_at + j); }, [&](int j) { return value(v_at + j); }, h, position, p.slots[r],
+            p.kv_heads, p.head_dim, p.inv_freq, p.k_rot, p.k_raw, p.v);
 }
 
 // Grid (n, layers).
@@ -128,8 +134,12 @@ __global__ void PlaceStoredKvKernel(const uint16_t* __restrict__ stored, StoredK
   const uint16_t* ks = stored + ((static_cast<int64_t>(l) * 2 + 0) * p.chunk_tokens + i) * kvd;
   const uint16_t* vs = stored + ((static_cast<int64_t>(l) * 2 + 1) * p.chunk_tokens + i) * kvd;
   const int64_t plane = l * p.layer_stride;
-  PlaceToken([ks](int j) { return Widen(ks[j]); }, [vs](int j) { return Widen(vs[j]); }, p.positions[i], p.slots[i],
-             p.kv_heads, p.head_dim, p.inv_freq, p.k_rot + plane, p.k_raw + plane, p.v + plane);
+  for (int h = 0; h < p.kv_heads; ++h) {
+    const uint16_t* kh = ks + h * p.head_dim;
+    const uint16_t* vh = vs + h * p.head_dim;
+    PlaceHead([kh](int j) { return Widen(kh[j]); }, [vh](int j) { return Widen(vh[j]); }, h, p.positions[i],
+              p.slots[i], p.kv_heads, p.head_dim, p.inv_freq, p.k_rot + plane, p.k_raw + plane, p.v + plane);
+  }
 }
 
 // Grid (n, layers).
@@ -173,16 +183,19 @@ __global__ void FillF32Kernel(float* out, int64_t n, float value) {
   }
 }
 
-// ---- Sampling (SampleToken in cpu_kernels.h, in double precision like it). ----
+// ---- Sampling (SampleToken in cpu_kernels.h; sums in double like it). ----
 //
-// No sort: the nucleus is found by a binary search over logit values. A token's
-// probability exp(l / T - m) is a non-decreasing function of its logit, so "the most
-// probable tokens whose mass reaches top_p" are the tokens with logit >= some value λ
-// (those at λ taken in index order as the spec's tie order says), and the spec's walk in
-// probability order stops at the token whose logit μ is the largest value with more
-// kept mass at or above it than the target. Each search step is one pass over the row.
+// No sort: the nucleus is found by searches over logit values. A token's probability
+// exp(l / T - m) is a non-decreasing function of its logit, so "the most probable tokens
+// whose mass reaches top_p" are the tokens with logit >= some value λ (those at λ taken in
+// index order, the spec's tie order), and the spec's walk in probability order stops at
+// the token whose logit μ is the largest value with more kept mass at or above it than the
+// target. Each search pass measures the mass at or above 15 thresholds at once (a 16-way
+// search: 8 passes over the row for 32-bit keys); passes read the row 16 bytes at a time,
+// several loads in flight per thread.
 
 constexpr int kSampleThreads = 512;
+constexpr int kWays = 15;  // thresholds per search pass
 
 // Order-preserving map of a float to an unsigned key (NaN excluded by the caller).
 __device__ __forceinline__ uint32_t Key(float f) {
@@ -193,16 +206,30 @@ __device__ __forceinline__ float Unkey(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
+// Sums each of N values over the block; every thread gets the sums. May be called again.
+template <int N>
+__device__ void BlockSums(double (&v)[N]) {
+  __shared__ double partial[32][N];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = static_cast<int>(blockDim.x >> 5);
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    for (int o = 16; o > 0; o >>= 1) v[j] += __shfl_xor_sync(0xffffffffu, v[j], o);
+    if (lane == 0) partial[warp][j] = v[j];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    double t = 0;
+    for (int w = 0; w < warps; ++w) t += partial[w][j];
+    v[j] = t;
+  }
+  __syncthreads();
+}
+
 __device__ double BlockSumD(double v) {
-  __shared__ double partial[32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0.0;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  return v;
+  double a[1] = {v};
+  BlockSums<1>(a);
+  return a[0];
 }
 
 __device__ uint32_t BlockMaxU(uint32_t v) {
@@ -219,34 +246,117 @@ __device__ uint32_t BlockMaxU(uint32_t v) {
 
 __device__ uint32_t BlockMinU(uint32_t v) { return ~BlockMaxU(~v); }
 
+// Calls fn(i, logit) for every element of the row (in no particular order), loading 16
+// bytes at a time, four loads in flight per thread, when the row is 16-byte aligned.
+template <typename Fn>
+__device__ __forceinline__ void ForRow(const float* __restrict__ l, int vocab, Fn fn) {
+  int done = 0;
+  if ((reinterpret_cast<uintptr_t>(l) & 15) == 0) {
+    const int n4 = vocab / 4;
+    const float4* l4 = reinterpret_cast<const float4*>(l);
+    const int step = static_cast<int>(blockDim.x);
+    for (int j = threadIdx.x; j < n4; j += 4 * step) {
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (j + u * step < n4) v[u] = __ldg(l4 + j + u * step);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int jj = j + u * step;
+        if (jj < n4) {
+          fn(4 * jj, v[u].x);
+          fn(4 * jj + 1, v[u].y);
+          fn(4 * jj + 2, v[u].z);
+          fn(4 * jj + 3, v[u].w);
+        }
+      }
+    }
+    done = 4 * n4;
+  }
+  for (int i = done + threadIdx.x; i < vocab; i += blockDim.x) fn(i, l[i]);
+}
+
 // The first index i (in index order) at which the running sum of weight(i) exceeds
-// `target`; -1 if none. One tile of blockDim elements at a time, scanned across the block.
+// `target`, -1 if none: each thread sums its own contiguous stretch of the row, the block
+// scans the stretch sums, and the thread whose stretch holds the target walks it.
 template <typename WeightFn>
 __device__ int FirstPrefixAbove(int n, double target, WeightFn weight) {
   __shared__ double warp_total[32];
-  double carry = 0;
-  for (int base = 0; base < n; base += blockDim.x) {
-    const int i = base + threadIdx.x;
-    const double w = i < n ? weight(i) : 0.0;
-    double scan = w;  // inclusive scan within the warp
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int o = 1; o < 32; o <<= 1) {
-      const double up = __shfl_up_sync(0xffffffffu, scan, o);
-      if (lane >= o) scan += up;
-    }
-    if (lane == 31) warp_total[warp] = scan;
-    __syncthreads();
-    double before = carry;
-    for (int wi = 0; wi < warp; ++wi) before += warp_total[wi];
-    double tile = 0;
-    for (int wi = 0; wi < static_cast<int>(blockDim.x >> 5); ++wi) tile += warp_total[wi];
-    __syncthreads();
-    const bool hit = i < n && w > 0 && target < before + scan;
-    const uint32_t first = BlockMinU(hit ? static_cast<uint32_t>(i) : 0xffffffffu);
-    if (first != 0xffffffffu) return static_cast<int>(first);
-    carry += tile;
+  const int per = (n + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
+  const int begin = min(n, static_cast<int>(threadIdx.x) * per), end = min(n, begin + per);
+  double sum = 0;
+  for (int i = begin; i < end; ++i) sum += weight(i);
+  // Exclusive scan of the stretch sums over the block.
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  double scan = sum;
+  for (int o = 1; o < 32; o <<= 1) {
+    const double up = __shfl_up_sync(0xffffffffu, scan, o);
+    if (lane >= o) scan += up;
   }
-  return -1;
+  if (lane == 31) warp_total[warp] = scan;
+  __syncthreads();
+  double before = scan - sum;
+  for (int w = 0; w < warp; ++w) before += warp_total[w];
+  __syncthreads();
+  uint32_t found = 0xffffffffu;
+  if (sum > 0 && target < before + sum) {
+    double c = before;
+    int last = -1;
+    for (int i = begin; i < end; ++i) {
+      const double w = weight(i);
+      if (w <= 0) continue;
+      last = i;
+      c += w;
+      if (target < c) break;
+    }
+    found = static_cast<uint32_t>(last);  // the walk's rounding may end a hair short: its last token
+  }
+  found = BlockMinU(found);
+  return found == 0xffffffffu ? -1 : static_cast<int>(found);
+}
+
+// The largest key K in [lo, hi] for which accept(mass of the tokens with key >= K) holds,
+// given that it holds at lo and the mass is non-increasing in K. 16-way: each pass
+// measures 15 thresholds.
+template <typename ProbFn, typename AcceptFn>
+__device__ uint32_t SearchLargest(const float* l, int vocab, uint32_t lo, uint32_t hi, ProbFn prob, AcceptFn accept) {
+  while (lo < hi) {
+    uint32_t t[kWays];
+    const uint64_t range = static_cast<uint64_t>(hi) - lo;
+#pragma unroll
+    for (int j = 0; j < kWays; ++j) {
+      const uint64_t step = range * static_cast<uint64_t>(j + 1) / (kWays + 1);
+      const uint64_t offset = step > static_cast<uint64_t>(j + 1) ? step : static_cast<uint64_t>(j + 1);
+      const uint64_t at = lo + offset;
+      t[j] = static_cast<uint32_t>(at < hi ? at : hi);
+    }
+    double mass[kWays] = {};
+    ForRow(l, vocab, [&](int, float x) {
+      const uint32_t k = Key(x);
+      if (k < t[0]) return;
+      const double p = prob(x);
+#pragma unroll
+      for (int j = 0; j < kWays; ++j) {
+        if (k >= t[j]) mass[j] += p;
+      }
+    });
+    BlockSums<kWays>(mass);
+    int best = -1;
+#pragma unroll
+    for (int j = 0; j < kWays; ++j) {
+      if (accept(mass[j])) best = j;
+    }
+    // Accepted thresholds are a prefix (the mass falls as the key rises), so the answer
+    // lies between the last accepted one and the first refused one.
+    if (best < 0) {
+      hi = t[0] - 1;
+    } else {
+      lo = t[best];
+      if (best + 1 < kWays) hi = t[best + 1] - 1;  // t[best + 1] > t[best]: equal ones accept alike
+    }
+  }
+  return lo;
 }
 
 // One block per row.
@@ -255,41 +365,46 @@ __global__ void SampleKernel(const float* __restrict__ logits, int vocab, const 
   const int r = blockIdx.x;
   const float* l = logits + static_cast<int64_t>(r) * vocab;
   const float t = temperature[r];
-  // Largest logit (lowest index on ties): greedy, and the softmax's shift.
-  uint32_t kmax = 0;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) kmax = max(kmax, Key(l[i]));
+  // Largest and smallest logit keys.
+  uint32_t kmax = 0, kmin_inv = 0;
+  ForRow(l, vocab, [&](int, float x) {
+    const uint32_t k = Key(x);
+    kmax = max(kmax, k);
+    kmin_inv = max(kmin_inv, ~k);
+  });
   kmax = BlockMaxU(kmax);
+  const uint32_t kmin = ~BlockMaxU(kmin_inv);
   if (!(t > 0)) {
+    // Greedy: the lowest index with the largest logit.
     uint32_t first = 0xffffffffu;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-      if (Key(l[i]) == kmax) first = min(first, static_cast<uint32_t>(i));
-    }
+    ForRow(l, vocab, [&](int i, float x) {
+      if (Key(x) == kmax) first = min(first, static_cast<uint32_t>(i));
+    });
     first = BlockMinU(first);
     if (threadIdx.x == 0) ids[r] = static_cast<int32_t>(first);
     return;
   }
   const double inv_t = 1.0 / static_cast<double>(t);
   const double m = static_cast<double>(Unkey(kmax)) * inv_t;
-  auto prob = [&](int i) { return exp(static_cast<double>(l[i]) * inv_t - m); };
-  // Mass of the tokens whose key is >= k.
-  auto mass_at_or_above = [&](uint32_t k) {
-    double s = 0;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-      if (Key(l[i]) >= k) s += prob(i);
-    }
-    return BlockSumD(s);
+  // The exponent in double, the exponential in fp32 (the special-function unit; a double
+  // exp per element per pass cost ~1.5 ms a row): monotone in the logit, so order and ties
+  // are kept; each probability within ~1e-7 of the CPU's double exp.
+  auto prob_of = [inv_t, m](float x) {
+    return static_cast<double>(expf(static_cast<float>(static_cast<double>(x) * inv_t - m)));
   };
-  const double total = mass_at_or_above(0);
+  double total = 0;
+  ForRow(l, vocab, [&](int, float x) { total += prob_of(x); });
+  total = BlockSumD(total);
   const float p_cut = top_p[r];
   if (!(p_cut > 0 && p_cut < 1)) {
     // Every token, in index order.
     const double target = u[r] * total;
-    int pick = FirstPrefixAbove(vocab, target, [&](int i) { return prob(i); });
+    int pick = FirstPrefixAbove(vocab, target, [&](int i) { return prob_of(l[i]); });
     if (pick < 0) {  // u * total rounded past the sum: the last token with probability > 0
       uint32_t last = 0;
-      for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        if (prob(i) > 0) last = max(last, static_cast<uint32_t>(i) + 1);
-      }
+      ForRow(l, vocab, [&](int i, float x) {
+        if (prob_of(x) > 0) last = max(last, static_cast<uint32_t>(i) + 1);
+      });
       pick = static_cast<int>(BlockMaxU(last)) - 1;
     }
     if (threadIdx.x == 0) ids[r] = pick < 0 ? 0 : pick;
@@ -297,41 +412,37 @@ __global__ void SampleKernel(const float* __restrict__ logits, int vocab, const 
   }
   // λ: the largest logit key whose at-or-above mass reaches top_p * total.
   const double need = static_cast<double>(p_cut) * total;
-  uint32_t kmin = 0xffffffffu;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) kmin = min(kmin, Key(l[i]));
-  kmin = BlockMinU(kmin);
-  uint32_t lo = kmin, hi = kmax;
-  while (lo < hi) {
-    const uint32_t mid = lo + (hi - lo + 1) / 2;
-    if (mass_at_or_above(mid) >= need) lo = mid; else hi = mid - 1;
-  }
-  const uint32_t lambda = lo;
-  const double above = lambda == 0xffffffffu ? 0.0 : mass_at_or_above(lambda + 1);
-  const double p_lambda = exp(static_cast<double>(Unkey(lambda)) * inv_t - m);
-  double ties = 0;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) ties += Key(l[i]) == lambda ? 1.0 : 0.0;
-  ties = BlockSumD(ties);
+  const uint32_t lambda = SearchLargest(l, vocab, kmin, kmax, prob_of, [need](double s) { return s >= need; });
+  // Mass strictly above λ and the ties at λ, in one pass.
+  double acc[2] = {};
+  ForRow(l, vocab, [&](int, float x) {
+    const uint32_t k = Key(x);
+    if (k > lambda) acc[0] += prob_of(x);
+    if (k == lambda) acc[1] += 1.0;
+  });
+  BlockSums<2>(acc);
+  const double above = acc[0], ties = acc[1];
+  const double p_lambda = prob_of(Unkey(lambda));
   // Ties at λ join in index order until the mass reaches `need`.
   const double k = fmin(ties, fmax(1.0, ceil((need - above) / p_lambda)));
   const double kept = above + k * p_lambda;
-  // μ: the largest key whose kept at-or-above mass exceeds the target.
+  // μ: the largest key whose kept at-or-above mass exceeds the target (above λ, the kept
+  // mass at or above a key is all of the mass there).
   const double target = u[r] * kept;
-  auto kept_at_or_above = [&](uint32_t key) { return key <= lambda ? kept : mass_at_or_above(key); };
-  lo = lambda;
-  hi = kmax;
-  while (lo < hi) {
-    const uint32_t mid = lo + (hi - lo + 1) / 2;
-    if (kept_at_or_above(mid) > target) lo = mid; else hi = mid - 1;
-  }
-  const uint32_t mu = lo;
-  const double below_mu = mu == lambda ? above : mass_at_or_above(mu + 1);
-  const double p_mu = exp(static_cast<double>(Unkey(mu)) * inv_t - m);
-  double mu_ties = k;
+  const uint32_t mu = SearchLargest(l, vocab, lambda, kmax, prob_of, [target](double s) { return s > target; });
+  double below_mu = above, mu_ties = k;
   if (mu != lambda) {
-    mu_ties = 0;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) mu_ties += Key(l[i]) == mu ? 1.0 : 0.0;
-    mu_ties = BlockSumD(mu_ties);
+    double b[2] = {};
+    ForRow(l, vocab, [&](int, float x) {
+      const uint32_t key = Key(x);
+      if (key > mu) b[0] += prob_of(x);
+      if (key == mu) b[1] += 1.0;
+    });
+    BlockSums<2>(b);
+    below_mu = b[0];
+    mu_ties = b[1];
   }
+  const double p_mu = prob_of(Unkey(mu));
   const double j = fmin(mu_ties - 1, fmax(0.0, floor((target - below_mu) / p_mu)));
   // The j-th (0-based) token with logit μ, in index order.
   const int pick = FirstPrefixAbove(vocab, j, [&](int i) { return Key(l[i]) == mu ? 1.0 : 0.0; });
@@ -369,7 +480,7 @@ cudaError_t ToBf16Async(const float* x, uint16_t* out, int64_t n, cudaStream_t s
 }
 
 cudaError_t QkvRopePlaceAsync(const QkvPlaceParams& p, cudaStream_t stream) {
-  QkvRopePlaceKernel<<<p.rows, kRowThreads, 0, stream>>>(p);
+  QkvRopePlaceKernel<<<dim3(p.rows, p.num_heads + p.kv_heads), p.head_dim / 2 > 32 ? 64 : 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -34,11 +34,11 @@ absl::Status LaunchGatherRowsBf16(const uint16_t* in, const int32_t* rows, int n
                                   cudaStream_t stream);
 // SampleToken (cpu_kernels.h) for each row of logits [rows][vocab] (finite or -inf, at least
 // one finite), with that row's temperature, top_p and u (device arrays [rows]); ids[r] gets
-// the token. Like the CPU, in double precision; instead of sorting, the nucleus and the
-// walk through it are found by binary searches over logit values (one pass over the row
-// each, ~64 passes a row). The token equals SampleToken's except where u * mass or
-// top_p * total falls within double rounding of a cumulative boundary (the sums are
-// reduced in another order).
+// the token. Instead of sorting, the nucleus and the walk through it are found by 16-way
+// searches over logit values (~23 passes over the row). Probabilities are expf of the
+// exponent computed in double (within ~1e-7 of SampleToken's double exp; order and ties
+// exact), sums in double. The token equals SampleToken's except where u * mass or
+// top_p * total falls within that rounding of a cumulative boundary.
 absl::Status LaunchSample(const float* logits, int rows, int vocab, const float* temperature, const float* top_p,
                           const double* u, int32_t* ids, cudaStream_t stream);
 

@@ -7,7 +7,10 @@
 // HF transformers on the same GPU and shapes: tests/bench/model_bench_hf.py.
 //
 //   model_bench [--models=llama3-8b,llama3-1b] [--quick] [--graphs=0]
+//   model_bench --models=llama3-8b --profile=BATCH,CONTEXT   (for ncu --profile-from-start off:
+//       two warm-up decode steps, then one between cudaProfilerStart and Stop, no graphs)
 // Without a GPU it says so and exits 0.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -111,6 +114,32 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// One decode step of `batch` sequences at `context` tokens inside a profiler range.
+int Profile(const std::string& name, int batch, int context) {
+  const ModelConfig c = Shape(name);
+  CudaModelOptions o;
+  o.cuda_graphs = false;
+  o.kv_memory_fraction = 0.9;
+  auto made = CudaModel::CreateRandom(c, 1234, o);
+  if (!made.ok() || !(*made)->RandomizeKvPool(7).ok()) return 1;
+  CudaModel& m = **made;
+  std::vector<std::unique_ptr<SequenceState>> seqs;
+  for (int b = 0; b < batch; ++b) seqs.push_back(*m.NewSequence(context + 8));
+  std::vector<int32_t> tokens(static_cast<size_t>(batch), 17), next(static_cast<size_t>(batch));
+  for (int s = 0; s < 3; ++s) {
+    std::vector<ForwardEntry> entries;
+    for (int b = 0; b < batch; ++b) {
+      entries.push_back(ForwardEntry{seqs[b].get(), context + s, absl::Span<const int32_t>(&tokens[b], 1), nullptr,
+                                     &next[b]});
+    }
+    if (s == 2) cudaProfilerStart();
+    if (!m.Forward(entries).ok()) return 1;
+    if (s == 2) cudaProfilerStop();
+  }
+  std::printf("profiled one decode step of %s, batch %d, context %d\n", name.c_str(), batch, context);
+  return 0;
+}
+
 void Run(const std::string& name, bool quick, bool graphs, double copy_bw, double peak) {
   const ModelConfig c = Shape(name);
   CudaModelOptions o;
@@ -174,6 +203,33 @@ void Run(const std::string& name, bool quick, bool graphs, double copy_bw, doubl
     }
   }
 
+  // The device sampler's cost: the same decode steps drawing with temperature and top-p.
+  for (int batch : {1, 64}) {
+    const int ctx = 1024;
+    std::vector<std::unique_ptr<SequenceState>> seqs;
+    for (int b = 0; b < batch; ++b) seqs.push_back(*m.NewSequence(ctx + 32));
+    std::vector<int32_t> tokens(static_cast<size_t>(batch)), next(static_cast<size_t>(batch));
+    double ms[2];
+    for (int sampled = 0; sampled < 2; ++sampled) {
+      std::vector<double> times;
+      for (int s = 0; s < steps + 2; ++s) {
+        std::vector<ForwardEntry> entries;
+        for (int b = 0; b < batch; ++b) {
+          tokens[b] = (b * 7919 + s * 31) % c.vocab_size;
+          ForwardEntry e{seqs[b].get(), ctx + s, absl::Span<const int32_t>(&tokens[b], 1), nullptr, &next[b]};
+          if (sampled) e.sampling = TokenSampling{0.8f, 0.9f, (s * 0.37 + b * 0.11) - static_cast<int>(s * 0.37 + b * 0.11)};
+          entries.push_back(e);
+        }
+        const double t0 = Now();
+        if (!m.Forward(entries).ok()) return;
+        if (s >= 2) times.push_back(Now() - t0);
+      }
+      ms[sampled] = Median(times) * 1e3;
+    }
+    std::printf("sampling (T 0.8, top-p 0.9) at batch %d x 1K: %.3f ms a step vs %.3f greedy (+%.3f ms)\n", batch,
+                ms[1], ms[0], ms[1] - ms[0]);
+  }
+
   std::printf("%-8s %12s %12s %12s %10s %10s\n", "prompt", "prefill_ms", "tokens/s", "TFLOP/s", "MFU_meas",
               "MFU_989");
   // Matrix parameters a token goes through (the LM head only for the last one).
@@ -215,16 +271,21 @@ void Run(const std::string& name, bool quick, bool graphs, double copy_bw, doubl
 
 int main(int argc, char** argv) {
   bool quick = false, graphs = true;
+  int profile_batch = 0, profile_context = 0;
   std::string models = "llama3-8b,llama3-1b";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") quick = true;
     if (a == "--graphs=0") graphs = false;
+    if (a.rfind("--profile=", 0) == 0) std::sscanf(a.c_str() + 10, "%d,%d", &profile_batch, &profile_context);
     if (a.rfind("--models=", 0) == 0) models = a.substr(9);
   }
   if (strata::engine::CudaModel::DeviceCount() == 0) {
     std::printf("model_bench: no CUDA device, nothing measured\n");
     return 0;
+  }
+  if (profile_batch > 0) {
+    return strata::engine::Profile(models.substr(0, models.find(',')), profile_batch, profile_context);
   }
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
