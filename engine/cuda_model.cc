@@ -163,6 +163,7 @@ struct CudaModel::Impl {
   int64_t generation = 0;  // bumped whenever a buffer above moves
 
   // Captured decode steps by (rows << 32 | context bucket); null: seen once, not captured.
+  static constexpr size_t kMaxGraphs = 256;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs;
   bool use_graphs = true;
 
@@ -490,6 +491,13 @@ StepMeta MetaLayout(int64_t rows, int n_seq, int64_t logit_rows, int64_t pages) 
   return m;
 }
 
+int64_t ContextBucket(int64_t tokens) {
+  int64_t pow2 = 1;
+  while (pow2 < tokens) pow2 <<= 1;
+  const int64_t grain = std::max<int64_t>(256, pow2 / 16);
+  return (tokens + grain - 1) / grain * grain;
+}
+
 bool WantsToken(const ForwardEntry& e) { return (e.logits != nullptr || e.token != nullptr) && !e.tokens.empty(); }
 
 }  // namespace
@@ -587,6 +595,8 @@ absl::Status CudaModel::Impl::RunGraph(const Step& step) {
   const uint64_t key = (static_cast<uint64_t>(step.rows) << 32) | static_cast<uint64_t>(step.max_tokens);
   auto it = graphs.find(key);
   if (it == graphs.end()) {
+    // Each graph holds a few hundred nodes: past kMaxGraphs shapes, start the cache over.
+    if (graphs.size() >= kMaxGraphs) DropGraphs();
     graphs.emplace(key, nullptr);  // seen once: eager this time
     return Enqueue(step);
   }
@@ -658,11 +668,13 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   step.rows = static_cast<int>(rows);
   step.n_seq = static_cast<int>(batch.size());
   step.logit_rows = static_cast<int>(logit_rows);
-  // Decodes are shaped by (batch, context bucket of 1024 tokens), graph or not: the decode
-  // kernel's split along the sequence follows the bucket (parts past a sequence's end are
-  // empty), so a graph replay and an eager step of one shape give the same bits.
+  // Decodes are shaped by (batch, context bucket), graph or not: the decode kernel's split
+  // along the sequence follows the bucket (parts past a sequence's end are empty), so a
+  // graph replay and an eager step of one shape give the same bits. Buckets are 1/16 of
+  // the next power of two (at least 256 tokens): fine enough that the split is not sized
+  // for much more than the real length, coarse enough that graphs get reused.
   const bool graph = graphable && m.use_graphs;
-  step.max_tokens = (max_tokens + 1023) / 1024 * 1024;
+  step.max_tokens = ContextBucket(max_tokens);
   const int64_t page_capacity = graph ? step.n_seq * ((step.max_tokens + page - 1) / page) : total_pages;
   step.meta = MetaLayout(rows, step.n_seq, logit_rows, page_capacity);
   const int64_t generation = m.generation;

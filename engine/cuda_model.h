@@ -34,8 +34,8 @@ struct CudaModelOptions {
   // on demand past it).
   int initial_step_tokens = 1024;
   // Decode steps (one token per sequence, no logits copied out) run as captured CUDA
-  // graphs, one per
-  // (batch size, context rounded up to 1024 tokens).
+  // graphs, one per (batch size, context bucket: 1/16 of the next power of two, at least
+  // 256 tokens), at most 256 kept.
   bool cuda_graphs = true;
 };
 

@@ -125,7 +125,7 @@ TEST_F(CudaModelTest, LoadedKvGivesTheSameLogitsAsComputedKv) {
       << "rows past the sequence's capacity are refused";
 }
 
-// Decode steps run as captured graphs (per batch and 1024-token context bucket) give the
+// Decode steps run as captured graphs (per batch and context bucket) give the
 // same tokens as the same steps launched one kernel at a time, across a bucket boundary.
 TEST_F(CudaModelTest, GraphDecodeStepsEqualEagerSteps) {
   std::vector<int32_t> out[2];
