@@ -1,6 +1,7 @@
 #include "engine/backend.h"
 
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "engine/cpu_model.h"
 #include "engine/cuda_model.h"
 
@@ -32,8 +33,16 @@ absl::StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(ModelWeights weights
   co.kv_pool_bytes = options.kv_pool_bytes;
   co.page_tokens = options.page_tokens;
   auto model = CudaModel::Create(weights, co);
-  if (!model.ok()) return model.status();
-  return std::unique_ptr<ModelBackend>(*std::move(model));
+  if (model.ok()) return std::unique_ptr<ModelBackend>(*std::move(model));
+  if (options.device == "auto" && (absl::IsInvalidArgument(model.status()) ||
+                                   absl::IsResourceExhausted(model.status()) ||
+                                   absl::IsFailedPrecondition(model.status()))) {
+    // "auto" means the fastest backend that can run this model: say why it is not the GPU.
+    LOG(WARNING) << "the CUDA backend cannot serve this model (" << model.status().message()
+                 << "); serving it on the CPU backend (--device=cuda would refuse)";
+    return std::unique_ptr<ModelBackend>(std::make_unique<CpuModel>(std::move(weights)));
+  }
+  return model.status();
 }
 
 }  // namespace strata::engine

@@ -31,8 +31,10 @@ struct BackendOptions {
 bool CudaAvailable();
 
 // Builds the backend `options.device` names over `weights`. InvalidArgument for a bad
-// option; FailedPrecondition for "cuda" without a usable GPU (or a build without CUDA),
-// naming why; ResourceExhausted when the weights do not fit the GPU.
+// option or, with "cuda", a model the CUDA kernels do not take (head_dim, GQA group);
+// FailedPrecondition for "cuda" without a usable GPU (or a build without CUDA), naming
+// why; ResourceExhausted when the weights do not fit the GPU. "auto" falls back to the
+// CPU backend, with a warning saying why, where "cuda" would fail.
 absl::StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(ModelWeights weights, const BackendOptions& options);
 
 }  // namespace strata::engine

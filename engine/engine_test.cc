@@ -1,3 +1,4 @@
+#include "engine/backend.h"
 #include "engine/cpu_model.h"
 #include "engine/engine.h"
 
@@ -132,6 +133,27 @@ class LimitedBackend final : public ModelBackend {
   std::shared_ptr<int> live_ = std::make_shared<int>(0);
   std::shared_ptr<int> peak_ = std::make_shared<int>(0);
 };
+
+// --device: auto serves a model the CUDA kernels cannot take (head_dim 16 here) on the CPU
+// backend; cuda refuses it (or, without a GPU, refuses to start); a bad name is refused.
+TEST(BackendChoiceTest, AutoFallsBackToTheCpuWhereCudaWouldRefuse) {
+  auto weights = [] { return ModelWeights::Random(SmallConfig(), 3, {}); };
+  BackendOptions o;
+  o.device = "auto";
+  auto automatic = CreateBackend(weights(), o);
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ((*automatic)->name(), "cpu");
+  o.device = "cuda";
+  auto cuda = CreateBackend(weights(), o);
+  EXPECT_TRUE(CudaAvailable() ? absl::IsInvalidArgument(cuda.status()) : absl::IsFailedPrecondition(cuda.status()))
+      << cuda.status();
+  o.device = "tpu";
+  EXPECT_TRUE(absl::IsInvalidArgument(CreateBackend(weights(), o).status()));
+  o.device = "cpu";
+  auto cpu = CreateBackend(weights(), o);
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ((*cpu)->kv_row_bytes(), int64_t{SmallConfig().kv_dim()} * 4) << "the CPU backend stores fp32 rows";
+}
 
 TEST(EngineKvMemoryTest, TurnsWaitForKvMemoryAndAnswerAsWithout) {
   ByteTokenizer tokenizer;

@@ -45,13 +45,14 @@ absl::StatusOr<v1::SessionInfo> GetSession(const std::string& target, const std:
 class SsdE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto off = ServerProcess::Start({"--cache=off"});
+    auto off = ServerProcess::Start({"--cache=off", "--device=cpu"});
     ASSERT_TRUE(off.ok()) << off.status();
     cache_off_ = *std::move(off);
   }
   std::unique_ptr<ServerProcess> StartTiered() {
     // Room for 3 chunks of the built-in model on the host: less than the working set.
-    auto s = ServerProcess::Start({"--host_cache_bytes=" + std::to_string(3 * 1052672),
+    // Tier sizes are counted in the CPU backend's chunks (fp32 rows): the tests pin it.
+    auto s = ServerProcess::Start({"--device=cpu", "--host_cache_bytes=" + std::to_string(3 * 1052672),
                                    "--ssd_dirs=" + dir_ + "/ssd", "--ssd_capacity_bytes=67108864",
                                    "--index_dir=" + dir_ + "/index"});
     EXPECT_TRUE(s.ok()) << s.status();
@@ -178,7 +179,8 @@ TEST_F(SsdE2eTest, FullDiskDegradesToHostOnlyAndEveryAnswerStaysCorrect) {
   std::unique_ptr<ServerProcess> server;
   {
     // 64 MiB of SSD tier asked for on a file system of 8: it fills up after a few chunks.
-    auto s = ServerProcess::Start({"--host_cache_bytes=" + std::to_string(3 * 1052672),
+    // Tier sizes are counted in the CPU backend's chunks (fp32 rows): the tests pin it.
+    auto s = ServerProcess::Start({"--device=cpu", "--host_cache_bytes=" + std::to_string(3 * 1052672),
                                    "--ssd_dirs=" + fs.path() + "/ssd", "--ssd_capacity_bytes=67108864",
                                    "--index_dir=" + dir_ + "/index"});
     ASSERT_TRUE(s.ok()) << s.status();
