@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda_device.cuh"
 #include "kernels/cuda_launch.h"
 
 namespace strata::kernels::internal {
@@ -172,24 +173,6 @@ namespace {
 
 constexpr int kAttnThreads = 128;
 
-// cp.async of 16 bytes global -> shared; with valid false it reads nothing and writes zeros
-// (so a masked token's V row is 0, never NaN bits that 0 * x would spread).
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-__device__ __forceinline__ float FastExp2(float x) {  // exp2(-inf) = 0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // Eight bf16 (one 16-byte load) widened to fp32; widening is exact.
 __device__ __forceinline__ void UnpackBf16x8(const uint4& v, float (&f)[8]) {

@@ -16,45 +16,19 @@
 #include "kernels/cpu_kernels.h"
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_gemm.h"
+#include "kernels/testing/cuda_testing.h"
 #include "kernels/testing/paged_pool.h"
 
 namespace strata::kernels {
 namespace {
 
-constexpr double kTolerance = 1e-5;
+using test_support::DeviceVector;
 
 std::vector<float> RandomVector(size_t n, uint32_t seed, float lo = -1, float hi = 1) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
+  return test_support::RandomFloats(n, seed, lo, hi);
 }
 
-// A device copy of a host vector; frees itself.
-template <typename T>
-class DeviceVector {
- public:
-  explicit DeviceVector(const std::vector<T>& host) : size_(host.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr_), Bytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), Bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DeviceVector() { cudaFree(ptr_); }
-  DeviceVector(const DeviceVector&) = delete;
-  DeviceVector& operator=(const DeviceVector&) = delete;
-
-  T* get() { return ptr_; }
-  std::vector<T> ToHost() const {
-    std::vector<T> host(size_);
-    EXPECT_EQ(cudaMemcpy(host.data(), ptr_, Bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-
- private:
-  size_t Bytes() const { return std::max<size_t>(size_, 1) * sizeof(T); }
-  size_t size_;
-  T* ptr_ = nullptr;
-};
+constexpr double kTolerance = 1e-5;
 
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
                  const std::string& what) {
@@ -69,24 +43,7 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
   }
 }
 
-class CudaKernelsTest : public testing::Test {
- protected:
-  void SetUp() override {
-    int count = 0;
-    const cudaError_t error = cudaGetDeviceCount(&count);
-    if (error != cudaSuccess || count == 0) {
-      GTEST_SKIP() << "no CUDA device: "
-                   << (error != cudaSuccess ? cudaGetErrorString(error) : "device count is 0");
-    }
-    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-  void Sync() { ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess); }
-
-  cudaStream_t stream_ = nullptr;
-};
+class CudaKernelsTest : public test_support::GpuTest {};
 
 TEST_F(CudaKernelsTest, RmsNormMatchesCpu) {
   for (int rows : {1, 3, 17}) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda_device.cuh"
 #include "kernels/cuda_prefill_attention_launch.h"
 
 namespace strata::kernels::internal {
@@ -13,24 +14,6 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// cp.async of 16 bytes global -> shared; with valid false it reads nothing and writes
-// zeros, so keys past the sequence's end are 0 in K and V (never NaN bits).
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-__device__ __forceinline__ float FastExp2(float x) {  // exp2(-inf) = 0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // Two floats rounded to bf16 (nearest, ties to even), lo in the low half.
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {

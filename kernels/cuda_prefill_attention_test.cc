@@ -25,46 +25,20 @@
 #include "kernels/cpu_kernels.h"
 #include "kernels/cuda_kernels.h"
 #include "kernels/cuda_prefill_attention_launch.h"
+#include "kernels/testing/cuda_testing.h"
 #include "kernels/testing/paged_pool.h"
 
 namespace strata::kernels {
 namespace {
 
-constexpr double kOutTolerance = 1e-2;     // relative to the norm of the whole output
-constexpr double kOutRowTolerance = 2e-2;  // relative to the norm of one (row, head)
+using test_support::DeviceVector;
 
 std::vector<float> RandomVector(size_t n, uint32_t seed, float lo, float hi) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
+  return test_support::RandomFloats(n, seed, lo, hi);
 }
 
-// A device copy of a host vector; frees itself.
-template <typename T>
-class DeviceVector {
- public:
-  explicit DeviceVector(const std::vector<T>& host) : size_(host.size()) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr_), Bytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DeviceVector() { cudaFree(ptr_); }
-  DeviceVector(const DeviceVector&) = delete;
-  DeviceVector& operator=(const DeviceVector&) = delete;
-
-  T* get() { return ptr_; }
-  std::vector<T> ToHost() const {
-    std::vector<T> host(size_);
-    EXPECT_EQ(cudaMemcpy(host.data(), ptr_, size_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-
- private:
-  size_t Bytes() const { return std::max<size_t>(size_, 1) * sizeof(T); }
-  size_t size_;
-  T* ptr_ = nullptr;
-};
+constexpr double kOutTolerance = 1e-2;     // relative to the norm of the whole output
+constexpr double kOutRowTolerance = 2e-2;  // relative to the norm of one (row, head)
 
 struct DevicePool {
   explicit DevicePool(const test_support::PagedPool& p)
@@ -94,20 +68,8 @@ std::string Describe(const Case& c) {
   return s + ")";
 }
 
-class CudaPrefillAttentionTest : public testing::Test {
+class CudaPrefillAttentionTest : public test_support::GpuTest {
  protected:
-  void SetUp() override {
-    int count = 0;
-    const cudaError_t error = cudaGetDeviceCount(&count);
-    if (error != cudaSuccess || count == 0) {
-      GTEST_SKIP() << "no CUDA device: "
-                   << (error != cudaSuccess ? cudaGetErrorString(error) : "device count is 0");
-    }
-    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
 
   // Runs the case on the device and the CPU twin and compares them.
   void Check(const Case& c, uint32_t seed) {
@@ -210,8 +172,6 @@ class CudaPrefillAttentionTest : public testing::Test {
     const double rel = std::sqrt(err2 / std::max(ref2, 1e-30));
     EXPECT_LE(rel, kOutTolerance) << what;
   }
-
-  cudaStream_t stream_ = nullptr;
 };
 
 TEST_F(CudaPrefillAttentionTest, CachedHistoryPlusNewRowsMatchesCpu) {

@@ -15,51 +15,15 @@
 
 #include "kernels/cuda_kernels.h"
 #include "kernels/testing/paged_pool.h"
+#include "tests/bench/cuda_bench.h"
 
 namespace {
 
-#define CHECK_CUDA(call)                                                                        \
-  do {                                                                                          \
-    cudaError_t e = (call);                                                                     \
-    if (e != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e), __FILE__, __LINE__); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
-
-template <typename T>
-T* Upload(const std::vector<T>& v) {
-  T* p = nullptr;
-  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, v.size()) * sizeof(T)));
-  CHECK_CUDA(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
+using strata::bench::MedianMs;
+using strata::bench::Upload;
 
 // Median milliseconds of `reps` runs of fn, timed with events after warm-up; before each
 // run (outside the timed region) `flush` evicts the inputs from L2.
-template <typename Fn, typename Flush>
-float MedianMs(cudaStream_t stream, int reps, Fn fn, Flush flush) {
-  for (int i = 0; i < 3; ++i) fn();
-  std::vector<float> ms;
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < reps; ++i) {
-    flush();
-    CHECK_CUDA(cudaEventRecord(a, stream));
-    fn();
-    CHECK_CUDA(cudaEventRecord(b, stream));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CHECK_CUDA(cudaEventDestroy(a));
-  CHECK_CUDA(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 }  // namespace
 
 int main() {

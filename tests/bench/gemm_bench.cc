@@ -12,37 +12,12 @@
 #include <vector>
 
 #include "kernels/cuda_gemm.h"
+#include "tests/bench/cuda_bench.h"
 
 namespace {
 
-#define CHECK_CUDA(call)                                                                                  \
-  do {                                                                                                    \
-    cudaError_t e = (call);                                                                               \
-    if (e != cudaSuccess) {                                                                               \
-      std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e), __FILE__, __LINE__); \
-      std::exit(1);                                                                                       \
-    }                                                                                                     \
-  } while (0)
-
-template <typename Fn>
-float MedianMs(cudaStream_t stream, int reps, Fn fn) {
-  for (int i = 0; i < 3; ++i) fn();
-  std::vector<float> ms;
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < reps; ++i) {
-    CHECK_CUDA(cudaEventRecord(a, stream));
-    fn();
-    CHECK_CUDA(cudaEventRecord(b, stream));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+using strata::bench::MedianMs;
+using strata::bench::Upload;
 
 void* DeviceRandomBf16(size_t n) {
   std::vector<uint16_t> h(n);

@@ -24,54 +24,18 @@
 #include "kernels/cuda_prefill_attention.h"
 #include "kernels/cuda_prefill_attention_launch.h"
 #include "kernels/testing/paged_pool.h"
+#include "tests/bench/cuda_bench.h"
 
 namespace {
 
-#define CHECK_CUDA(call)                                                                                  \
-  do {                                                                                                    \
-    cudaError_t e = (call);                                                                               \
-    if (e != cudaSuccess) {                                                                               \
-      std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e), __FILE__, __LINE__); \
-      std::exit(1);                                                                                       \
-    }                                                                                                     \
-  } while (0)
+using strata::bench::MedianMs;
+using strata::bench::Upload;
 
 void CheckOk(const absl::Status& s) {
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     std::exit(1);
   }
-}
-
-template <typename T>
-T* Upload(const std::vector<T>& v) {
-  T* p = nullptr;
-  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, v.size()) * sizeof(T)));
-  CHECK_CUDA(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
-
-// Median milliseconds of `reps` runs of fn, timed with events after warm-up.
-template <typename Fn>
-float MedianMs(cudaStream_t stream, int reps, Fn fn) {
-  for (int i = 0; i < 2; ++i) fn();
-  std::vector<float> ms;
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < reps; ++i) {
-    CHECK_CUDA(cudaEventRecord(a, stream));
-    fn();
-    CHECK_CUDA(cudaEventRecord(b, stream));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CHECK_CUDA(cudaEventDestroy(a));
-  CHECK_CUDA(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 uint16_t* DeviceRandomBf16(size_t n) {

@@ -70,23 +70,13 @@ def main():
     for name, config in families("cpu"):
         config._attn_implementation = "eager"
         model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32).eval()
-        with torch.no_grad():  # give norms and biases non-trivial values too
-            for n, p in model.named_parameters():
-                if n.endswith("norm.weight"):
-                    p.copy_(1.0 + 0.2 * torch.randn_like(p))
-                elif n.endswith(".bias"):
-                    p.copy_(0.2 * torch.randn_like(p))
+        randomize(model)
         path = os.path.join(work, name)
         model.save_pretrained(path, safe_serialization=True)
-        cmd = ([args.run] if args.run else []) + [args.strata, "logits", "--model=" + path,
-                                                  "--device=cpu",
-                                                  "--tokens=" + ";".join(",".join(map(str, s)) for s in sequences)]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode != 0:
-            print(f"{name}: strata failed: {out.stderr.strip()}")
+        got = strata_logits(args, path, "cpu", sequences, name)
+        if got is None:
             ok = False
             continue
-        got = json.loads(out.stdout)
         worst_steps = worst_prefill = scale = 0.0
         for seq, mine in zip(sequences, got["sequences"]):
             with torch.no_grad():
@@ -105,6 +95,17 @@ def main():
     for r in rows:
         print(f"| {r[0]} | {r[1]:.2f} | {r[2]:.2e} | {r[3]:.2e} | {r[4]} |")
     return 0 if ok else 1
+
+
+def strata_logits(args, path, device, sequences, name):
+    """`strata logits` on the directory as parsed JSON, or None (said) when it fails."""
+    cmd = ([args.run] if args.run else []) + [args.strata, "logits", "--model=" + path, "--device=" + device,
+                                              "--tokens=" + ";".join(",".join(map(str, s)) for s in sequences)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"{name}: strata failed: {out.stderr.strip()}")
+        return None
+    return json.loads(out.stdout)
 
 
 def randomize(model):
@@ -134,14 +135,10 @@ def check_cuda(args):
         model.save_pretrained(path, safe_serialization=True)
         ref_model = model.to(torch.float32).cuda()  # fp32 arithmetic on the bf16 weights
         bf16_model = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.bfloat16).cuda().eval()
-        cmd = ([args.run] if args.run else []) + [args.strata, "logits", "--model=" + path, "--device=cuda",
-                                                  "--tokens=" + ";".join(",".join(map(str, s)) for s in sequences)]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode != 0:
-            print(f"{name}: strata failed: {out.stderr.strip()}")
+        got = strata_logits(args, path, "cuda", sequences, name)
+        if got is None:
             ok = False
             continue
-        got = json.loads(out.stdout)
         agree = agree_hf = total = decisive = agree_decisive = 0
         err = err_hf = err_prefill = 0.0
         for seq, mine in zip(sequences, got["sequences"]):

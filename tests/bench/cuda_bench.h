@@ -1,0 +1,65 @@
+// Helpers shared by the GPU benchmarks: a fatal check of CUDA calls (a benchmark has
+// nothing to recover), device copies of host vectors, and event-timed medians.
+#ifndef STRATA_TESTS_BENCH_CUDA_BENCH_H_
+#define STRATA_TESTS_BENCH_CUDA_BENCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CHECK_CUDA(call)                                                                                  \
+  do {                                                                                                    \
+    cudaError_t e = (call);                                                                               \
+    if (e != cudaSuccess) {                                                                               \
+      std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e), __FILE__, __LINE__); \
+      std::exit(1);                                                                                       \
+    }                                                                                                     \
+  } while (0)
+
+namespace strata::bench {
+
+// A device copy of `v` (cudaMalloc'd; the benchmark frees it or lets the process end).
+template <typename T>
+T* Upload(const std::vector<T>& v) {
+  T* p = nullptr;
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, v.size()) * sizeof(T)));
+  CHECK_CUDA(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return p;
+}
+
+// Median milliseconds of `reps` runs of fn on `stream`, timed with events after three
+// warm-up runs; flush() runs before each timed run, outside the timing (e.g. to evict L2).
+template <typename Fn, typename Flush>
+float MedianMs(cudaStream_t stream, int reps, Fn fn, Flush flush) {
+  for (int i = 0; i < 3; ++i) fn();
+  std::vector<float> ms;
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < reps; ++i) {
+    flush();
+    CHECK_CUDA(cudaEventRecord(a, stream));
+    fn();
+    CHECK_CUDA(cudaEventRecord(b, stream));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float t = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+template <typename Fn>
+float MedianMs(cudaStream_t stream, int reps, Fn fn) {
+  return MedianMs(stream, reps, fn, [] {});
+}
+
+}  // namespace strata::bench
+
+#endif  // STRATA_TESTS_BENCH_CUDA_BENCH_H_
