@@ -190,12 +190,11 @@ __global__ void FillF32Kernel(float* out, int64_t n, float value) {
 // whose mass reaches top_p" are the tokens with logit >= some value λ (those at λ taken in
 // index order, the spec's tie order), and the spec's walk in probability order stops at
 // the token whose logit μ is the largest value with more kept mass at or above it than the
-// target. Each search pass measures the mass at or above 15 thresholds at once (a 16-way
-// search: 8 passes over the row for 32-bit keys); passes read the row 16 bytes at a time,
+// target. Each search pass histograms the mass of the keys in the current range into 4096
+// bins (3 passes over the row for 32-bit keys); passes read the row 16 bytes at a time,
 // several loads in flight per thread.
 
 constexpr int kSampleThreads = 512;
-constexpr int kWays = 15;  // thresholds per search pass
 
 // Order-preserving map of a float to an unsigned key (NaN excluded by the caller).
 __device__ __forceinline__ uint32_t Key(float f) {
@@ -316,45 +315,72 @@ __device__ int FirstPrefixAbove(int n, double target, WeightFn weight) {
   return found == 0xffffffffu ? -1 : static_cast<int>(found);
 }
 
+// Probability mass in fixed point (units of 2^-44; a probability is at most 1, so 128K of
+// them sum below 2^61): integer sums are the same whatever order the threads add in, so
+// the histogram searches below are deterministic although they use atomics.
+constexpr double kFixedOne = 17592186044416.0;  // 2^44
+constexpr int kBins = 4096;                    // 12 key bits a pass: 3 passes for 32-bit keys
+
+__device__ uint64_t BlockSumU64(uint64_t v) {
+  __shared__ uint64_t partial[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  return v;
+}
+
 // The largest key K in [lo, hi] for which accept(mass of the tokens with key >= K) holds,
-// given that it holds at lo and the mass is non-increasing in K. 16-way: each pass
-// measures 15 thresholds.
-template <typename ProbFn, typename AcceptFn>
-__device__ uint32_t SearchLargest(const float* l, int vocab, uint32_t lo, uint32_t hi, ProbFn prob, AcceptFn accept) {
+// given that it holds at lo (the mass falls as K rises, so accepted keys are a prefix).
+// Each pass spreads the range over kBins bins of mass in shared memory and keeps the
+// bin where acceptance ends.
+// `bins` ([kBins]) and `thread_total` ([blockDim]) are the caller's shared memory.
+template <typename FixedProbFn, typename AcceptFn>
+__device__ uint32_t SearchLargest(const float* l, int vocab, uint32_t lo, uint32_t hi, FixedProbFn prob,
+                                  AcceptFn accept, uint64_t* bins, uint64_t* thread_total) {
+  const int per = kBins / kSampleThreads;  // bins a thread scans
   while (lo < hi) {
-    uint32_t t[kWays];
-    const uint64_t range = static_cast<uint64_t>(hi) - lo;
-#pragma unroll
-    for (int j = 0; j < kWays; ++j) {
-      const uint64_t step = range * static_cast<uint64_t>(j + 1) / (kWays + 1);
-      const uint64_t offset = step > static_cast<uint64_t>(j + 1) ? step : static_cast<uint64_t>(j + 1);
-      const uint64_t at = lo + offset;
-      t[j] = static_cast<uint32_t>(at < hi ? at : hi);
-    }
-    double mass[kWays] = {};
+    const uint64_t width = ((static_cast<uint64_t>(hi) - lo + 1) + kBins - 1) / kBins;
+    for (int b = threadIdx.x; b < kBins; b += blockDim.x) bins[b] = 0;
+    __syncthreads();
+    uint64_t above = 0;  // mass of keys past hi
     ForRow(l, vocab, [&](int, float x) {
       const uint32_t k = Key(x);
-      if (k < t[0]) return;
-      const double p = prob(x);
-#pragma unroll
-      for (int j = 0; j < kWays; ++j) {
-        if (k >= t[j]) mass[j] += p;
+      if (k < lo) return;
+      const uint64_t p = prob(x);
+      if (k > hi) {
+        above += p;
+      } else {
+        atomicAdd(reinterpret_cast<unsigned long long*>(&bins[(k - lo) / width]), static_cast<unsigned long long>(p));
       }
     });
-    BlockSums<kWays>(mass);
+    above = BlockSumU64(above);  // its barrier also ends the histogram's adds
+    // Thread t owns bins [t * per, (t + 1) * per); the mass at or above its first bin's
+    // start is its own bins plus every later thread's plus `above`.
+    uint64_t mine = 0;
+    for (int b = 0; b < per; ++b) mine += bins[threadIdx.x * per + b];
+    thread_total[threadIdx.x] = mine;
+    __syncthreads();
+    uint64_t later = above;
+    for (int t = threadIdx.x + 1; t < static_cast<int>(blockDim.x); ++t) later += thread_total[t];
     int best = -1;
-#pragma unroll
-    for (int j = 0; j < kWays; ++j) {
-      if (accept(mass[j])) best = j;
+    uint64_t cum = later;
+    for (int b = per - 1; b >= 0; --b) {
+      cum += bins[threadIdx.x * per + b];
+      if (accept(cum)) {
+        best = threadIdx.x * per + b;
+        break;
+      }
     }
-    // Accepted thresholds are a prefix (the mass falls as the key rises), so the answer
-    // lies between the last accepted one and the first refused one.
-    if (best < 0) {
-      hi = t[0] - 1;
-    } else {
-      lo = t[best];
-      if (best + 1 < kWays) hi = t[best + 1] - 1;  // t[best + 1] > t[best]: equal ones accept alike
-    }
+    const int last = static_cast<int>(BlockMaxU(static_cast<uint32_t>(best + 1))) - 1;  // also a barrier
+    if (last < 0) return lo;  // only lo itself accepts (cannot happen: its bin holds lo)
+    const uint64_t start = lo + static_cast<uint64_t>(last) * width;
+    const uint64_t end = start + width - 1;
+    lo = static_cast<uint32_t>(start);
+    hi = static_cast<uint32_t>(end < hi ? end : hi);
   }
   return lo;
 }
@@ -392,12 +418,12 @@ __global__ void SampleKernel(const float* __restrict__ logits, int vocab, const 
   auto prob_of = [inv_t, m](float x) {
     return static_cast<double>(expf(static_cast<float>(static_cast<double>(x) * inv_t - m)));
   };
-  double total = 0;
-  ForRow(l, vocab, [&](int, float x) { total += prob_of(x); });
-  total = BlockSumD(total);
   const float p_cut = top_p[r];
   if (!(p_cut > 0 && p_cut < 1)) {
     // Every token, in index order.
+    double total = 0;
+    ForRow(l, vocab, [&](int, float x) { total += prob_of(x); });
+    total = BlockSumD(total);
     const double target = u[r] * total;
     int pick = FirstPrefixAbove(vocab, target, [&](int i) { return prob_of(l[i]); });
     if (pick < 0) {  // u * total rounded past the sum: the last token with probability > 0
@@ -410,42 +436,58 @@ __global__ void SampleKernel(const float* __restrict__ logits, int vocab, const 
     if (threadIdx.x == 0) ids[r] = pick < 0 ? 0 : pick;
     return;
   }
+  // From here on, masses in fixed point (kFixedOne = probability 1).
+  __shared__ uint64_t bins[kBins];
+  __shared__ uint64_t thread_total[kSampleThreads];
+  auto fixed = [&](float x) { return static_cast<uint64_t>(prob_of(x) * kFixedOne); };
+  uint64_t total_f = 0;
+  ForRow(l, vocab, [&](int, float x) { total_f += fixed(x); });
+  total_f = BlockSumU64(total_f);
   // λ: the largest logit key whose at-or-above mass reaches top_p * total.
-  const double need = static_cast<double>(p_cut) * total;
-  const uint32_t lambda = SearchLargest(l, vocab, kmin, kmax, prob_of, [need](double s) { return s >= need; });
+  const uint64_t need = static_cast<uint64_t>(static_cast<double>(p_cut) * static_cast<double>(total_f));
+  const uint32_t lambda =
+      SearchLargest(l, vocab, kmin, kmax, fixed, [need](uint64_t s) { return s >= need; }, bins, thread_total);
   // Mass strictly above λ and the ties at λ, in one pass.
-  double acc[2] = {};
+  uint64_t above = 0, ties = 0;
   ForRow(l, vocab, [&](int, float x) {
-    const uint32_t k = Key(x);
-    if (k > lambda) acc[0] += prob_of(x);
-    if (k == lambda) acc[1] += 1.0;
+    const uint32_t key = Key(x);
+    if (key > lambda) above += fixed(x);
+    if (key == lambda) ++ties;
   });
-  BlockSums<2>(acc);
-  const double above = acc[0], ties = acc[1];
-  const double p_lambda = prob_of(Unkey(lambda));
-  // Ties at λ join in index order until the mass reaches `need`.
-  const double k = fmin(ties, fmax(1.0, ceil((need - above) / p_lambda)));
-  const double kept = above + k * p_lambda;
+  above = BlockSumU64(above);
+  ties = BlockSumU64(ties);
+  const uint64_t p_lambda = fixed(Unkey(lambda));
+  // Ties at λ join in index order until the mass reaches `need` (above < need: λ is the
+  // largest key that reaches it).
+  uint64_t k = ties;
+  if (p_lambda > 0) {
+    const uint64_t wanted = (need - above + p_lambda - 1) / p_lambda;
+    k = wanted < 1 ? 1 : (wanted < ties ? wanted : ties);
+  }
+  const uint64_t kept = above + k * p_lambda;
   // μ: the largest key whose kept at-or-above mass exceeds the target (above λ, the kept
-  // mass at or above a key is all of the mass there).
-  const double target = u[r] * kept;
-  const uint32_t mu = SearchLargest(l, vocab, lambda, kmax, prob_of, [target](double s) { return s > target; });
-  double below_mu = above, mu_ties = k;
+  // mass at or above a key is all of the mass there; at λ it exceeds the target).
+  const uint64_t target = static_cast<uint64_t>(u[r] * static_cast<double>(kept));
+  const uint32_t mu =
+      SearchLargest(l, vocab, lambda, kmax, fixed, [target](uint64_t s) { return s > target; }, bins, thread_total);
+  uint64_t below_mu = above, mu_ties = k;
   if (mu != lambda) {
-    double b[2] = {};
+    below_mu = 0;
+    mu_ties = 0;
     ForRow(l, vocab, [&](int, float x) {
       const uint32_t key = Key(x);
-      if (key > mu) b[0] += prob_of(x);
-      if (key == mu) b[1] += 1.0;
+      if (key > mu) below_mu += fixed(x);
+      if (key == mu) ++mu_ties;
     });
-    BlockSums<2>(b);
-    below_mu = b[0];
-    mu_ties = b[1];
+    below_mu = BlockSumU64(below_mu);
+    mu_ties = BlockSumU64(mu_ties);
   }
-  const double p_mu = prob_of(Unkey(mu));
-  const double j = fmin(mu_ties - 1, fmax(0.0, floor((target - below_mu) / p_mu)));
+  const uint64_t p_mu = fixed(Unkey(mu));
+  uint64_t j = 0;
+  if (p_mu > 0 && target >= below_mu) j = (target - below_mu) / p_mu;
+  if (j + 1 > mu_ties) j = mu_ties - 1;
   // The j-th (0-based) token with logit μ, in index order.
-  const int pick = FirstPrefixAbove(vocab, j, [&](int i) { return Key(l[i]) == mu ? 1.0 : 0.0; });
+  const int pick = FirstPrefixAbove(vocab, static_cast<double>(j), [&](int i) { return Key(l[i]) == mu ? 1.0 : 0.0; });
   if (threadIdx.x == 0) ids[r] = pick < 0 ? 0 : pick;
 }
 

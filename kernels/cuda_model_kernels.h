@@ -34,10 +34,11 @@ absl::Status LaunchGatherRowsBf16(const uint16_t* in, const int32_t* rows, int n
                                   cudaStream_t stream);
 // SampleToken (cpu_kernels.h) for each row of logits [rows][vocab] (finite or -inf, at least
 // one finite), with that row's temperature, top_p and u (device arrays [rows]); ids[r] gets
-// the token. Instead of sorting, the nucleus and the walk through it are found by 16-way
-// searches over logit values (~23 passes over the row). Probabilities are expf of the
-// exponent computed in double (within ~1e-7 of SampleToken's double exp; order and ties
-// exact), sums in double. The token equals SampleToken's except where u * mass or
+// the token. Instead of sorting, the nucleus and the walk through it are found by
+// histogram searches over logit values (4096 bins a pass, ~10 passes over the row).
+// Probabilities are expf of the exponent computed in double (within ~1e-7 of SampleToken's
+// double exp; order and ties exact); nucleus masses are summed in 2^-44 fixed point, so
+// the draw is deterministic. The token equals SampleToken's except where u * mass or
 // top_p * total falls within that rounding of a cumulative boundary.
 absl::Status LaunchSample(const float* logits, int rows, int vocab, const float* temperature, const float* top_p,
                           const double* u, int32_t* ids, cudaStream_t stream);
