@@ -9,6 +9,7 @@
 
 #include "base/http_get.h"
 #include "base/prometheus_text.h"
+#include "engine/backend.h"
 #include "gtest/gtest.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "strata/v1/chat.grpc.pb.h"
@@ -397,6 +398,29 @@ TEST(TenancyE2eTest, TenantsAreIsolatedAndKeysRequired) {
                                                 {"user", "more"}}, 4));
   EXPECT_GT(again.done.usage().cached_tokens(), 0u);
   EXPECT_EQ((*server)->Stop() >> 8, 0);
+}
+
+// --device reaches the backend: cpu serves, a name that is no device is refused at start,
+// and cuda is refused at start on a machine without a GPU (where there is one, it serves).
+// The answers of the CPU backend chosen explicitly equal those of the default (auto) on
+// this machine.
+TEST(DeviceE2eTest, DeviceFlagChoosesOrRefusesTheBackendAtStart) {
+  EXPECT_FALSE(ServerProcess::Start({"--device=tpu"}).ok()) << "a device that does not exist must be refused";
+  auto cuda = ServerProcess::Start({"--device=cuda"});
+  EXPECT_EQ(cuda.ok(), engine::CudaAvailable()) << (cuda.ok() ? "started" : cuda.status().ToString());
+  auto cpu = ServerProcess::Start({"--device=cpu"});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  Client client((*cpu)->target());
+  auto turn = client.Chat(Request("device", {{"user", "which backend?"}}, 6));
+  ASSERT_TRUE(turn.status.ok()) << turn.status.error_message();
+  EXPECT_EQ(turn.done.usage().completion_tokens(), 6u);
+  if (!engine::CudaAvailable()) {
+    auto automatic = ServerProcess::Start({});
+    ASSERT_TRUE(automatic.ok()) << automatic.status();
+    Client other((*automatic)->target());
+    EXPECT_EQ(other.Chat(Request("device", {{"user", "which backend?"}}, 6)).tokens, turn.tokens)
+        << "without a GPU, auto is the CPU backend";
+  }
 }
 
 }  // namespace
