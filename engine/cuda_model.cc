@@ -86,7 +86,11 @@ class PinnedBuffer {
     if (ptr_ != nullptr) cudaFreeHost(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
-    STRATA_CUDA_RETURN_IF_ERROR(cudaMallocHost(&ptr_, static_cast<size_t>(bytes)));
+    if (cudaError_t e = cudaMallocHost(&ptr_, static_cast<size_t>(bytes)); e != cudaSuccess) {
+      ptr_ = nullptr;
+      cudaGetLastError();  // not left for the next launch's check to report
+      return kernels::CudaStatus(e, "cudaMallocHost", __FILE__, __LINE__);
+    }
     bytes_ = bytes;
     return absl::OkStatus();
   }
@@ -108,6 +112,24 @@ struct LayerDevice {
 };
 
 int64_t AlignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+// Waits for the model's stream when a method returns early on an error after enqueueing
+// work, so nothing in flight still reads a buffer the caller frees or reuses next.
+class DrainOnError {
+ public:
+  explicit DrainOnError(cudaStream_t stream) : stream_(stream) {}
+  DrainOnError(const DrainOnError&) = delete;
+  DrainOnError& operator=(const DrainOnError&) = delete;
+  ~DrainOnError() {
+    if (stream_ == nullptr) return;
+    cudaStreamSynchronize(stream_);
+    cudaGetLastError();
+  }
+  void Done() { stream_ = nullptr; }  // the method synchronised on its own
+
+ private:
+  cudaStream_t stream_;
+};
 
 // Lays out one flat allocation: each Add returns the offset of a new region.
 struct Arena {
@@ -183,6 +205,16 @@ struct CudaModel::Impl {
   void DropGraphs();
 
   int qkv_width() const { return config.q_dim() + 2 * config.kv_dim(); }
+  // Makes the model's GPU current on the calling thread (the engine loop is not the
+  // thread that created the model).
+  absl::Status UseDevice() const {
+    thread_local int current = -1;
+    if (current != options.device) {
+      STRATA_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
+      current = options.device;
+    }
+    return absl::OkStatus();
+  }
   kernels::PagedKv LayerKv(int l, const int32_t* indptr, const int32_t* indices, const int32_t* last) const {
     return kernels::PagedKv{k_rot.as<uint16_t>() + l * layer_stride, v.as<uint16_t>() + l * layer_stride,
                             options.page_tokens, config.num_kv_heads, config.head_dim, indptr, indices, last};
@@ -195,7 +227,9 @@ struct CudaModel::Impl {
   absl::Status Init(int device);
   absl::Status LayoutWeights(bool qkv_bias);
   absl::Status AllocatePool();
-  absl::Status ReserveStep(int64_t rows, int64_t logit_rows, int64_t max_tokens);
+  // Grows the step workspaces for `rows` rows, `logit_rows` sampled rows and `decodes`
+  // decode rows over at most `max_tokens` tokens.
+  absl::Status ReserveStep(int64_t rows, int64_t logit_rows, int64_t decodes, int64_t max_tokens);
 };
 
 CudaSequence::~CudaSequence() {
@@ -276,14 +310,14 @@ absl::Status CudaModel::Impl::LayoutWeights(bool qkv_bias) {
   return absl::OkStatus();
 }
 
-absl::Status CudaModel::Impl::ReserveStep(int64_t rows, int64_t logit_rows, int64_t max_tokens) {
+absl::Status CudaModel::Impl::ReserveStep(int64_t rows, int64_t logit_rows, int64_t decodes, int64_t max_tokens) {
   const ModelConfig& c = config;
   const int64_t h = c.hidden_size, qd = c.q_dim(), ffn = c.intermediate_size;
   for (auto [buf, bytes] : {std::pair{&x, 4 * rows * h}, {&proj, 4 * rows * h}, {&hb, 2 * rows * std::max(h, qd)},
                             {&qkv, 4 * rows * qkv_width()}, {&q, 4 * rows * qd}, {&attn, 4 * rows * qd},
                             {&ab, 2 * rows * qd}, {&gu, 4 * rows * 2 * ffn}, {&act, 2 * rows * ffn},
                             {&logits, 4 * logit_rows * c.vocab_size}, {&lb, 2 * logit_rows * h},
-                            {&attn_ws, 4 * kernels::DecodeWorkspaceFloats(static_cast<int>(rows), c.num_heads,
+                            {&attn_ws, 4 * kernels::DecodeWorkspaceFloats(static_cast<int>(std::max<int64_t>(decodes, 1)), c.num_heads,
                                                                           c.head_dim, max_tokens)}}) {
     if (absl::Status s = buf->Reserve(bytes, &generation); !s.ok()) return s;
   }
@@ -293,7 +327,7 @@ absl::Status CudaModel::Impl::ReserveStep(int64_t rows, int64_t logit_rows, int6
 absl::Status CudaModel::Impl::AllocatePool() {
   const ModelConfig& c = config;
   // Workspaces for a typical step first, so the pool does not take their room.
-  if (absl::Status s = ReserveStep(options.initial_step_tokens, 64, c.max_context); !s.ok()) return s;
+  if (absl::Status s = ReserveStep(options.initial_step_tokens, 64, 64, c.max_context); !s.ok()) return s;
   int64_t bytes = options.kv_pool_bytes;
   if (bytes == 0) {
     size_t free = 0, total = 0;
@@ -422,13 +456,18 @@ absl::Status CudaModel::RegisterHostMemory(absl::Span<std::byte> memory) {
   Impl& m = *impl_;
   if (m.registered != nullptr || memory.empty()) return absl::OkStatus();
   // Pins (and so commits) the whole arena: the host tier is meant to be pinned memory.
-  STRATA_CUDA_RETURN_IF_ERROR(cudaHostRegister(memory.data(), memory.size(), cudaHostRegisterDefault));
+  if (absl::Status s = m.UseDevice(); !s.ok()) return s;
+  if (cudaError_t e = cudaHostRegister(memory.data(), memory.size(), cudaHostRegisterDefault); e != cudaSuccess) {
+    cudaGetLastError();  // not left for the next launch's check to report
+    return kernels::CudaStatus(e, "cudaHostRegister", __FILE__, __LINE__);
+  }
   m.registered = memory.data();
   return absl::OkStatus();
 }
 
 absl::Status CudaModel::RandomizeKvPool(uint64_t seed) {
   Impl& m = *impl_;
+  if (absl::Status s = m.UseDevice(); !s.ok()) return s;
   const int64_t n = m.layer_stride * m.config.num_layers;
   for (DeviceBuffer* plane : {&m.k_rot, &m.k_raw, &m.v}) {
     if (absl::Status s = kernels::LaunchFillRandomBf16(plane->as<uint16_t>(), n, ++seed, 1.0f, m.stream); !s.ok()) {
@@ -445,6 +484,7 @@ int64_t CudaModel::weight_bytes() const { return impl_->weight_bytes; }
 int64_t CudaModel::pool_pages() const { return impl_->pages; }
 int64_t CudaModel::free_pages() const { return static_cast<int64_t>(impl_->free_pages.size()); }
 int CudaModel::page_tokens() const { return impl_->options.page_tokens; }
+int64_t CudaModel::kv_capacity_tokens() const { return impl_->pages * impl_->options.page_tokens; }
 
 absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequence(int64_t capacity_tokens) {
   Impl& m = *impl_;
@@ -632,6 +672,7 @@ void CudaModel::Impl::DropGraphs() {
 
 absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   Impl& m = *impl_;
+  if (absl::Status s = m.UseDevice(); !s.ok()) return s;
   const ModelConfig& c = m.config;
   const int page = m.options.page_tokens;
   Impl::Step step;
@@ -682,7 +723,7 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
                          m.meta.Reserve(step.meta.bytes, &m.generation),
                          m.argmax_host.Reserve(4 * std::max<int64_t>(logit_rows, 1), &m.generation),
                          m.argmax_dev.Reserve(4 * std::max<int64_t>(logit_rows, 1), &m.generation),
-                         m.ReserveStep(rows, std::max<int64_t>(logit_rows, 1), step.max_tokens)}) {
+                         m.ReserveStep(rows, std::max<int64_t>(logit_rows, 1), step.decodes, step.max_tokens)}) {
     if (!s.ok()) return s;
   }
   if (m.generation != generation) m.DropGraphs();  // a buffer moved: captured addresses are stale
@@ -729,6 +770,7 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
     }
   }
 
+  DrainOnError drain(m.stream);
   if (absl::Status s = graph ? m.RunGraph(step) : m.Enqueue(step); !s.ok()) return s;
   // Logits asked for come back whole.
   for (size_t j = 0; j < token_entry.size(); ++j) {
@@ -739,6 +781,7 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
                                                 m.stream));
   }
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+  drain.Done();
   const auto* drawn = reinterpret_cast<const int32_t*>(m.argmax_host.data());
   for (size_t j = 0; j < token_entry.size(); ++j) {
     const ForwardEntry& e = batch[token_entry[j]];
@@ -768,6 +811,7 @@ absl::Status CudaModel::LoadKv(SequenceState& seq, int64_t begin, int count, abs
   const auto* s = dynamic_cast<const CudaSequence*>(&seq);
   if (absl::Status st = CheckChunk(m.config, s, &m, begin, count, payload.size(), layout); !st.ok()) return st;
   if (count == 0) return absl::OkStatus();
+  if (absl::Status st = m.UseDevice(); !st.ok()) return st;
   const int64_t payload_bytes = layout.PayloadBytes();
   const int64_t generation = m.generation;
   if (absl::Status st = m.stored.Reserve(payload_bytes, &m.generation); !st.ok()) return st;
@@ -781,6 +825,7 @@ absl::Status CudaModel::LoadKv(SequenceState& seq, int64_t begin, int count, abs
     slots[i] = m.Slot(*s, begin + i);
   }
   cudaStream_t st = m.stream;
+  DrainOnError drain(st);
   // A copy from pageable memory returns once the payload has been read.
   STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.stored.as<std::byte>(), payload.data(),
                                               static_cast<size_t>(payload_bytes), cudaMemcpyHostToDevice, st));
@@ -793,6 +838,7 @@ absl::Status CudaModel::LoadKv(SequenceState& seq, int64_t begin, int count, abs
                             m.k_raw.as<uint16_t>(), m.v.as<uint16_t>()};
   if (absl::Status e = kernels::LaunchPlaceStoredKv(m.stored.as<uint16_t>(), p, st); !e.ok()) return e;
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+  drain.Done();
   return absl::OkStatus();
 }
 
@@ -802,6 +848,7 @@ absl::Status CudaModel::SaveKv(const SequenceState& seq, int64_t begin, int coun
   const auto* s = dynamic_cast<const CudaSequence*>(&seq);
   if (absl::Status st = CheckChunk(m.config, s, &m, begin, count, payload.size(), layout); !st.ok()) return st;
   if (count == 0) return absl::OkStatus();
+  if (absl::Status st = m.UseDevice(); !st.ok()) return st;
   const int64_t generation = m.generation;
   if (absl::Status st = m.stored.Reserve(layout.PayloadBytes(), &m.generation); !st.ok()) return st;
   if (absl::Status st = m.host_meta.Reserve(8 * int64_t{count}, &m.generation); !st.ok()) return st;
@@ -810,6 +857,7 @@ absl::Status CudaModel::SaveKv(const SequenceState& seq, int64_t begin, int coun
   auto* slots = reinterpret_cast<int64_t*>(m.host_meta.data());
   for (int i = 0; i < count; ++i) slots[i] = m.Slot(*s, begin + i);
   cudaStream_t st = m.stream;
+  DrainOnError drain(st);
   STRATA_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(m.meta.as<std::byte>(), m.host_meta.data(), 8 * int64_t{count}, cudaMemcpyHostToDevice, st));
   kernels::StoredKvParams p{count, m.config.num_layers, layout.chunk_tokens, m.config.num_kv_heads, m.config.head_dim,
@@ -822,6 +870,7 @@ absl::Status CudaModel::SaveKv(const SequenceState& seq, int64_t begin, int coun
                                                 static_cast<size_t>(count * layout.row_bytes),
                                                 static_cast<size_t>(2 * layout.layers), cudaMemcpyDeviceToHost, st));
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
+  drain.Done();
   return absl::OkStatus();
 }
 
@@ -848,6 +897,7 @@ int64_t CudaModel::weight_bytes() const { return 0; }
 int64_t CudaModel::pool_pages() const { return 0; }
 int64_t CudaModel::free_pages() const { return 0; }
 int CudaModel::page_tokens() const { return 0; }
+int64_t CudaModel::kv_capacity_tokens() const { return 0; }
 absl::Status CudaModel::RandomizeKvPool(uint64_t) { return absl::FailedPreconditionError("no CUDA"); }
 absl::Status CudaModel::RegisterHostMemory(absl::Span<std::byte>) { return absl::OkStatus(); }
 absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequence(int64_t) {

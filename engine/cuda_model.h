@@ -59,6 +59,7 @@ class CudaModel final : public ModelBackend {
   std::string name() const override { return "cuda"; }
   uint64_t fingerprint() const override;
   int64_t kv_row_bytes() const override { return int64_t{config().kv_dim()} * 2; }
+  int64_t kv_capacity_tokens() const override;  // the whole pool
 
   absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity_tokens) override;
   absl::Status Forward(absl::Span<const ForwardEntry> batch) override;

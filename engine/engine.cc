@@ -272,13 +272,21 @@ void Engine::StartPromotions(std::vector<Promotion> promote) {
 std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   const ModelConfig& c = config();
   const int64_t capacity = static_cast<int64_t>(queued.request.prompt.size()) + queued.request.max_new_tokens;
+  if (queued.stream->cancelled()) {
+    Abandon(queued, absl::CancelledError("the client cancelled the turn"));
+    return nullptr;
+  }
+  if (capacity > model_->kv_capacity_tokens()) {
+    // It would wait for room that never comes (and hold up the turns behind it).
+    Abandon(queued, absl::ResourceExhaustedError(absl::StrCat(
+                        "the turn needs KV memory for ", capacity, " tokens (prompt plus max_new_tokens); the ",
+                        model_->name(), " backend holds ", model_->kv_capacity_tokens())));
+    return nullptr;
+  }
   auto seq = model_->NewSequence(capacity);
   if (!seq.ok()) {
     if (absl::IsResourceExhausted(seq.status()) && !running_.empty()) return nullptr;  // waits for room
-    queued.stream->Fail(seq.status());
-    queued.stream.reset();  // ended: not to be queued again
-    MutexLock lock(&mu_);
-    active_sessions_.erase(SessionMapKey(queued.request.key));
+    Abandon(queued, seq.status());
     return nullptr;
   }
   auto r = std::make_unique<Running>();
@@ -347,7 +355,11 @@ void Engine::Loop() {
     std::vector<Queued> waiting;
     for (Queued& q : admitted) {
       if (!waiting.empty()) {
-        waiting.push_back(std::move(q));  // keeps the queue's order
+        if (q.stream->cancelled()) {
+          Abandon(q, absl::CancelledError("the client cancelled the turn"));
+        } else {
+          waiting.push_back(std::move(q));  // keeps the queue's order
+        }
         continue;
       }
       std::unique_ptr<Running> r = Start(q);
@@ -362,6 +374,13 @@ void Engine::Loop() {
   }
   for (auto& r : running_) r->stream->Fail(absl::UnavailableError("the server is shutting down"));
   running_.clear();
+}
+
+void Engine::Abandon(Queued& queued, const absl::Status& why) {
+  queued.stream->Fail(why);
+  queued.stream.reset();  // ended: not to be queued again
+  MutexLock lock(&mu_);
+  active_sessions_.erase(SessionMapKey(queued.request.key));
 }
 
 void Engine::Requeue(std::vector<Queued> turns) {

@@ -111,6 +111,8 @@ class Engine {
   std::unique_ptr<Running> Start(Queued& queued);
   // Puts turns that could not start back at the head of the queue, in order.
   void Requeue(std::vector<Queued> turns);
+  // Ends a turn that will not start: fails its stream with `why` and frees its session.
+  void Abandon(Queued& queued, const absl::Status& why);
   void Step();
   // Samples after a step; returns true when the turn has ended.
   bool AfterStep(Running& r);

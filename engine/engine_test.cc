@@ -91,8 +91,11 @@ class EngineTest : public ::testing::Test {
 // each, as a GPU pool does: NewSequence says ResourceExhausted past that.
 class LimitedBackend final : public ModelBackend {
  public:
-  LimitedBackend(std::unique_ptr<CpuModel> inner, int limit, int64_t max_tokens)
-      : inner_(std::move(inner)), limit_(limit), max_tokens_(max_tokens) {}
+  LimitedBackend(std::unique_ptr<CpuModel> inner, int limit, int64_t max_tokens, bool says_capacity = false)
+      : inner_(std::move(inner)), limit_(limit), max_tokens_(max_tokens), says_capacity_(says_capacity) {}
+  int64_t kv_capacity_tokens() const override {
+    return says_capacity_ ? max_tokens_ : ModelBackend::kv_capacity_tokens();
+  }
   const ModelConfig& config() const override { return inner_->config(); }
   std::string name() const override { return "limited-cpu"; }
   uint64_t fingerprint() const override { return inner_->fingerprint(); }
@@ -130,6 +133,7 @@ class LimitedBackend final : public ModelBackend {
   std::unique_ptr<CpuModel> inner_;
   int limit_;
   int64_t max_tokens_;
+  bool says_capacity_;
   std::shared_ptr<int> live_ = std::make_shared<int>(0);
   std::shared_ptr<int> peak_ = std::make_shared<int>(0);
 };
@@ -182,6 +186,31 @@ TEST(EngineKvMemoryTest, TurnsWaitForKvMemoryAndAnswerAsWithout) {
   auto limited = run(2, &peak);
   EXPECT_EQ(*peak, 2) << "at most two sequences held at once";
   EXPECT_EQ(limited, run(100, nullptr)) << "turns that waited for KV memory answer as without the limit";
+}
+
+// A backend that says how much one sequence can ever hold lets the engine refuse a turn
+// that will never fit at once, while other turns run, instead of queueing it.
+TEST(EngineKvMemoryTest, ATurnLargerThanTheWholeKvMemoryIsRefusedWhileOthersRun) {
+  ByteTokenizer tokenizer;
+  auto engine = *Engine::Create(
+      {},
+      std::make_unique<LimitedBackend>(
+          std::make_unique<CpuModel>(ModelWeights::Random(SmallConfig(), 99, tokenizer.SilentTokens())), 4, 64,
+          /*says_capacity=*/true),
+      &tokenizer, nullptr, nullptr);
+  auto turn = [&](const std::string& session, int max_new) {
+    TurnRequest r;
+    r.key = {"t", session};
+    r.prompt = *tokenizer.RenderChat({{"user", "hi"}});
+    r.max_new_tokens = max_new;
+    return *engine->Submit(std::move(r));
+  };
+  auto running = turn("a", 40), huge = turn("b", 100), small = turn("c", 4);
+  TurnOutput refused = Collect(huge);
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status)) << refused.status;
+  EXPECT_NE(refused.status.message().find("holds 64"), std::string_view::npos) << refused.status;
+  EXPECT_TRUE(Collect(small).status.ok());
+  EXPECT_TRUE(Collect(running).status.ok());
 }
 
 TEST(EngineKvMemoryTest, ATurnThatCanNeverFitFailsWithResourceExhausted) {

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -58,6 +59,9 @@ class ModelBackend {
   virtual uint64_t fingerprint() const = 0;
   // Bytes of one stored K or V row (kv_dim values): 4 per value for fp32, 2 for bf16.
   virtual int64_t kv_row_bytes() const = 0;
+
+  // The most tokens one sequence can ever hold in the backend's KV memory (all of it).
+  virtual int64_t kv_capacity_tokens() const { return std::numeric_limits<int64_t>::max(); }
 
   // A sequence that can hold up to `capacity_tokens` tokens. ResourceExhausted when the
   // backend's KV memory has no room for it now (it may once running sequences end).

@@ -366,11 +366,14 @@ __device__ uint32_t SearchLargest(const float* l, int vocab, uint32_t lo, uint32
     __syncthreads();
     uint64_t later = above;
     for (int t = threadIdx.x + 1; t < static_cast<int>(blockDim.x); ++t) later += thread_total[t];
+    // Bins past the range's last key hold nothing and must not be chosen (with a
+    // threshold of 0 every bin "accepts").
+    const int used = static_cast<int>((static_cast<uint64_t>(hi) - lo) / width);  // the last bin holding keys
     int best = -1;
     uint64_t cum = later;
     for (int b = per - 1; b >= 0; --b) {
       cum += bins[threadIdx.x * per + b];
-      if (accept(cum)) {
+      if (threadIdx.x * per + b <= used && accept(cum)) {
         best = threadIdx.x * per + b;
         break;
       }
@@ -444,7 +447,9 @@ __global__ void SampleKernel(const float* __restrict__ logits, int vocab, const 
   ForRow(l, vocab, [&](int, float x) { total_f += fixed(x); });
   total_f = BlockSumU64(total_f);
   // λ: the largest logit key whose at-or-above mass reaches top_p * total.
-  const uint64_t need = static_cast<uint64_t>(static_cast<double>(p_cut) * static_cast<double>(total_f));
+  // At least one unit: a top_p too small for the fixed point still keeps the top token.
+  const uint64_t need =
+      max(static_cast<uint64_t>(static_cast<double>(p_cut) * static_cast<double>(total_f)), uint64_t{1});
   const uint32_t lambda =
       SearchLargest(l, vocab, kmin, kmax, fixed, [need](uint64_t s) { return s >= need; }, bins, thread_total);
   // Mass strictly above λ and the ties at λ, in one pass.

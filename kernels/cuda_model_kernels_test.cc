@@ -259,6 +259,28 @@ TEST_F(CudaModelKernelsTest, SampleMatchesSampleToken) {
   }
 }
 
+// A nucleus smaller than any one token's probability keeps just the most probable token,
+// whatever u (top_p far below the sampler's fixed-point unit included).
+TEST_F(CudaModelKernelsTest, TinyTopPKeepsTheMostProbableToken) {
+  const int vocab = 5000, rows = 8;
+  std::vector<float> logits = RandomFloats(static_cast<size_t>(rows) * vocab, 99, -3, 3);
+  for (int r = 0; r < rows; ++r) logits[static_cast<size_t>(r) * vocab + (r * 577) % vocab] = 3.5f;
+  const std::vector<float> temperature(rows, 0.9f);
+  const std::vector<float> top_p = {1e-15f, 1e-30f, 1e-6f, 1e-3f, 1e-15f, 1e-9f, 1e-20f, 1e-4f};
+  const std::vector<double> u = {0.0, 0.99, 0.5, 0.25, 0.999999, 0.1, 0.75, 0.6};
+  DeviceVector<float> dl(logits), dt(temperature), dp(top_p);
+  DeviceVector<double> du(u);
+  DeviceVector<int32_t> ids{std::vector<int32_t>(rows, -1)};
+  ASSERT_TRUE(LaunchSample(dl.get(), rows, vocab, dt.get(), dp.get(), du.get(), ids.get(), stream_).ok());
+  Sync();
+  const std::vector<int32_t> got = ids.ToHost();
+  for (int r = 0; r < rows; ++r) {
+    const int32_t want = SampleToken(logits.data() + static_cast<int64_t>(r) * vocab, vocab, 0.9f, top_p[r], u[r]);
+    EXPECT_EQ(want, (r * 577) % vocab) << "row " << r;
+    EXPECT_EQ(got[r], want) << "row " << r << " top_p " << top_p[r];
+  }
+}
+
 TEST_F(CudaModelKernelsTest, BadSizesAreRefusedBeforeLaunch) {
   EXPECT_TRUE(absl::IsInvalidArgument(LaunchToBf16(nullptr, nullptr, -1, stream_)));
   QkvPlaceParams p{};
