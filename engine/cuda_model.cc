@@ -13,6 +13,7 @@
 
 #include <unordered_map>
 
+#include "kernels/bf16_kernels.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_gemm.h"
@@ -224,12 +225,20 @@ struct CudaModel::Impl {
            pos % options.page_tokens;
   }
 
+  // A model of `config` on options.device with its weight storage laid out (not filled).
+  static absl::StatusOr<std::unique_ptr<Impl>> Make(const ModelConfig& config, const CudaModelOptions& options,
+                                                    uint64_t fingerprint);
   absl::Status Init(int device);
   absl::Status LayoutWeights(bool qkv_bias);
   absl::Status AllocatePool();
   // Grows the step workspaces for `rows` rows, `logit_rows` sampled rows and `decodes`
   // decode rows over at most `max_tokens` tokens.
   absl::Status ReserveStep(int64_t rows, int64_t logit_rows, int64_t decodes, int64_t max_tokens);
+  // For moving `count` tokens of `seq` from `begin` between a chunk payload of
+  // `payload_bytes` and the pool: makes the GPU current, grows the staging buffers and
+  // writes the tokens' slots ([count] int64, at host_meta) and positions ([count] int32,
+  // after them) for one copy to `meta`.
+  absl::Status StageChunk(const CudaSequence& seq, int64_t begin, int count, int64_t payload_bytes);
 };
 
 CudaSequence::~CudaSequence() {
@@ -324,6 +333,23 @@ absl::Status CudaModel::Impl::ReserveStep(int64_t rows, int64_t logit_rows, int6
   return absl::OkStatus();
 }
 
+absl::Status CudaModel::Impl::StageChunk(const CudaSequence& seq, int64_t begin, int count, int64_t payload_bytes) {
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  const int64_t before = generation;
+  for (absl::Status s : {stored.Reserve(payload_bytes, &generation), host_meta.Reserve(12 * int64_t{count}, &generation),
+                         meta.Reserve(12 * int64_t{count}, &generation)}) {
+    if (!s.ok()) return s;
+  }
+  if (generation != before) DropGraphs();  // a buffer moved: captured addresses are stale
+  auto* slots = reinterpret_cast<int64_t*>(host_meta.data());
+  auto* positions = reinterpret_cast<int32_t*>(host_meta.data() + 8 * int64_t{count});
+  for (int i = 0; i < count; ++i) {
+    positions[i] = static_cast<int32_t>(begin + i);
+    slots[i] = Slot(seq, begin + i);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CudaModel::Impl::AllocatePool() {
   const ModelConfig& c = config;
   // Workspaces for a typical step first, so the pool does not take their room.
@@ -351,7 +377,7 @@ namespace {
 // fp32 host values to bf16 at a device address.
 absl::Status UploadBf16(const float* src, int64_t n, const uint16_t* dst) {
   std::vector<uint16_t> tmp(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) tmp[i] = kernels::FloatToBf16(src[i]);
+  kernels::ToBf16(src, tmp.data(), n);
   STRATA_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(const_cast<uint16_t*>(dst), tmp.data(), static_cast<size_t>(n) * 2, cudaMemcpyHostToDevice));
   return absl::OkStatus();
@@ -374,18 +400,26 @@ int CudaModel::DeviceCount() {
   return count;
 }
 
-absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelWeights& weights,
-                                                             const CudaModelOptions& options) {
+absl::StatusOr<std::unique_ptr<CudaModel::Impl>> CudaModel::Impl::Make(const ModelConfig& config,
+                                                                       const CudaModelOptions& options,
+                                                                       uint64_t fingerprint) {
   auto impl = std::make_unique<Impl>();
-  impl->config = weights.config();
+  impl->config = config;
   impl->options = options;
   impl->use_graphs = options.cuda_graphs;
-  // The stored KV is bf16: another format than the CPU backend's for the same weights.
-  impl->fingerprint = weights.fingerprint() ^ 0xbf16bf16bf16bf16ull;
+  impl->fingerprint = fingerprint;
   if (absl::Status s = impl->Init(options.device); !s.ok()) return s;
+  if (absl::Status s = impl->LayoutWeights(config.qkv_bias); !s.ok()) return s;
+  return impl;
+}
+
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelWeights& weights,
+                                                             const CudaModelOptions& options) {
+  // The stored KV is bf16: another format than the CPU backend's for the same weights.
+  auto made = Impl::Make(weights.config(), options, weights.fingerprint() ^ 0xbf16bf16bf16bf16ull);
+  if (!made.ok()) return made.status();
+  std::unique_ptr<Impl> impl = *std::move(made);
   const ModelConfig& c = impl->config;
-  const bool bias = c.qkv_bias;
-  if (absl::Status s = impl->LayoutWeights(bias); !s.ok()) return s;
   const int64_t h = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.intermediate_size;
   if (absl::Status s = UploadBf16(weights.embedding(), c.vocab_size * h, impl->embedding); !s.ok()) return s;
   if (!c.tie_embeddings) {
@@ -402,7 +436,7 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelWeights&
                            UploadBf16(w.w_down, h * ffn, d.wdown)}) {
       if (!s.ok()) return s;
     }
-    if (bias) {
+    if (c.qkv_bias) {
       for (absl::Status s : {UploadF32(w.bq, qd, d.bqkv), UploadF32(w.bk, kvd, d.bqkv + qd),
                              UploadF32(w.bv, kvd, d.bqkv + qd + kvd)}) {
         if (!s.ok()) return s;
@@ -416,14 +450,12 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelWeights&
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateRandom(const ModelConfig& config, uint64_t seed,
                                                                    const CudaModelOptions& options) {
   if (absl::Status s = config.Validate(); !s.ok()) return s;
-  auto impl = std::make_unique<Impl>();
-  impl->config = config;
-  impl->options = options;
-  impl->use_graphs = options.cuda_graphs;
-  impl->fingerprint = seed * 0x9e3779b97f4a7c15ull + 0xbf16;
-  if (absl::Status s = impl->Init(options.device); !s.ok()) return s;
+  ModelConfig no_bias = config;  // random weights come without the optional QKV bias
+  no_bias.qkv_bias = false;
+  auto made = Impl::Make(no_bias, options, seed * 0x9e3779b97f4a7c15ull + 0xbf16);
+  if (!made.ok()) return made.status();
+  std::unique_ptr<Impl> impl = *std::move(made);
   const ModelConfig& c = impl->config;
-  if (absl::Status s = impl->LayoutWeights(/*qkv_bias=*/false); !s.ok()) return s;
   const int64_t h = c.hidden_size, ffn = c.intermediate_size, qd = c.q_dim();
   cudaStream_t st = impl->stream;
   uint64_t k = seed;
@@ -811,19 +843,8 @@ absl::Status CudaModel::LoadKv(SequenceState& seq, int64_t begin, int count, abs
   const auto* s = dynamic_cast<const CudaSequence*>(&seq);
   if (absl::Status st = CheckChunk(m.config, s, &m, begin, count, payload.size(), layout); !st.ok()) return st;
   if (count == 0) return absl::OkStatus();
-  if (absl::Status st = m.UseDevice(); !st.ok()) return st;
   const int64_t payload_bytes = layout.PayloadBytes();
-  const int64_t generation = m.generation;
-  if (absl::Status st = m.stored.Reserve(payload_bytes, &m.generation); !st.ok()) return st;
-  if (absl::Status st = m.host_meta.Reserve(12 * int64_t{count}, &m.generation); !st.ok()) return st;
-  if (absl::Status st = m.meta.Reserve(12 * int64_t{count}, &m.generation); !st.ok()) return st;
-  if (m.generation != generation) m.DropGraphs();
-  auto* slots = reinterpret_cast<int64_t*>(m.host_meta.data());
-  auto* positions = reinterpret_cast<int32_t*>(m.host_meta.data() + 8 * int64_t{count});
-  for (int i = 0; i < count; ++i) {
-    positions[i] = static_cast<int32_t>(begin + i);
-    slots[i] = m.Slot(*s, begin + i);
-  }
+  if (absl::Status st = m.StageChunk(*s, begin, count, payload_bytes); !st.ok()) return st;
   cudaStream_t st = m.stream;
   DrainOnError drain(st);
   // A copy from pageable memory returns once the payload has been read.
@@ -848,18 +869,11 @@ absl::Status CudaModel::SaveKv(const SequenceState& seq, int64_t begin, int coun
   const auto* s = dynamic_cast<const CudaSequence*>(&seq);
   if (absl::Status st = CheckChunk(m.config, s, &m, begin, count, payload.size(), layout); !st.ok()) return st;
   if (count == 0) return absl::OkStatus();
-  if (absl::Status st = m.UseDevice(); !st.ok()) return st;
-  const int64_t generation = m.generation;
-  if (absl::Status st = m.stored.Reserve(layout.PayloadBytes(), &m.generation); !st.ok()) return st;
-  if (absl::Status st = m.host_meta.Reserve(8 * int64_t{count}, &m.generation); !st.ok()) return st;
-  if (absl::Status st = m.meta.Reserve(8 * int64_t{count}, &m.generation); !st.ok()) return st;
-  if (m.generation != generation) m.DropGraphs();
-  auto* slots = reinterpret_cast<int64_t*>(m.host_meta.data());
-  for (int i = 0; i < count; ++i) slots[i] = m.Slot(*s, begin + i);
+  if (absl::Status st = m.StageChunk(*s, begin, count, layout.PayloadBytes()); !st.ok()) return st;
   cudaStream_t st = m.stream;
   DrainOnError drain(st);
   STRATA_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(m.meta.as<std::byte>(), m.host_meta.data(), 8 * int64_t{count}, cudaMemcpyHostToDevice, st));
+      cudaMemcpyAsync(m.meta.as<std::byte>(), m.host_meta.data(), 12 * int64_t{count}, cudaMemcpyHostToDevice, st));
   kernels::StoredKvParams p{count, m.config.num_layers, layout.chunk_tokens, m.config.num_kv_heads, m.config.head_dim,
                             nullptr, m.meta.as<int64_t>(), nullptr, m.layer_stride, nullptr,
                             m.k_raw.as<uint16_t>(), m.v.as<uint16_t>()};

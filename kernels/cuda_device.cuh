@@ -1,9 +1,12 @@
 // Device helpers shared by the .cu files (plain CUDA C++, device code only): asynchronous
-// 16-byte copies to shared memory and the fast base-2 exponential.
+// 16-byte copies to shared memory, the fast base-2 exponential, bf16 conversions and
+// block-wide reductions.
 #ifndef STRATA_KERNELS_CUDA_DEVICE_CUH_
 #define STRATA_KERNELS_CUDA_DEVICE_CUH_
 
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace strata::kernels::internal {
 
@@ -25,6 +28,43 @@ __device__ __forceinline__ float FastExp2(float x) {  // exp2(-inf) = 0
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+
+// bf16 (stored as uint16_t) <-> fp32, as Bf16ToFloat / FloatToBf16 in cpu_kernels.cc:
+// widening is exact; narrowing rounds to nearest, ties to even, and keeps NaN a NaN.
+__device__ __forceinline__ float Widen(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
+__device__ __forceinline__ uint16_t Narrow(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+struct SumOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return a > b ? a : b; }
+};
+
+// Reduces v over the block (blockDim a multiple of 32, at most 1024) with op, whose
+// identity is `identity`; every thread gets the result. Ends with a barrier, so it may be
+// called again at once; every thread of the block must call it.
+template <typename T, typename Op>
+__device__ T BlockReduce(T v, Op op, T identity) {
+  __shared__ T partial[32];
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : identity;
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  return v;
+}
+
+__device__ __forceinline__ float BlockSum(float v) { return BlockReduce(v, SumOp{}, 0.0f); }
 
 }  // namespace strata::kernels::internal
 

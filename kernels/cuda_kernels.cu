@@ -18,18 +18,6 @@ int64_t BlocksFor(int64_t n) {
   return blocks < kMaxBlocks ? blocks : kMaxBlocks;
 }
 
-// Sum of v over the block, returned to every thread.
-__device__ float BlockSum(float v) {
-  __shared__ float warp_sums[kThreads / 32];
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) warp_sums[warp] = v;
-  __syncthreads();
-  v = lane < kThreads / 32 ? warp_sums[lane] : 0.0f;
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
 // One block per row. x and y may alias: each element is read before it is written, by the
 // same thread, and the whole row is read before BlockSum's barrier.
 __global__ void RmsNormKernel(const float* x, const float* __restrict__ weight, float* y, int dim,
@@ -437,12 +425,6 @@ __global__ void MergePartsKernel(const float* ws_o, const float* ws_lse, int spl
 
 namespace {
 
-__device__ __forceinline__ uint16_t FloatToBf16Rn(float f) {
-  const uint32_t bits = __float_as_uint(f);
-  if (f != f) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
 // One thread per (token, KV head, rotation pair): the pair's K values rotated as
 // ApplyRopeKernel does, and the pair's V values, stored bf16 at the token's slot.
 __global__ void PlaceKvPagedKernel(const float* __restrict__ k_raw, const float* __restrict__ v,
@@ -463,10 +445,10 @@ __global__ void PlaceKvPagedKernel(const float* __restrict__ k_raw, const float*
     const float* src_v = v + token_head * head_dim;
     const float a = src_k[i], b = src_k[i + half];
     const int64_t dst = (slots[token] * kv_heads + head) * head_dim;
-    k_pages[dst + i] = FloatToBf16Rn(a * c - b * s);
-    k_pages[dst + i + half] = FloatToBf16Rn(b * c + a * s);
-    v_pages[dst + i] = FloatToBf16Rn(src_v[i]);
-    v_pages[dst + i + half] = FloatToBf16Rn(src_v[i + half]);
+    k_pages[dst + i] = Narrow(a * c - b * s);
+    k_pages[dst + i + half] = Narrow(b * c + a * s);
+    v_pages[dst + i] = Narrow(src_v[i]);
+    v_pages[dst + i + half] = Narrow(src_v[i + half]);
   }
 }
 

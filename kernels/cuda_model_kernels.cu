@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda_device.cuh"
 #include "kernels/cuda_model_launch.h"
 
 namespace strata::kernels::internal {
@@ -10,29 +11,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kRowThreads = 128;  // one block per token row for the KV placement kernels
-
-__device__ __forceinline__ float Widen(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
-
-// Round to nearest, ties to even; NaN stays NaN (as FloatToBf16 in cpu_kernels.cc).
-__device__ __forceinline__ uint16_t Narrow(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-// Sum over the block, returned to every thread; may be called more than once per kernel.
-__device__ float BlockSum(float v) {
-  __shared__ float partial[32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0.0f;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  return v;
-}
 
 __global__ void EmbedBf16Kernel(const uint16_t* __restrict__ table, const int32_t* __restrict__ ids, int dim,
                                 float* __restrict__ out) {
@@ -205,44 +183,9 @@ __device__ __forceinline__ float Unkey(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-// Sums each of N values over the block; every thread gets the sums. May be called again.
-template <int N>
-__device__ void BlockSums(double (&v)[N]) {
-  __shared__ double partial[32][N];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = static_cast<int>(blockDim.x >> 5);
-#pragma unroll
-  for (int j = 0; j < N; ++j) {
-    for (int o = 16; o > 0; o >>= 1) v[j] += __shfl_xor_sync(0xffffffffu, v[j], o);
-    if (lane == 0) partial[warp][j] = v[j];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < N; ++j) {
-    double t = 0;
-    for (int w = 0; w < warps; ++w) t += partial[w][j];
-    v[j] = t;
-  }
-  __syncthreads();
-}
-
-__device__ double BlockSumD(double v) {
-  double a[1] = {v};
-  BlockSums<1>(a);
-  return a[0];
-}
-
-__device__ uint32_t BlockMaxU(uint32_t v) {
-  __shared__ uint32_t partial[32];
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0u;
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  __syncthreads();
-  return v;
-}
-
+__device__ double BlockSumD(double v) { return BlockReduce(v, SumOp{}, 0.0); }
+__device__ uint64_t BlockSumU64(uint64_t v) { return BlockReduce(v, SumOp{}, uint64_t{0}); }
+__device__ uint32_t BlockMaxU(uint32_t v) { return BlockReduce(v, MaxOp{}, 0u); }
 __device__ uint32_t BlockMinU(uint32_t v) { return ~BlockMaxU(~v); }
 
 // Calls fn(i, logit) for every element of the row (in no particular order), loading 16
@@ -321,17 +264,6 @@ __device__ int FirstPrefixAbove(int n, double target, WeightFn weight) {
 constexpr double kFixedOne = 17592186044416.0;  // 2^44
 constexpr int kBins = 4096;                    // 12 key bits a pass: 3 passes for 32-bit keys
 
-__device__ uint64_t BlockSumU64(uint64_t v) {
-  __shared__ uint64_t partial[32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < static_cast<int>(blockDim.x >> 5) ? partial[lane] : 0;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  return v;
-}
 
 // The largest key K in [lo, hi] for which accept(mass of the tokens with key >= K) holds,
 // given that it holds at lo (the mass falls as K rises, so accepted keys are a prefix).
