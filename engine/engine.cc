@@ -7,8 +7,8 @@
 #include "base/log.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "engine/random.h"
-#include "engine/stop_strings.h"
+#include "base/random.h"
+#include "text/stop_strings.h"
 #include "kernels/cpu_kernels.h"
 
 namespace strata::engine {
@@ -50,7 +50,7 @@ struct Engine::Running {
   TurnRequest request;
   std::shared_ptr<TurnStream> stream;
   std::string session_key;
-  std::unique_ptr<SequenceState> seq;  // null once the turn has ended
+  std::unique_ptr<model::SequenceState> seq;  // null once the turn has ended
   std::vector<int32_t> tokens;  // prompt, then every generated token
   int64_t computed = 0;         // tokens whose KV is in kv: [0, computed)
   int64_t reused = 0;           // of those, loaded from the session cache
@@ -58,8 +58,8 @@ struct Engine::Running {
   int64_t generated = 0;
   int32_t next_token = -1;  // drawn by the backend at the end of the turn's last step
   SplitMix64 rng{0};
-  Utf8StreamDecoder utf8;
-  StopStringFilter stop_filter{{}};
+  text::Utf8StreamDecoder utf8;
+  text::StopStringFilter stop_filter{{}};
   bool first_token_sent = false;
   bool text_started = false;  // some text has been streamed (the leading-space rule is applied)
   double ttft_ms = 0;
@@ -73,15 +73,15 @@ absl::Status EngineOptions::Validate() const {
   return absl::OkStatus();
 }
 
-storage::ChunkLayout Engine::ChunkLayoutFor(const ModelConfig& config, int chunk_tokens) {
+storage::ChunkLayout Engine::ChunkLayoutFor(const model::ModelConfig& config, int chunk_tokens) {
   return storage::ChunkLayout{.layers = config.num_layers,
                               .chunk_tokens = chunk_tokens,
                               .row_bytes = static_cast<int64_t>(config.kv_dim() * sizeof(float))};
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options,
-                                                       std::unique_ptr<ModelBackend> model,
-                                                       const Tokenizer* tokenizer,
+                                                       std::unique_ptr<model::ModelBackend> model,
+                                                       const text::Tokenizer* tokenizer,
                                                        storage::SessionStore* store,
                                                        metrics::Registry* registry) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
@@ -93,7 +93,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
                                                    ") exceeds the model's (", model->config().vocab_size, ")"));
   }
   if (store != nullptr) {
-    storage::ChunkLayout want = engine::ChunkLayoutFor(*model, store->layout().chunk_tokens);
+    storage::ChunkLayout want = model::ChunkLayoutFor(*model, store->layout().chunk_tokens);
     if (!(store->layout() == want)) {
       return absl::InvalidArgumentError("session store chunk layout does not fit the model");
     }
@@ -101,8 +101,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   return std::unique_ptr<Engine>(new Engine(options, std::move(model), tokenizer, store, registry));
 }
 
-Engine::Engine(const EngineOptions& options, std::unique_ptr<ModelBackend> model,
-               const Tokenizer* tokenizer, storage::SessionStore* store,
+Engine::Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend> model,
+               const text::Tokenizer* tokenizer, storage::SessionStore* store,
                metrics::Registry* registry)
     : options_(options), model_(std::move(model)), tokenizer_(tokenizer), store_(store) {
   if (registry != nullptr) metrics_ = std::make_unique<Metrics>(*registry);
@@ -136,7 +136,7 @@ std::string Engine::SessionMapKey(const storage::SessionKey& key) {
 }
 
 absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) {
-  const ModelConfig& c = config();
+  const model::ModelConfig& c = config();
   const int64_t prompt = static_cast<int64_t>(request.prompt.size());
   if (prompt == 0) return absl::InvalidArgumentError("the conversation is empty");
   for (size_t i = 0; i < request.prompt.size(); ++i) {
@@ -270,7 +270,7 @@ void Engine::StartPromotions(std::vector<Promotion> promote) {
 }
 
 std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
-  const ModelConfig& c = config();
+  const model::ModelConfig& c = config();
   const int64_t capacity = static_cast<int64_t>(queued.request.prompt.size()) + queued.request.max_new_tokens;
   if (queued.stream->cancelled()) {
     Abandon(queued, absl::CancelledError("the client cancelled the turn"));
@@ -296,7 +296,7 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   r->session_key = SessionMapKey(r->request.key);
   r->tokens = r->request.prompt;
   r->rng = SplitMix64(r->request.sampling.seed);
-  r->stop_filter = StopStringFilter(r->request.stop);
+  r->stop_filter = text::StopStringFilter(r->request.stop);
   const int64_t prompt = static_cast<int64_t>(r->tokens.size());
   if (store_ != nullptr && !queued.recompute) {
     if (metrics_) metrics_->lookups.Increment();
@@ -402,7 +402,7 @@ void Engine::Step() {
 
   // Decodes first (one token each), then prompt chunks within the step's token budget.
   int budget = options_.max_step_tokens;
-  std::vector<ForwardEntry> batch;
+  std::vector<model::ForwardEntry> batch;
   std::vector<Running*> in_batch;
   for (int pass = 0; pass < 2; ++pass) {
     for (auto& rp : running_) {
@@ -414,12 +414,12 @@ void Engine::Step() {
       budget -= n;
       r.step_tokens = n;
       const bool last = r.computed + n == static_cast<int64_t>(r.tokens.size());
-      ForwardEntry entry{r.seq.get(), r.computed, absl::Span<const int32_t>(r.tokens.data() + r.computed, n)};
+      model::ForwardEntry entry{r.seq.get(), r.computed, absl::Span<const int32_t>(r.tokens.data() + r.computed, n)};
       if (last) {
         // One uniform draw per sampled token, in order: the same sequence whatever the backend.
         const SamplingOptions& s = r.request.sampling;
         entry.token = &r.next_token;
-        entry.sampling = TokenSampling{s.temperature, s.top_p, s.temperature > 0 ? r.rng.Uniform() : 0.0};
+        entry.sampling = model::TokenSampling{s.temperature, s.top_p, s.temperature > 0 ? r.rng.Uniform() : 0.0};
       }
       batch.push_back(entry);
       in_batch.push_back(&r);

@@ -22,8 +22,8 @@
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
 #include "base/metrics.h"
-#include "engine/model_backend.h"
-#include "engine/tokenizer.h"
+#include "model/model_backend.h"
+#include "text/tokenizer.h"
 #include "engine/turn.h"
 #include "storage/session_store.h"
 
@@ -57,8 +57,8 @@ class Engine {
   // InvalidArgument when the options do not validate or the store's chunk layout does
   // not fit the model.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options,
-                                                        std::unique_ptr<ModelBackend> model,
-                                                        const Tokenizer* tokenizer,
+                                                        std::unique_ptr<model::ModelBackend> model,
+                                                        const text::Tokenizer* tokenizer,
                                                         storage::SessionStore* store,
                                                         metrics::Registry* registry);
   // Stops the loop; turns still queued or running end with Unavailable.
@@ -71,12 +71,12 @@ class Engine {
   // Thread-safe; never blocks on the engine loop.
   absl::StatusOr<std::shared_ptr<TurnStream>> Submit(TurnRequest request);
 
-  const ModelConfig& config() const { return model_->config(); }
-  const ModelBackend& model() const { return *model_; }
+  const model::ModelConfig& config() const { return model_->config(); }
+  const model::ModelBackend& model() const { return *model_; }
   EngineStats Stats() const;
   // The chunk layout the session cache must use for this model on the CPU backend (fp32
-  // K/V rows); engine::ChunkLayoutFor(backend, ...) gives any backend's.
-  static storage::ChunkLayout ChunkLayoutFor(const ModelConfig& config, int chunk_tokens);
+  // K/V rows); model::ChunkLayoutFor(backend, ...) gives any backend's.
+  static storage::ChunkLayout ChunkLayoutFor(const model::ModelConfig& config, int chunk_tokens);
 
  private:
   struct Queued {
@@ -96,7 +96,7 @@ class Engine {
   struct Running;
   struct Metrics;
 
-  Engine(const EngineOptions& options, std::unique_ptr<ModelBackend> model, const Tokenizer* tokenizer,
+  Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend> model, const text::Tokenizer* tokenizer,
          storage::SessionStore* store, metrics::Registry* registry);
   static std::string SessionMapKey(const storage::SessionKey& key);
   void Loop();
@@ -119,8 +119,8 @@ class Engine {
   void End(Running& r, FinishReason reason);
 
   const EngineOptions options_;
-  std::unique_ptr<ModelBackend> model_;
-  const Tokenizer* tokenizer_;
+  std::unique_ptr<model::ModelBackend> model_;
+  const text::Tokenizer* tokenizer_;
   storage::SessionStore* store_;
   std::unique_ptr<Metrics> metrics_;
 

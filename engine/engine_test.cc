@@ -1,5 +1,5 @@
-#include "engine/backend.h"
-#include "engine/cpu_model.h"
+#include "model/backend.h"
+#include "model/cpu/cpu_model.h"
 #include "engine/engine.h"
 
 #include <atomic>
@@ -29,8 +29,8 @@ TurnOutput Collect(std::shared_ptr<TurnStream> stream) {
   return out;
 }
 
-ModelConfig SmallConfig() {
-  ModelConfig c = ModelConfig::Builtin();
+model::ModelConfig SmallConfig() {
+  model::ModelConfig c = model::ModelConfig::Builtin();
   c.hidden_size = 64;
   c.num_layers = 2;
   c.num_heads = 4;
@@ -46,8 +46,8 @@ class EngineTest : public ::testing::Test {
   void Build(bool cache, EngineOptions options = {}, int64_t cache_bytes = 64 << 20) {
     engine_.reset();
     store_.reset();
-    ModelConfig c = SmallConfig();
-    auto model = std::make_unique<CpuModel>(ModelWeights::Random(c, 99, tokenizer_.SilentTokens()));
+    model::ModelConfig c = SmallConfig();
+    auto model = std::make_unique<model::CpuModel>(model::ModelWeights::Random(c, 99, tokenizer_.SilentTokens()));
     if (cache) {
       storage::SessionStoreOptions so;
       so.layout = Engine::ChunkLayoutFor(c, 16);
@@ -60,7 +60,7 @@ class EngineTest : public ::testing::Test {
     engine_ = *std::move(e);
   }
 
-  TurnOutput Run(const std::string& session, const std::vector<ChatMessage>& messages, int max_new = 12) {
+  TurnOutput Run(const std::string& session, const std::vector<text::ChatMessage>& messages, int max_new = 12) {
     TurnRequest r;
     r.key = {"t", session};
     r.prompt = *tokenizer_.RenderChat(messages);
@@ -72,7 +72,7 @@ class EngineTest : public ::testing::Test {
 
   // Three turns, each appending the answer and a new user message.
   std::vector<TurnOutput> ThreeTurns(const std::string& session) {
-    std::vector<ChatMessage> conv;
+    std::vector<text::ChatMessage> conv;
     std::vector<TurnOutput> outs;
     for (const char* user : {"Hello there, strata.", "Tell me more about caches.", "Thanks!"}) {
       conv.push_back({"user", user});
@@ -82,55 +82,55 @@ class EngineTest : public ::testing::Test {
     return outs;
   }
 
-  ByteTokenizer tokenizer_;
+  text::ByteTokenizer tokenizer_;
   std::unique_ptr<storage::SessionStore> store_;
   std::unique_ptr<Engine> engine_;
 };
 
 // A CPU backend whose KV memory holds at most `limit` sequences and `max_tokens` tokens
 // each, as a GPU pool does: NewSequence says ResourceExhausted past that.
-class LimitedBackend final : public ModelBackend {
+class LimitedBackend final : public model::ModelBackend {
  public:
-  LimitedBackend(std::unique_ptr<CpuModel> inner, int limit, int64_t max_tokens, bool says_capacity = false)
+  LimitedBackend(std::unique_ptr<model::CpuModel> inner, int limit, int64_t max_tokens, bool says_capacity = false)
       : inner_(std::move(inner)), limit_(limit), max_tokens_(max_tokens), says_capacity_(says_capacity) {}
   int64_t kv_capacity_tokens() const override {
-    return says_capacity_ ? max_tokens_ : ModelBackend::kv_capacity_tokens();
+    return says_capacity_ ? max_tokens_ : model::ModelBackend::kv_capacity_tokens();
   }
-  const ModelConfig& config() const override { return inner_->config(); }
+  const model::ModelConfig& config() const override { return inner_->config(); }
   std::string name() const override { return "limited-cpu"; }
   uint64_t fingerprint() const override { return inner_->fingerprint(); }
   int64_t kv_row_bytes() const override { return inner_->kv_row_bytes(); }
-  absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity) override {
+  absl::StatusOr<std::unique_ptr<model::SequenceState>> NewSequence(int64_t capacity) override {
     if (*live_ >= limit_ || capacity > max_tokens_) return absl::ResourceExhaustedError("KV memory is full");
     auto seq = inner_->NewSequence(capacity);
     if (!seq.ok()) return seq.status();
     ++*live_;
     *peak_ = std::max(*peak_, *live_);
-    return std::unique_ptr<SequenceState>(std::make_unique<Seq>(*std::move(seq), live_));
+    return std::unique_ptr<model::SequenceState>(std::make_unique<Seq>(*std::move(seq), live_));
   }
-  absl::Status Forward(absl::Span<const ForwardEntry> batch) override {
-    std::vector<ForwardEntry> inner(batch.begin(), batch.end());
-    for (ForwardEntry& e : inner) e.seq = static_cast<Seq*>(e.seq)->inner.get();
+  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
+    std::vector<model::ForwardEntry> inner(batch.begin(), batch.end());
+    for (model::ForwardEntry& e : inner) e.seq = static_cast<Seq*>(e.seq)->inner.get();
     return inner_->Forward(inner);
   }
-  absl::Status LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+  absl::Status LoadKv(model::SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
                       const storage::ChunkLayout& layout) override {
     return inner_->LoadKv(*static_cast<Seq&>(seq).inner, begin, count, payload, layout);
   }
-  absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+  absl::Status SaveKv(const model::SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                       const storage::ChunkLayout& layout) override {
     return inner_->SaveKv(*static_cast<const Seq&>(seq).inner, begin, count, payload, layout);
   }
   std::shared_ptr<int> peak() const { return peak_; }
 
  private:
-  struct Seq : SequenceState {
-    Seq(std::unique_ptr<SequenceState> s, std::shared_ptr<int> live) : inner(std::move(s)), live(std::move(live)) {}
+  struct Seq : model::SequenceState {
+    Seq(std::unique_ptr<model::SequenceState> s, std::shared_ptr<int> live) : inner(std::move(s)), live(std::move(live)) {}
     ~Seq() override { --*live; }
-    std::unique_ptr<SequenceState> inner;
+    std::unique_ptr<model::SequenceState> inner;
     std::shared_ptr<int> live;
   };
-  std::unique_ptr<CpuModel> inner_;
+  std::unique_ptr<model::CpuModel> inner_;
   int limit_;
   int64_t max_tokens_;
   bool says_capacity_;
@@ -141,29 +141,29 @@ class LimitedBackend final : public ModelBackend {
 // --device: auto serves a model the CUDA kernels cannot take (head_dim 16 here) on the CPU
 // backend; cuda refuses it (or, without a GPU, refuses to start); a bad name is refused.
 TEST(BackendChoiceTest, AutoFallsBackToTheCpuWhereCudaWouldRefuse) {
-  auto weights = [] { return ModelWeights::Random(SmallConfig(), 3, {}); };
-  BackendOptions o;
+  auto weights = [] { return model::ModelWeights::Random(SmallConfig(), 3, {}); };
+  model::BackendOptions o;
   o.device = "auto";
-  auto automatic = CreateBackend(weights(), o);
+  auto automatic = model::CreateBackend(weights(), o);
   ASSERT_TRUE(automatic.ok()) << automatic.status();
   EXPECT_EQ((*automatic)->name(), "cpu");
   o.device = "cuda";
-  auto cuda = CreateBackend(weights(), o);
-  EXPECT_TRUE(CudaAvailable() ? absl::IsInvalidArgument(cuda.status()) : absl::IsFailedPrecondition(cuda.status()))
+  auto cuda = model::CreateBackend(weights(), o);
+  EXPECT_TRUE(model::CudaAvailable() ? absl::IsInvalidArgument(cuda.status()) : absl::IsFailedPrecondition(cuda.status()))
       << cuda.status();
   o.device = "tpu";
-  EXPECT_TRUE(absl::IsInvalidArgument(CreateBackend(weights(), o).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(model::CreateBackend(weights(), o).status()));
   o.device = "cpu";
-  auto cpu = CreateBackend(weights(), o);
+  auto cpu = model::CreateBackend(weights(), o);
   ASSERT_TRUE(cpu.ok());
   EXPECT_EQ((*cpu)->kv_row_bytes(), int64_t{SmallConfig().kv_dim()} * 4) << "the CPU backend stores fp32 rows";
 }
 
 TEST(EngineKvMemoryTest, TurnsWaitForKvMemoryAndAnswerAsWithout) {
-  ByteTokenizer tokenizer;
+  text::ByteTokenizer tokenizer;
   auto run = [&](int limit, std::shared_ptr<int>* peak) {
     auto backend = std::make_unique<LimitedBackend>(
-        std::make_unique<CpuModel>(ModelWeights::Random(SmallConfig(), 99, tokenizer.SilentTokens())), limit, 512);
+        std::make_unique<model::CpuModel>(model::ModelWeights::Random(SmallConfig(), 99, tokenizer.SilentTokens())), limit, 512);
     if (peak != nullptr) *peak = backend->peak();
     auto engine = *Engine::Create({}, std::move(backend), &tokenizer, nullptr, nullptr);
     std::vector<std::shared_ptr<TurnStream>> streams;
@@ -191,11 +191,11 @@ TEST(EngineKvMemoryTest, TurnsWaitForKvMemoryAndAnswerAsWithout) {
 // A backend that says how much one sequence can ever hold lets the engine refuse a turn
 // that will never fit at once, while other turns run, instead of queueing it.
 TEST(EngineKvMemoryTest, ATurnLargerThanTheWholeKvMemoryIsRefusedWhileOthersRun) {
-  ByteTokenizer tokenizer;
+  text::ByteTokenizer tokenizer;
   auto engine = *Engine::Create(
       {},
       std::make_unique<LimitedBackend>(
-          std::make_unique<CpuModel>(ModelWeights::Random(SmallConfig(), 99, tokenizer.SilentTokens())), 4, 64,
+          std::make_unique<model::CpuModel>(model::ModelWeights::Random(SmallConfig(), 99, tokenizer.SilentTokens())), 4, 64,
           /*says_capacity=*/true),
       &tokenizer, nullptr, nullptr);
   auto turn = [&](const std::string& session, int max_new) {
@@ -214,11 +214,11 @@ TEST(EngineKvMemoryTest, ATurnLargerThanTheWholeKvMemoryIsRefusedWhileOthersRun)
 }
 
 TEST(EngineKvMemoryTest, ATurnThatCanNeverFitFailsWithResourceExhausted) {
-  ByteTokenizer tokenizer;
+  text::ByteTokenizer tokenizer;
   auto engine = *Engine::Create(
       {},
       std::make_unique<LimitedBackend>(
-          std::make_unique<CpuModel>(ModelWeights::Random(SmallConfig(), 99, tokenizer.SilentTokens())), 4, 64),
+          std::make_unique<model::CpuModel>(model::ModelWeights::Random(SmallConfig(), 99, tokenizer.SilentTokens())), 4, 64),
       &tokenizer, nullptr, nullptr);
   TurnRequest r;
   r.key = {"t", "big"};
@@ -236,10 +236,10 @@ TEST(EngineKvMemoryTest, ATurnThatCanNeverFitFailsWithResourceExhausted) {
 
 // A byte tokenizer whose printable tokens all decode to " x", and which drops a text's
 // first leading space as SentencePiece decoders do.
-class LeadingSpaceTokenizer final : public Tokenizer {
+class LeadingSpaceTokenizer final : public text::Tokenizer {
  public:
   int vocab_size() const override { return bytes_.vocab_size(); }
-  absl::StatusOr<std::vector<int32_t>> RenderChat(absl::Span<const ChatMessage> messages) const override {
+  absl::StatusOr<std::vector<int32_t>> RenderChat(absl::Span<const text::ChatMessage> messages) const override {
     return bytes_.RenderChat(messages);
   }
   std::string_view TokenBytes(int32_t token) const override { return token < 256 ? " x" : ""; }
@@ -248,13 +248,13 @@ class LeadingSpaceTokenizer final : public Tokenizer {
   bool DropsLeadingSpace() const override { return true; }
 
  private:
-  ByteTokenizer bytes_;
+  text::ByteTokenizer bytes_;
 };
 
 TEST(EngineTextTest, AnAnswerDropsItsFirstSpaceWhenTheTokenizerSaysSo) {
   LeadingSpaceTokenizer tokenizer;
   auto engine = *Engine::Create(
-      {}, std::make_unique<CpuModel>(ModelWeights::Random(SmallConfig(), 99, tokenizer.SilentTokens())), &tokenizer,
+      {}, std::make_unique<model::CpuModel>(model::ModelWeights::Random(SmallConfig(), 99, tokenizer.SilentTokens())), &tokenizer,
       nullptr, nullptr);
   TurnRequest r;
   r.key = {"t", "s"};
@@ -298,9 +298,9 @@ TEST_F(EngineTest, CachedAnswersEqualUncachedAnswers) {
 
 TEST_F(EngineTest, EditedHistoryReusesOnlyTheUnchangedPrefix) {
   Build(/*cache=*/true);
-  std::vector<ChatMessage> conv = {{"user", "The first question is long enough."}};
+  std::vector<text::ChatMessage> conv = {{"user", "The first question is long enough."}};
   TurnOutput first = Run("s", conv);
-  std::vector<ChatMessage> edited = {{"user", "The first question is LONG enough."}, {"user", "again"}};
+  std::vector<text::ChatMessage> edited = {{"user", "The first question is LONG enough."}, {"user", "again"}};
   TurnOutput second = Run("s", edited);
   // Tokens: <bos> <|user|> "The first question is " (22 bytes) match, then the edit.
   EXPECT_EQ(second.result.usage.cached_tokens, 2 + 22);
@@ -324,7 +324,7 @@ TEST_F(EngineTest, ConcurrentSessionsShareDecodeSteps) {
 
 TEST_F(EngineTest, TurnsOfOneSessionRunOneAfterTheOther) {
   Build(/*cache=*/true);
-  std::vector<ChatMessage> conv = {{"user", "first message of the session"}};
+  std::vector<text::ChatMessage> conv = {{"user", "first message of the session"}};
   TurnRequest a;
   a.key = {"t", "same"};
   a.prompt = *tokenizer_.RenderChat(conv);
@@ -344,7 +344,7 @@ TEST_F(EngineTest, RejectsBadTurnsWithoutSideEffects) {
   auto bad = [&](auto mutate) {
     TurnRequest r;
     r.key = {"t", "s"};
-    r.prompt = {ByteTokenizer::kBos, 'a'};
+    r.prompt = {text::ByteTokenizer::kBos, 'a'};
     r.max_new_tokens = 4;
     mutate(r);
     return engine_->Submit(std::move(r)).status();

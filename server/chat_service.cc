@@ -66,7 +66,7 @@ grpc::Status ChatServiceImpl::DoChat(grpc::ServerContext* context, const v1::Cha
                         absl::StrCat("at most ", kMaxMessages, " messages"));
   }
   if (request.messages_size() > 0) {
-    std::vector<engine::ChatMessage> messages;
+    std::vector<text::ChatMessage> messages;
     messages.reserve(static_cast<size_t>(request.messages_size()));
     for (const v1::Message& m : request.messages()) messages.push_back({m.role(), m.content()});
     auto rendered = tokenizer_->RenderChat(messages);

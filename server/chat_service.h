@@ -9,7 +9,7 @@
 
 #include "base/metrics.h"
 #include "engine/engine.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "strata/v1/chat.grpc.pb.h"
 
 namespace strata::server {
@@ -33,7 +33,7 @@ absl::Status ValidateSessionId(const std::string& session_id);
 class ChatServiceImpl final : public v1::ChatService::Service {
  public:
   // `store` may be null (cache off); it answers the per-turn `persist` option.
-  ChatServiceImpl(engine::Engine* engine, const engine::Tokenizer* tokenizer,
+  ChatServiceImpl(engine::Engine* engine, const text::Tokenizer* tokenizer,
                   storage::SessionStore* store, const std::map<std::string, std::string>* api_keys,
                   RequestCounter* requests)
       : engine_(engine), tokenizer_(tokenizer), store_(store), api_keys_(api_keys), requests_(requests) {}
@@ -46,7 +46,7 @@ class ChatServiceImpl final : public v1::ChatService::Service {
                       grpc::ServerWriter<v1::ChatEvent>* writer);
 
   engine::Engine* engine_;
-  const engine::Tokenizer* tokenizer_;
+  const text::Tokenizer* tokenizer_;
   storage::SessionStore* store_;
   const std::map<std::string, std::string>* api_keys_;
   RequestCounter* requests_;

@@ -14,7 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "base/log.h"
-#include "engine/logits_dump.h"
+#include "model/logits_dump.h"
 #include "server/chat_client.h"
 #include "server/strata_server.h"
 
@@ -149,7 +149,7 @@ int Chat() {
 // Prints the model's logits for --tokens as JSON (tests/gpu/check_hf_logits.py compares
 // them with HF transformers).
 int Logits() {
-  auto weights = strata::engine::ModelWeights::LoadDirectory(absl::GetFlag(FLAGS_model));
+  auto weights = strata::model::ModelWeights::LoadDirectory(absl::GetFlag(FLAGS_model));
   if (!weights.ok()) {
     std::fprintf(stderr, "%s\n", std::string(weights.status().message()).c_str());
     return 1;
@@ -167,14 +167,14 @@ int Logits() {
     }
     sequences.push_back(std::move(ids));
   }
-  strata::engine::BackendOptions backend;
+  strata::model::BackendOptions backend;
   backend.device = absl::GetFlag(FLAGS_device);
-  auto model = strata::engine::CreateBackend(*std::move(weights), backend);
+  auto model = strata::model::CreateBackend(*std::move(weights), backend);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
     return 1;
   }
-  auto json = strata::engine::DumpLogits(**model, sequences);
+  auto json = strata::model::DumpLogits(**model, sequences);
   if (!json.ok()) {
     std::fprintf(stderr, "%s\n", std::string(json.status().message()).c_str());
     return 2;

@@ -9,7 +9,7 @@
 
 #include "base/log.h"
 #include "absl/strings/str_cat.h"
-#include "engine/tokenizer_loader.h"
+#include "text/tokenizer_loader.h"
 #include "server/cache_service.h"
 #include "server/chat_service.h"
 
@@ -113,42 +113,42 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   std::unique_ptr<StrataServer> server(new StrataServer());
   server->options_ = options;
-  std::unique_ptr<engine::Tokenizer> tokenizer;
-  std::optional<engine::ModelWeights> model_weights;
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  std::optional<model::ModelWeights> model_weights;
   if (options.model_dir.empty()) {
-    auto bytes = std::make_unique<engine::ByteTokenizer>();
+    auto bytes = std::make_unique<text::ByteTokenizer>();
     model_weights.emplace(
-        engine::ModelWeights::Random(engine::ModelConfig::Builtin(), options.model_seed, bytes->SilentTokens()));
+        model::ModelWeights::Random(model::ModelConfig::Builtin(), options.model_seed, bytes->SilentTokens()));
     tokenizer = std::move(bytes);
   } else {
-    auto weights = engine::ModelWeights::LoadDirectory(options.model_dir);
+    auto weights = model::ModelWeights::LoadDirectory(options.model_dir);
     if (!weights.ok()) return weights.status();
-    const engine::ModelConfig& c = weights->config();
+    const model::ModelConfig& c = weights->config();
     LOG(INFO) << "model " << options.model_dir << ": " << c.architecture << ", " << c.num_layers << " layers, hidden "
               << c.hidden_size << ", " << weights->parameter_count() << " parameters";
-    if (engine::HasTokenizerFile(options.model_dir)) {
+    if (text::HasTokenizerFile(options.model_dir)) {
       std::string note;
-      auto loaded = engine::LoadTokenizer(options.model_dir, &note);
+      auto loaded = text::LoadTokenizer(options.model_dir, &note);
       if (!loaded.ok()) return loaded.status();
       LOG(INFO) << note;
       tokenizer = *std::move(loaded);
     } else {
       LOG(WARNING) << "no tokenizer.json in " << options.model_dir
                    << " (a tokenizer.model alone is not read): Chat takes token_ids only (messages are refused)";
-      tokenizer = std::make_unique<engine::TokenIdsOnlyTokenizer>(c.vocab_size, c.eos_token_ids);
+      tokenizer = std::make_unique<text::TokenIdsOnlyTokenizer>(c.vocab_size, c.eos_token_ids);
     }
     model_weights.emplace(*std::move(weights));
   }
-  auto backend = engine::CreateBackend(*std::move(model_weights), options.backend);
+  auto backend = model::CreateBackend(*std::move(model_weights), options.backend);
   if (!backend.ok()) return backend.status();
-  std::unique_ptr<engine::ModelBackend> model = *std::move(backend);
+  std::unique_ptr<model::ModelBackend> model = *std::move(backend);
   LOG(INFO) << "model backend: " << model->name()
             << (model->name() == "cuda" ? " (bf16 weights and KV in GPU memory)" : " (fp32, CPU reference)");
   const uint64_t fingerprint = model->fingerprint();
   if (options.cache_enabled) {
     storage::SessionStoreOptions so;
     so.host_capacity_bytes = options.host_cache_bytes;
-    so.layout = engine::ChunkLayoutFor(*model, options.chunk_tokens);
+    so.layout = model::ChunkLayoutFor(*model, options.chunk_tokens);
     so.model_fingerprint = fingerprint;
     so.ssd_dirs = options.ssd_dirs;
     so.ssd_capacity_bytes_per_dir = options.ssd_capacity_bytes_per_dir;

@@ -13,9 +13,9 @@
 #include "absl/status/statusor.h"
 #include "base/metrics.h"
 #include "base/metrics_exposer.h"
-#include "engine/backend.h"
+#include "model/backend.h"
 #include "engine/engine.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "storage/session_store.h"
 
 namespace grpc {
@@ -41,7 +41,7 @@ struct ServerOptions {
   uint64_t model_seed = 20241122;  // seed of the built-in model's weights
   // A Hugging Face model directory (config.json + *.safetensors); empty: the built-in model.
   std::string model_dir;
-  engine::BackendOptions backend;  // --device and the GPU KV pool
+  model::BackendOptions backend;  // --device and the GPU KV pool
   engine::EngineOptions engine;
   // API key -> tenant. Empty: no authentication, every caller is tenant "default".
   std::map<std::string, std::string> api_keys;
@@ -66,14 +66,14 @@ class StrataServer {
   engine::Engine& engine() { return *engine_; }
   storage::SessionStore* store() { return store_.get(); }
   metrics::Registry& registry() { return registry_; }
-  const engine::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const text::Tokenizer& tokenizer() const { return *tokenizer_; }
 
  private:
   StrataServer() = default;
 
   ServerOptions options_;
   metrics::Registry registry_;
-  std::unique_ptr<engine::Tokenizer> tokenizer_;
+  std::unique_ptr<text::Tokenizer> tokenizer_;
   std::unique_ptr<storage::SessionStore> store_;
   std::unique_ptr<engine::Engine> engine_;
   std::shared_ptr<class RequestCounter> requests_;

@@ -17,9 +17,9 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/cuda_model.h"
+#include "model/cuda/cuda_model.h"
 
-namespace strata::engine {
+namespace strata::model {
 namespace {
 
 double Now() {
@@ -133,13 +133,13 @@ int Run(bool quick) {
 }
 
 }  // namespace
-}  // namespace strata::engine
+}  // namespace strata::model
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  if (strata::engine::CudaModel::DeviceCount() == 0) {
+  if (strata::model::CudaModel::DeviceCount() == 0) {
     std::printf("kv_load_bench: no CUDA device, nothing measured\n");
     return 0;
   }
-  return strata::engine::Run(quick);
+  return strata::model::Run(quick);
 }

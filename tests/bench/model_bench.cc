@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/cuda_model.h"
+#include "model/cuda/cuda_model.h"
 #include "kernels/cuda_gemm.h"
 #include "kernels/cuda_model_kernels.h"
 
-namespace strata::engine {
+namespace strata::model {
 namespace {
 
 double Now() {
@@ -267,7 +267,7 @@ void Run(const std::string& name, bool quick, bool graphs, double copy_bw, doubl
 }
 
 }  // namespace
-}  // namespace strata::engine
+}  // namespace strata::model
 
 int main(int argc, char** argv) {
   bool quick = false, graphs = true;
@@ -280,24 +280,24 @@ int main(int argc, char** argv) {
     if (a.rfind("--profile=", 0) == 0) std::sscanf(a.c_str() + 10, "%d,%d", &profile_batch, &profile_context);
     if (a.rfind("--models=", 0) == 0) models = a.substr(9);
   }
-  if (strata::engine::CudaModel::DeviceCount() == 0) {
+  if (strata::model::CudaModel::DeviceCount() == 0) {
     std::printf("model_bench: no CUDA device, nothing measured\n");
     return 0;
   }
   if (profile_batch > 0) {
-    return strata::engine::Profile(models.substr(0, models.find(',')), profile_batch, profile_context);
+    return strata::model::Profile(models.substr(0, models.find(',')), profile_batch, profile_context);
   }
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  const double copy_bw = strata::engine::CopyBandwidth();
-  const double peak = strata::engine::GemmPeak();
+  const double copy_bw = strata::model::CopyBandwidth();
+  const double peak = strata::model::GemmPeak();
   std::printf("device: %s; copy bandwidth %.0f GB/s (read + write); bf16 cuBLAS 8192^3: %.0f TFLOP/s\n", prop.name,
               copy_bw / 1e9, peak / 1e12);
   size_t start = 0;
   while (start <= models.size()) {
     const size_t end = models.find(',', start);
     const std::string name = models.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    if (!name.empty()) strata::engine::Run(name, quick, graphs, copy_bw, peak);
+    if (!name.empty()) strata::model::Run(name, quick, graphs, copy_bw, peak);
     if (end == std::string::npos) break;
     start = end + 1;
   }

@@ -21,14 +21,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/bpe_tokenizer.h"
+#include "text/bpe_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
-using strata::engine::BpeTokenizer;
+using strata::text::BpeTokenizer;
 
 std::string ReadFile(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

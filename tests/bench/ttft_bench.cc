@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/cpu_model.h"
+#include "model/cpu/cpu_model.h"
 #include "engine/engine.h"
 
 namespace strata {
@@ -44,10 +44,10 @@ double Median(std::vector<double> v) {
 int main(int argc, char** argv) {
   using namespace strata;
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  engine::ByteTokenizer tokenizer;
-  engine::ModelConfig config = engine::ModelConfig::Builtin();
-  auto model = std::make_unique<engine::CpuModel>(
-      engine::ModelWeights::Random(config, 20241122, tokenizer.SilentTokens()));
+  text::ByteTokenizer tokenizer;
+  model::ModelConfig config = model::ModelConfig::Builtin();
+  auto model = std::make_unique<model::CpuModel>(
+      model::ModelWeights::Random(config, 20241122, tokenizer.SilentTokens()));
   storage::SessionStoreOptions so;
   so.layout = Engine::ChunkLayoutFor(config, 256);
   so.host_capacity_bytes = int64_t{2} << 30;

@@ -9,7 +9,7 @@
 
 #include "base/http_get.h"
 #include "base/prometheus_text.h"
-#include "engine/backend.h"
+#include "model/backend.h"
 #include "gtest/gtest.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "strata/v1/chat.grpc.pb.h"
@@ -407,14 +407,14 @@ TEST(TenancyE2eTest, TenantsAreIsolatedAndKeysRequired) {
 TEST(DeviceE2eTest, DeviceFlagChoosesOrRefusesTheBackendAtStart) {
   EXPECT_FALSE(ServerProcess::Start({"--device=tpu"}).ok()) << "a device that does not exist must be refused";
   auto cuda = ServerProcess::Start({"--device=cuda"});
-  EXPECT_EQ(cuda.ok(), engine::CudaAvailable()) << (cuda.ok() ? "started" : cuda.status().ToString());
+  EXPECT_EQ(cuda.ok(), model::CudaAvailable()) << (cuda.ok() ? "started" : cuda.status().ToString());
   auto cpu = ServerProcess::Start({"--device=cpu"});
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   Client client((*cpu)->target());
   auto turn = client.Chat(Request("device", {{"user", "which backend?"}}, 6));
   ASSERT_TRUE(turn.status.ok()) << turn.status.error_message();
   EXPECT_EQ(turn.done.usage().completion_tokens(), 6u);
-  if (!engine::CudaAvailable()) {
+  if (!model::CudaAvailable()) {
     auto automatic = ServerProcess::Start({});
     ASSERT_TRUE(automatic.ok()) << automatic.status();
     Client other((*automatic)->target());

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_weights.h"
+#include "model/model_weights.h"
 #include "gtest/gtest.h"
 #include "storage/testing/temp_dir.h"
 #include "strata/v1/chat.grpc.pb.h"
@@ -34,8 +34,8 @@ Turn Chat(const std::string& target, const std::string& session, const std::vect
   return testing::RunChat(target, r);
 }
 
-engine::ModelConfig SmallQwen2() {
-  engine::ModelConfig c;
+model::ModelConfig SmallQwen2() {
+  model::ModelConfig c;
   c.architecture = "Qwen2ForCausalLM";
   c.vocab_size = 512;
   c.hidden_size = 64;
@@ -53,7 +53,7 @@ engine::ModelConfig SmallQwen2() {
 TEST(ModelDirE2eTest, ServesAModelDirectoryOnTokenIdsWithTheSessionCache) {
   storage::testing::TempDir dir("strata-model-e2e");
   const std::string model = dir.path() + "/qwen2-small";
-  ASSERT_TRUE(engine::ModelWeights::Random(SmallQwen2(), 3, {}).WriteDirectory(model, engine::DType::kBF16).ok());
+  ASSERT_TRUE(model::ModelWeights::Random(SmallQwen2(), 3, {}).WriteDirectory(model, model::DType::kBF16).ok());
   auto on = testing::ServerProcess::Start({"--model=" + model, "--chunk_tokens=16", "--pin_host_memory=false"});
   ASSERT_TRUE(on.ok()) << on.status();
   auto off = testing::ServerProcess::Start({"--model=" + model, "--cache=off"});
@@ -84,7 +84,7 @@ TEST(ModelDirE2eTest, ServesAModelDirectoryOnTokenIdsWithTheSessionCache) {
 TEST(ModelDirE2eTest, BrokenOrMissingDirectoryIsRefusedAtStart) {
   storage::testing::TempDir dir("strata-model-e2e");
   const std::string model = dir.path() + "/broken";
-  ASSERT_TRUE(engine::ModelWeights::Random(SmallQwen2(), 3, {}).WriteDirectory(model, engine::DType::kF32, 2).ok());
+  ASSERT_TRUE(model::ModelWeights::Random(SmallQwen2(), 3, {}).WriteDirectory(model, model::DType::kF32, 2).ok());
   std::filesystem::remove(model + "/model-2-of-2.safetensors");
   auto server = testing::ServerProcess::Start({"--model=" + model});
   EXPECT_FALSE(server.ok());

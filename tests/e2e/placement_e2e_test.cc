@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/model_config.h"
+#include "model/model_config.h"
 #include "gtest/gtest.h"
 #include "storage/placement_sim.h"
 #include "storage/testing/temp_dir.h"
@@ -42,7 +42,7 @@ void ReplayAndCompare(const std::string& policy_name) {
   auto policy = storage::ParsePlacementPolicy(policy_name);
   ASSERT_TRUE(policy.ok());
   const int64_t block_bytes =
-      engine::Engine::ChunkLayoutFor(engine::ModelConfig::Builtin(), kChunkTokens).BlockBytes();
+      engine::Engine::ChunkLayoutFor(model::ModelConfig::Builtin(), kChunkTokens).BlockBytes();
   storage::testing::TempDir dir("strata-placement-e2e");
   auto server = testing::ServerProcess::Start(
       // Tier sizes are counted in the CPU backend's chunks (fp32 rows): the test pins it.

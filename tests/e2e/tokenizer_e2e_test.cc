@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_weights.h"
-#include "engine/testing/tiny_tokenizer.h"
-#include "engine/tokenizer.h"
-#include "engine/tokenizer_loader.h"
+#include "model/model_weights.h"
+#include "text/testing/tiny_tokenizer.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_loader.h"
 #include "gtest/gtest.h"
 #include "storage/testing/temp_dir.h"
 #include "strata/v1/chat.grpc.pb.h"
@@ -38,8 +38,8 @@ Turn ChatText(const std::string& target, const std::string& session,
   return testing::RunChat(target, r);
 }
 
-engine::ModelConfig SmallQwen2(int vocab) {
-  engine::ModelConfig c;
+model::ModelConfig SmallQwen2(int vocab) {
+  model::ModelConfig c;
   c.architecture = "Qwen2ForCausalLM";
   c.vocab_size = vocab;
   c.hidden_size = 64;
@@ -51,7 +51,7 @@ engine::ModelConfig SmallQwen2(int vocab) {
   c.max_context = 1024;
   c.rope_theta = 1e6f;
   c.qkv_bias = true;
-  c.eos_token_ids = {engine::testing::kTinyEndOfText};
+  c.eos_token_ids = {text::testing::kTinyEndOfText};
   return c;
 }
 
@@ -62,11 +62,11 @@ std::string WriteModelDir(const std::string& root) {
   const std::string model = root + "/qwen2-tiny-tokenizer";
   std::vector<int32_t> silent;
   for (int32_t t = 0; t < 320; ++t) {
-    bool text = (t >= 0x20 && t < 0x7F) || t == '\n' || (t >= 256 && t < engine::testing::kTinyEndOfText);
-    if (!text && t != engine::testing::kTinyImEnd) silent.push_back(t);
+    bool text = (t >= 0x20 && t < 0x7F) || t == '\n' || (t >= 256 && t < text::testing::kTinyEndOfText);
+    if (!text && t != text::testing::kTinyImEnd) silent.push_back(t);
   }
-  EXPECT_TRUE(engine::ModelWeights::Random(SmallQwen2(320), 5, silent).WriteDirectory(model, engine::DType::kBF16).ok());
-  EXPECT_TRUE(engine::testing::WriteTinyChatMlTokenizer(model));
+  EXPECT_TRUE(model::ModelWeights::Random(SmallQwen2(320), 5, silent).WriteDirectory(model, model::DType::kBF16).ok());
+  EXPECT_TRUE(text::testing::WriteTinyChatMlTokenizer(model));
   return model;
 }
 
@@ -83,12 +83,12 @@ TEST(TokenizerE2eTest, ChatsInTextAndTheSecondTurnReusesTheRenderedPrefix) {
   ASSERT_TRUE(first.status.ok()) << first.status.error_message();
   ASSERT_FALSE(first.tokens.empty());
   EXPECT_EQ(first.done.usage().cached_tokens(), 0);
-  EXPECT_TRUE(engine::IsValidUtf8(first.text));
+  EXPECT_TRUE(text::IsValidUtf8(first.text));
 
   // The streamed text is the tokens' bytes decoded by the directory's tokenizer.
-  auto tokenizer = engine::LoadTokenizer(model);
+  auto tokenizer = text::LoadTokenizer(model);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  engine::Utf8StreamDecoder decoder;
+  text::Utf8StreamDecoder decoder;
   std::string decoded;
   for (int32_t t : first.tokens) {
     if (!(*tokenizer)->IsStopToken(t)) decoded += decoder.Feed((*tokenizer)->TokenBytes(t));
@@ -128,13 +128,13 @@ TEST(TokenizerE2eTest, ServesARealQwen2TokenizerDirectory) {
 
   storage::testing::TempDir dir("strata-tokenizer-e2e");
   const std::string model = dir.path() + "/qwen2.5-random";
-  engine::ModelConfig c = SmallQwen2(151936);  // Qwen2's config.json vocab_size
+  model::ModelConfig c = SmallQwen2(151936);  // Qwen2's config.json vocab_size
   c.hidden_size = 32;
   c.head_dim = 8;
   c.intermediate_size = 48;
   c.tie_embeddings = true;
   c.eos_token_ids = {151645, 151643};  // <|im_end|>, <|endoftext|>
-  ASSERT_TRUE(engine::ModelWeights::Random(c, 7, {}).WriteDirectory(model, engine::DType::kBF16).ok());
+  ASSERT_TRUE(model::ModelWeights::Random(c, 7, {}).WriteDirectory(model, model::DType::kBF16).ok());
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
     std::filesystem::copy_file(files / f, std::filesystem::path(model) / f);
   }
@@ -146,14 +146,14 @@ TEST(TokenizerE2eTest, ServesARealQwen2TokenizerDirectory) {
   const std::vector<std::pair<std::string, std::string>> first_turn = {{"user", "你好! Write hello world in C++ 🙂"}};
   Turn first = ChatText((*on)->target(), "q", first_turn);
   ASSERT_TRUE(first.status.ok()) << first.status.error_message();
-  auto tokenizer = engine::LoadTokenizer(model);
+  auto tokenizer = text::LoadTokenizer(model);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   // Qwen2.5's template adds its default system prompt: 30 tokens before the user's text.
   auto prompt = (*tokenizer)->RenderChat({{"user", "你好! Write hello world in C++ 🙂"}});
   ASSERT_TRUE(prompt.ok());
   EXPECT_EQ(first.done.usage().prompt_tokens(), prompt->size());
   EXPECT_EQ(prompt->front(), 151644);  // <|im_start|>
-  EXPECT_TRUE(engine::IsValidUtf8(first.text));
+  EXPECT_TRUE(text::IsValidUtf8(first.text));
 
   std::vector<std::pair<std::string, std::string>> second_turn = first_turn;
   second_turn.push_back({"assistant", first.text});

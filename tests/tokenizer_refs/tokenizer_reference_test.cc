@@ -15,14 +15,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/bpe_tokenizer.h"
-#include "engine/chat_template.h"
-#include "engine/testing/chat_templates.h"
-#include "engine/tokenizer_loader.h"
+#include "text/bpe_tokenizer.h"
+#include "text/chat_template.h"
+#include "text/testing/chat_templates.h"
+#include "text/tokenizer_loader.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-namespace strata::engine {
+namespace strata::text {
 namespace {
 
 namespace fs = std::filesystem;
@@ -189,4 +189,4 @@ TEST_F(ReferenceTest, RenderChatOfTheRealDirectoriesIsTheReferenceRenderingEncod
 }
 
 }  // namespace
-}  // namespace strata::engine
+}  // namespace strata::text

@@ -1,0 +1,203 @@
+#include "model/cpu/cpu_model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu_kernels.h"
+
+namespace strata::model {
+namespace {
+
+void Grow(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+void AddInPlace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace
+
+CpuModel::CpuModel(ModelWeights weights)
+    : weights_(std::move(weights)),
+      inv_freq_(kernels::RopeInvFreq(weights_.config().head_dim, weights_.config().rope_theta,
+                                     weights_.config().rope_scaling)) {}
+
+void CpuModel::PlaceLoadedKv(SequenceKv& kv, int layer, int64_t pos, const float* k_raw,
+                             const float* v) const {
+  const ModelConfig& c = config();
+  const size_t bytes = static_cast<size_t>(c.kv_dim()) * sizeof(float);
+  std::memcpy(kv.k_raw(layer, pos), k_raw, bytes);
+  std::memcpy(kv.v(layer, pos), v, bytes);
+  float* k = kv.k_rot(layer, pos);
+  std::memcpy(k, k_raw, bytes);
+  const int32_t p = static_cast<int32_t>(pos);
+  kernels::ApplyRope(k, &p, 1, c.num_kv_heads, c.head_dim, inv_freq_.data());
+}
+
+absl::StatusOr<std::unique_ptr<SequenceState>> CpuModel::NewSequence(int64_t capacity_tokens) {
+  if (capacity_tokens <= 0 || capacity_tokens > config().max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("a sequence of ", capacity_tokens, " tokens does not fit the context of ",
+                                                   config().max_context));
+  }
+  return std::make_unique<SequenceKv>(config().num_layers, config().kv_dim(), capacity_tokens);
+}
+
+namespace {
+
+absl::Status CheckRows(const ModelBackend& m, const SequenceKv& kv, int64_t begin, int count, size_t payload_bytes,
+                       const storage::ChunkLayout& layout) {
+  if (layout.layers != m.config().num_layers || layout.row_bytes != m.kv_row_bytes() || count < 0 ||
+      count > layout.chunk_tokens || begin < 0 || begin + count > kv.capacity() ||
+      static_cast<int64_t>(payload_bytes) < layout.PayloadBytes()) {
+    return absl::InvalidArgumentError("stored KV rows do not fit this model or sequence");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CpuModel::LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                              const storage::ChunkLayout& layout) {
+  auto* kv = dynamic_cast<SequenceKv*>(&seq);
+  if (kv == nullptr) return absl::InvalidArgumentError("a sequence of another backend");
+  if (absl::Status s = CheckRows(*this, *kv, begin, count, payload.size(), layout); !s.ok()) return s;
+  for (int i = 0; i < count; ++i) {
+    for (int l = 0; l < config().num_layers; ++l) {
+      const auto* k = reinterpret_cast<const float*>(payload.data() + layout.RowOffset(l, 0, i));
+      const auto* v = reinterpret_cast<const float*>(payload.data() + layout.RowOffset(l, 1, i));
+      PlaceLoadedKv(*kv, l, begin + i, k, v);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuModel::SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+                              const storage::ChunkLayout& layout) {
+  const auto* kv = dynamic_cast<const SequenceKv*>(&seq);
+  if (kv == nullptr) return absl::InvalidArgumentError("a sequence of another backend");
+  if (absl::Status s = CheckRows(*this, *kv, begin, count, payload.size(), layout); !s.ok()) return s;
+  const size_t row = static_cast<size_t>(layout.row_bytes);
+  for (int l = 0; l < config().num_layers; ++l) {
+    for (int i = 0; i < count; ++i) {
+      std::memcpy(payload.data() + layout.RowOffset(l, 0, i), kv->k_raw(l, begin + i), row);
+      std::memcpy(payload.data() + layout.RowOffset(l, 1, i), kv->v(l, begin + i), row);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuModel::Forward(absl::Span<const ForwardEntry> batch) {
+  const ModelConfig& c = config();
+  const int hidden = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), ffn = c.intermediate_size;
+  int64_t rows = 0;
+  std::vector<SequenceKv*> kvs;
+  kvs.reserve(batch.size());
+  for (const ForwardEntry& e : batch) {
+    auto* kv = dynamic_cast<SequenceKv*>(e.seq);
+    if (kv == nullptr) return absl::InvalidArgumentError("a sequence of another backend");
+    if (e.start_pos < 0 || e.start_pos + static_cast<int64_t>(e.tokens.size()) > kv->capacity()) {
+      return absl::InvalidArgumentError("tokens past the sequence's capacity");
+    }
+    kvs.push_back(kv);
+    rows += static_cast<int64_t>(e.tokens.size());
+  }
+  if (rows == 0) return absl::OkStatus();
+  Grow(x_, rows * hidden);
+  Grow(h_, rows * hidden);
+  Grow(q_, rows * qd);
+  Grow(k_, rows * kvd);
+  Grow(v_, rows * kvd);
+  Grow(attn_, rows * qd);
+  Grow(proj_, rows * hidden);
+  Grow(gate_, rows * ffn);
+  Grow(up_, rows * ffn);
+  positions_.clear();
+  std::vector<int32_t> ids;
+  ids.reserve(static_cast<size_t>(rows));
+  for (const ForwardEntry& e : batch) {
+    for (size_t i = 0; i < e.tokens.size(); ++i) {
+      ids.push_back(e.tokens[i]);
+      positions_.push_back(static_cast<int32_t>(e.start_pos + static_cast<int64_t>(i)));
+    }
+  }
+  const int r = static_cast<int>(rows);
+  float* x = x_.data();
+  kernels::Embed(weights_.embedding(), ids.data(), r, hidden, x);
+
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& w = weights_.layer(l);
+    // Attention block.
+    kernels::RmsNorm(x, w.attn_norm, h_.data(), r, hidden, c.rms_norm_eps);
+    kernels::MatMulWT(h_.data(), w.wq, w.bq, q_.data(), r, hidden, qd);
+    kernels::MatMulWT(h_.data(), w.wk, w.bk, k_.data(), r, hidden, kvd);
+    kernels::MatMulWT(h_.data(), w.wv, w.bv, v_.data(), r, hidden, kvd);
+    // K before RoPE is what the session cache keeps; then rotate q and k in place.
+    int64_t row = 0;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const ForwardEntry& e = batch[b];
+      for (size_t i = 0; i < e.tokens.size(); ++i, ++row) {
+        int64_t pos = e.start_pos + static_cast<int64_t>(i);
+        std::memcpy(kvs[b]->k_raw(l, pos), k_.data() + row * kvd, kvd * sizeof(float));
+        std::memcpy(kvs[b]->v(l, pos), v_.data() + row * kvd, kvd * sizeof(float));
+      }
+    }
+    kernels::ApplyRope(q_.data(), positions_.data(), r, c.num_heads, c.head_dim, inv_freq_.data());
+    kernels::ApplyRope(k_.data(), positions_.data(), r, c.num_kv_heads, c.head_dim, inv_freq_.data());
+    row = 0;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const ForwardEntry& e = batch[b];
+      SequenceKv* kv = kvs[b];
+      const int n = static_cast<int>(e.tokens.size());
+      for (int i = 0; i < n; ++i) {
+        std::memcpy(kv->k_rot(l, e.start_pos + i), k_.data() + (row + i) * kvd, kvd * sizeof(float));
+      }
+      kernels::AttentionParams p{};
+      p.q = q_.data() + row * qd;
+      p.k = kv->k_rot(l, 0);
+      p.v = kv->v(l, 0);
+      p.out = attn_.data() + row * qd;
+      p.lse = nullptr;
+      p.num_queries = n;
+      p.num_heads = c.num_heads;
+      p.num_kv_heads = c.num_kv_heads;
+      p.head_dim = c.head_dim;
+      p.kv_row_stride = kvd;
+      p.first_query_pos = static_cast<int>(e.start_pos);
+      p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      kernels::Attention(p);
+      row += n;
+    }
+    kernels::MatMulWT(attn_.data(), w.wo, nullptr, proj_.data(), r, qd, hidden);
+    AddInPlace(x, proj_.data(), rows * hidden);
+    // MLP block.
+    kernels::RmsNorm(x, w.mlp_norm, h_.data(), r, hidden, c.rms_norm_eps);
+    kernels::MatMulWT(h_.data(), w.w_gate, nullptr, gate_.data(), r, hidden, ffn);
+    kernels::MatMulWT(h_.data(), w.w_up, nullptr, up_.data(), r, hidden, ffn);
+    kernels::SwiGlu(gate_.data(), up_.data(), gate_.data(), rows * ffn);
+    kernels::MatMulWT(gate_.data(), w.w_down, nullptr, proj_.data(), r, ffn, hidden);
+    AddInPlace(x, proj_.data(), rows * hidden);
+  }
+
+  // Logits only for the rows that need them (the last token of an entry).
+  int64_t row = 0;
+  for (const ForwardEntry& e : batch) {
+    row += static_cast<int64_t>(e.tokens.size());
+    if (e.logits == nullptr && e.token == nullptr) continue;
+    float* last = h_.data();
+    kernels::RmsNorm(x + (row - 1) * hidden, weights_.final_norm(), last, 1, hidden, c.rms_norm_eps);
+    float* logits = e.logits;
+    if (logits == nullptr) {
+      Grow(logits_, c.vocab_size);
+      logits = logits_.data();
+    }
+    kernels::MatMulWT(last, weights_.lm_head(), nullptr, logits, 1, hidden, c.vocab_size);
+    if (e.token != nullptr) {
+      *e.token = kernels::SampleToken(logits, c.vocab_size, e.sampling.temperature, e.sampling.top_p, e.sampling.u);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata::model

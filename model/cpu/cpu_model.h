@@ -1,0 +1,55 @@
+// CpuModel: the Llama-family forward pass on the CPU, fp32, over a batch of sequences.
+//
+// Reads top to bottom as the model is written: embed; for each layer (norm, qkv, rope,
+// attention, residual, norm, mlp, residual); norm; logits. Every kernel it calls is batch
+// invariant (kernels/cpu_kernels.h), so a token's KV and logits do not depend on what
+// else is in the batch or on how a prompt was split across steps: cached and recomputed
+// turns give the same tokens.
+#ifndef STRATA_MODEL_CPU_CPU_MODEL_H_
+#define STRATA_MODEL_CPU_CPU_MODEL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "model/model_backend.h"
+#include "model/model_weights.h"
+#include "model/cpu/sequence_kv.h"
+
+namespace strata::model {
+
+// The CPU backend: fp32 weights and KV; stores fp32 K/V rows. Its sequences are
+// SequenceKv (contiguous per sequence, allocated on demand: NewSequence never runs out).
+class CpuModel final : public ModelBackend {
+ public:
+  explicit CpuModel(ModelWeights weights);
+
+  const ModelConfig& config() const override { return weights_.config(); }
+  std::string name() const override { return "cpu"; }
+  uint64_t fingerprint() const override { return weights_.fingerprint(); }
+  int64_t kv_row_bytes() const override { return int64_t{config().kv_dim()} * 4; }
+  const ModelWeights& weights() const { return weights_; }
+
+  absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity_tokens) override;
+  absl::Status Forward(absl::Span<const ForwardEntry> batch) override;
+  absl::Status LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                      const storage::ChunkLayout& layout) override;
+  absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+                      const storage::ChunkLayout& layout) override;
+
+  // Places stored, position-free KV of one token into `kv` at `pos`: copies K before
+  // RoPE and V, and writes K rotated for `pos`.
+  void PlaceLoadedKv(SequenceKv& kv, int layer, int64_t pos, const float* k_raw,
+                     const float* v) const;
+
+ private:
+  ModelWeights weights_;
+  std::vector<float> inv_freq_;
+  // Step workspaces, grown to the largest step seen.
+  std::vector<float> x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, logits_;
+  std::vector<int32_t> positions_;
+};
+
+}  // namespace strata::model
+
+#endif  // STRATA_MODEL_CPU_CPU_MODEL_H_

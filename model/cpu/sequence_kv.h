@@ -1,0 +1,48 @@
+// SequenceKv: the working KV of one sequence while it runs on the CPU backend.
+//
+// Holds, per layer, K after RoPE (what attention reads), K before RoPE (what the session
+// cache stores: position-free) and V, each [capacity][kv_dim] fp32. Owned by the engine's
+// running sequence; used by one thread at a time (the engine loop).
+#ifndef STRATA_MODEL_CPU_SEQUENCE_KV_H_
+#define STRATA_MODEL_CPU_SEQUENCE_KV_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "model/model_backend.h"
+
+namespace strata::model {
+
+class SequenceKv final : public SequenceState {
+ public:
+  SequenceKv(int layers, int kv_dim, int64_t capacity_tokens)
+      : layers_(layers), kv_dim_(kv_dim), capacity_(capacity_tokens),
+        k_rot_(Size()), k_raw_(Size()), v_(Size()) {}
+
+  int layers() const { return layers_; }
+  int kv_dim() const { return kv_dim_; }
+  int64_t capacity() const { return capacity_; }
+
+  float* k_rot(int layer, int64_t token) { return k_rot_.data() + Index(layer, token); }
+  float* k_raw(int layer, int64_t token) { return k_raw_.data() + Index(layer, token); }
+  float* v(int layer, int64_t token) { return v_.data() + Index(layer, token); }
+  const float* k_raw(int layer, int64_t token) const { return k_raw_.data() + Index(layer, token); }
+  const float* v(int layer, int64_t token) const { return v_.data() + Index(layer, token); }
+
+ private:
+  size_t Size() const { return static_cast<size_t>(layers_) * capacity_ * kv_dim_; }
+  size_t Index(int layer, int64_t token) const {
+    return (static_cast<size_t>(layer) * capacity_ + token) * kv_dim_;
+  }
+
+  int layers_;
+  int kv_dim_;
+  int64_t capacity_;
+  std::vector<float> k_rot_;
+  std::vector<float> k_raw_;
+  std::vector<float> v_;
+};
+
+}  // namespace strata::model
+
+#endif  // STRATA_MODEL_CPU_SEQUENCE_KV_H_

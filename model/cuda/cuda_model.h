@@ -1,0 +1,92 @@
+// CudaModel: the Llama-family forward pass on one CUDA GPU (Hopper first), bf16.
+//
+// Weights live in HBM as bf16 (Q, K and V projections fused into one matrix, gate and up
+// into another); activations between kernels are fp32, matrix operands bf16, products
+// accumulate in fp32 (cuBLAS). Each layer's KV lives in a paged pool in HBM with three
+// planes (kernels/bf16_kernels.h): K rotated (attention reads it), K before RoPE and V
+// (the session cache stores those, 2 bytes a value). A sequence reserves the pages for
+// its capacity when it is created, so a running turn never runs out of KV memory.
+//
+// Every step is enqueued on the model's own stream and synchronised once at the end,
+// before Forward returns (the engine reads the sampled tokens next). Not thread-safe:
+// the engine loop is the only caller. Built without CUDA, Create returns
+// FailedPrecondition.
+#ifndef STRATA_MODEL_CUDA_CUDA_MODEL_H_
+#define STRATA_MODEL_CUDA_CUDA_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "model/model_backend.h"
+#include "model/model_weights.h"
+
+namespace strata::model {
+
+struct CudaModelOptions {
+  int device = 0;
+  // The pool takes this fraction of the GPU memory free after the weights and the step
+  // workspaces' first allocation, unless kv_pool_bytes is set.
+  double kv_memory_fraction = 0.85;
+  int64_t kv_pool_bytes = 0;
+  int page_tokens = 32;
+  // Most tokens of one forward step the workspaces are sized for up front (they grow
+  // on demand past it).
+  int initial_step_tokens = 1024;
+  // Decode steps (one token per sequence, no logits copied out) run as captured CUDA
+  // graphs, one per (batch size, context bucket: 1/16 of the next power of two, at least
+  // 256 tokens), at most 256 kept.
+  bool cuda_graphs = true;
+};
+
+class CudaModel final : public ModelBackend {
+ public:
+  // Number of visible CUDA devices; 0 without CUDA or without a GPU.
+  static int DeviceCount();
+
+  // Uploads `weights` (converted to bf16). FailedPrecondition without a GPU (naming
+  // why); ResourceExhausted when they do not fit; InvalidArgument for a head_dim the
+  // attention kernels do not take (64 or 128) or a GQA group other than 1, 2, 4 or 8.
+  static absl::StatusOr<std::unique_ptr<CudaModel>> Create(const ModelWeights& weights,
+                                                           const CudaModelOptions& options);
+  // A model of `config`'s shapes with deterministic random bf16 weights made on the GPU
+  // (no host copy): for benchmarks at real-model sizes.
+  static absl::StatusOr<std::unique_ptr<CudaModel>> CreateRandom(const ModelConfig& config, uint64_t seed,
+                                                                 const CudaModelOptions& options);
+  ~CudaModel() override;
+
+  const ModelConfig& config() const override;
+  std::string name() const override { return "cuda"; }
+  uint64_t fingerprint() const override;
+  int64_t kv_row_bytes() const override { return int64_t{config().kv_dim()} * 2; }
+  int64_t kv_capacity_tokens() const override;  // the whole pool
+
+  absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity_tokens) override;
+  absl::Status Forward(absl::Span<const ForwardEntry> batch) override;
+  absl::Status LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                      const storage::ChunkLayout& layout) override;
+  absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+                      const storage::ChunkLayout& layout) override;
+  // cudaHostRegister of the host tier's arena (unregistered when the model goes).
+  absl::Status RegisterHostMemory(absl::Span<std::byte> memory) override;
+
+  // For benchmarks: fills every page of the pool with random bf16 values, so decode steps
+  // can be timed at long contexts without computing them first.
+  absl::Status RandomizeKvPool(uint64_t seed);
+
+  // Sizes, for logs and benchmarks.
+  int64_t weight_bytes() const;
+  int64_t pool_pages() const;
+  int64_t free_pages() const;
+  int page_tokens() const;
+
+  struct Impl;
+
+ private:
+  explicit CudaModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::model
+
+#endif  // STRATA_MODEL_CUDA_CUDA_MODEL_H_

@@ -1,0 +1,179 @@
+// The CUDA backend against the CPU backend (the fp32 specification) on the same random
+// weights, and the session-cache properties on the GPU. Skips, saying so, without a GPU.
+#include "model/cuda/cuda_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "model/cpu/cpu_model.h"
+#include "gtest/gtest.h"
+
+namespace strata::model {
+namespace {
+
+class CudaModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaModel::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: GPU backend tests skipped";
+  }
+  static ModelConfig Config(bool bias = false) {
+    ModelConfig c = ModelConfig::Builtin();  // 4 layers, hidden 256, 4 q / 2 kv heads of 64
+    c.qkv_bias = bias;
+    return c;
+  }
+  static std::vector<int32_t> Tokens(int n, int salt) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) t[i] = 32 + (i * 37 + salt * 11) % 90;
+    return t;
+  }
+  static CudaModelOptions SmallPool() {
+    CudaModelOptions o;
+    o.kv_pool_bytes = 64 << 20;
+    o.initial_step_tokens = 256;
+    return o;
+  }
+};
+
+double RelativeError(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
+    den += double{want[i]} * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+int Argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+// Logits after a prefill and then after each decode step, one sequence.
+std::vector<std::vector<float>> StepLogits(ModelBackend& m, const std::vector<int32_t>& tokens, int prefill) {
+  std::vector<std::vector<float>> out;
+  auto seq = m.NewSequence(static_cast<int64_t>(tokens.size()));
+  EXPECT_TRUE(seq.ok()) << seq.status();
+  if (!seq.ok()) return out;
+  int64_t pos = 0;
+  while (pos < static_cast<int64_t>(tokens.size())) {
+    const int n = pos == 0 ? prefill : 1;
+    std::vector<float> logits(static_cast<size_t>(m.config().vocab_size));
+    int32_t greedy = -1;
+    ForwardEntry e{seq->get(), pos, absl::Span<const int32_t>(tokens.data() + pos, n), logits.data(), &greedy};
+    absl::Status s = m.Forward({&e, 1});
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_EQ(greedy, Argmax(logits)) << "the device argmax names the largest logit";
+    out.push_back(std::move(logits));
+    pos += n;
+  }
+  return out;
+}
+
+TEST_F(CudaModelTest, LogitsMatchTheCpuBackendWithinBf16) {
+  for (bool bias : {false, true}) {
+    ModelConfig c = Config(bias);
+    ModelWeights weights = ModelWeights::Random(c, 5, {});
+    auto cuda = CudaModel::Create(weights, SmallPool());
+    ASSERT_TRUE(cuda.ok()) << cuda.status();
+    CpuModel cpu(std::move(weights));
+    const std::vector<int32_t> tokens = Tokens(90, bias);
+    auto want = StepLogits(cpu, tokens, 60);
+    auto got = StepLogits(**cuda, tokens, 60);
+    ASSERT_EQ(got.size(), want.size());
+    int agree = 0;
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, RelativeError(got[i], want[i]));
+      agree += Argmax(got[i]) == Argmax(want[i]);
+    }
+    // bf16 weights and KV against fp32: ~1e-2 relative is what bf16 operands give.
+    EXPECT_LT(worst, 3e-2) << "bias " << bias;
+    EXPECT_GE(agree, static_cast<int>(got.size()) - 2) << "top-1 agreement " << agree << "/" << got.size();
+    std::printf("bias %d: worst relative error %.3g, top-1 agreement %d/%zu\n", bias, worst, agree, got.size());
+  }
+}
+
+TEST_F(CudaModelTest, LoadedKvGivesTheSameLogitsAsComputedKv) {
+  ModelConfig c = Config();
+  auto model = CudaModel::Create(ModelWeights::Random(c, 9, {}), SmallPool());
+  ASSERT_TRUE(model.ok()) << model.status();
+  CudaModel& m = **model;
+  const int chunk = 32, prompt = 50;
+  const storage::ChunkLayout layout = ChunkLayoutFor(m, chunk);
+  const std::vector<int32_t> tokens = Tokens(prompt + 1, 3);
+  auto computed = m.NewSequence(prompt + 1);
+  auto loaded = m.NewSequence(prompt + 1);
+  ASSERT_TRUE(computed.ok() && loaded.ok());
+  ForwardEntry fill{computed->get(), 0, absl::Span<const int32_t>(tokens.data(), prompt)};
+  ASSERT_TRUE(m.Forward({&fill, 1}).ok());
+  // Save in chunks, then place them into the other sequence, as the session cache does.
+  std::vector<std::byte> payload(static_cast<size_t>(layout.PayloadBytes()));
+  for (int begin = 0; begin < prompt; begin += chunk) {
+    const int count = std::min(chunk, prompt - begin);
+    ASSERT_TRUE(m.SaveKv(**computed, begin, count, absl::MakeSpan(payload), layout).ok());
+    ASSERT_TRUE(m.LoadKv(**loaded, begin, count, payload, layout).ok());
+  }
+  std::vector<float> a(c.vocab_size), b(c.vocab_size);
+  ForwardEntry ea{computed->get(), prompt, absl::Span<const int32_t>(tokens.data() + prompt, 1), a.data()};
+  ForwardEntry eb{loaded->get(), prompt, absl::Span<const int32_t>(tokens.data() + prompt, 1), b.data()};
+  ASSERT_TRUE(m.Forward({&ea, 1}).ok());
+  ASSERT_TRUE(m.Forward({&eb, 1}).ok());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+      << "KV placed from the session cache must equal the KV the forward pass computed";
+  // The stored rows are position-free K: placing them shifted changes the result.
+  EXPECT_TRUE(absl::IsInvalidArgument(m.LoadKv(**loaded, prompt, chunk, payload, layout)))
+      << "rows past the sequence's capacity are refused";
+}
+
+// Decode steps run as captured graphs (per batch and context bucket) give the
+// same tokens as the same steps launched one kernel at a time, across a bucket boundary.
+TEST_F(CudaModelTest, GraphDecodeStepsEqualEagerSteps) {
+  std::vector<int32_t> out[2];
+  for (int graphs = 0; graphs < 2; ++graphs) {
+    CudaModelOptions o = SmallPool();
+    o.cuda_graphs = graphs;
+    auto model = CudaModel::Create(ModelWeights::Random(Config(), 21, {}), o);
+    ASSERT_TRUE(model.ok()) << model.status();
+    CudaModel& m = **model;
+    const int prompt = 1000, steps = 40;
+    std::vector<std::unique_ptr<SequenceState>> seqs;
+    std::vector<std::vector<int32_t>> tokens;
+    for (int b = 0; b < 3; ++b) {
+      seqs.push_back(*m.NewSequence(prompt + steps + 1));
+      tokens.push_back(Tokens(prompt, b));
+      int32_t next = -1;
+      ForwardEntry e{seqs.back().get(), 0, tokens.back(), nullptr, &next};
+      ASSERT_TRUE(m.Forward({&e, 1}).ok());
+      tokens.back().push_back(next);
+    }
+    for (int s = 0; s < steps; ++s) {
+      std::vector<int32_t> next(3, -1);
+      std::vector<ForwardEntry> batch;
+      for (int b = 0; b < 3; ++b) {
+        const int64_t pos = static_cast<int64_t>(tokens[b].size()) - 1;
+        batch.push_back(
+            ForwardEntry{seqs[b].get(), pos, absl::Span<const int32_t>(&tokens[b][pos], 1), nullptr, &next[b]});
+      }
+      ASSERT_TRUE(m.Forward(batch).ok());
+      for (int b = 0; b < 3; ++b) tokens[b].push_back(next[b]);
+    }
+    for (auto& t : tokens) out[graphs].insert(out[graphs].end(), t.begin() + prompt, t.end());
+  }
+  EXPECT_EQ(out[0], out[1]) << "graph-launched decode steps differ from eager ones";
+}
+
+TEST_F(CudaModelTest, PoolRunsOutAndRecovers) {
+  CudaModelOptions o = SmallPool();
+  o.kv_pool_bytes = 3 * 4 * 32 * 128 * 2 * 40;  // 40 pages of 32 tokens (4 layers, kv_dim 128, 3 planes)
+  auto model = CudaModel::Create(ModelWeights::Random(Config(), 1, {}), o);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->pool_pages(), 40);
+  auto a = (*model)->NewSequence(32 * 30);
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted((*model)->NewSequence(32 * 11).status()));
+  a->reset();
+  EXPECT_TRUE((*model)->NewSequence(32 * 40).ok()) << "pages of an ended sequence come back";
+}
+
+// Three turns of a conversation through the engine on the GPU: the answers' tokens, and
+// how many prompt tokens each turn reused.
+}  // namespace
+}  // namespace strata::model

@@ -1,0 +1,96 @@
+// ModelBackend: one Llama-family model on one device (the CPU reference, or a CUDA GPU),
+// as the engine drives it: sequences that hold KV, forward steps over a batch of them,
+// and the hand-off of position-free KV to and from the session cache's chunks.
+//
+// The engine loop is the only caller: no method is thread-safe, and each returns once its
+// results are ready (a device backend synchronises before returning what the host reads).
+#ifndef STRATA_MODEL_MODEL_BACKEND_H_
+#define STRATA_MODEL_MODEL_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "model/model_config.h"
+#include "storage/chunk_format.h"
+
+namespace strata::model {
+
+// The KV one running sequence holds in a backend, for tokens [0, its length). Opaque to
+// the engine; created by NewSequence and used only with the backend that made it.
+class SequenceState {
+ public:
+  virtual ~SequenceState() = default;
+};
+
+// How the next token is drawn from the last token's logits: kernels::SampleToken's
+// arguments (temperature <= 0: the argmax, lowest index on ties).
+struct TokenSampling {
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  double u = 0.0;  // uniform in [0, 1)
+};
+
+// One sequence's share of a forward step: `tokens` sit at positions
+// [start_pos, start_pos + tokens.size()); the KV of [0, start_pos) is already held.
+struct ForwardEntry {
+  SequenceState* seq;
+  int64_t start_pos;
+  absl::Span<const int32_t> tokens;
+  float* logits = nullptr;  // if non-null: receives [vocab] logits of the last token
+  int32_t* token = nullptr;  // if non-null: receives the next token, drawn as `sampling` says
+  TokenSampling sampling = {};
+};
+
+class ModelBackend {
+ public:
+  virtual ~ModelBackend() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  // "cpu" or "cuda".
+  virtual std::string name() const = 0;
+  // Identifies the model and the format of the KV it stores: in every chunk, so KV of one
+  // model (or of one stored precision) is never served to another.
+  virtual uint64_t fingerprint() const = 0;
+  // Bytes of one stored K or V row (kv_dim values): 4 per value for fp32, 2 for bf16.
+  virtual int64_t kv_row_bytes() const = 0;
+
+  // The most tokens one sequence can ever hold in the backend's KV memory (all of it).
+  virtual int64_t kv_capacity_tokens() const { return std::numeric_limits<int64_t>::max(); }
+
+  // A sequence that can hold up to `capacity_tokens` tokens. ResourceExhausted when the
+  // backend's KV memory has no room for it now (it may once running sequences end).
+  virtual absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity_tokens) = 0;
+
+  // Runs one step over all entries (each sequence at most once). InvalidArgument for a
+  // sequence from another backend or tokens past its capacity; Internal for a device fault.
+  virtual absl::Status Forward(absl::Span<const ForwardEntry> batch) = 0;
+
+  // Places stored, position-free KV of tokens [begin, begin + count) into `seq` from a
+  // chunk payload laid out as `layout` (row of token begin + i at RowOffset(l, kv, i);
+  // K before RoPE): K is rotated to each token's position. The payload is read before
+  // returning.
+  virtual absl::Status LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                              const storage::ChunkLayout& layout) = 0;
+  // The reverse: writes the KV of tokens [begin, begin + count) of `seq` (K before RoPE,
+  // as the projection produced it) into a chunk payload.
+  virtual absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+                              const storage::ChunkLayout& layout) = 0;
+
+  // Tells the backend that chunk payloads will lie in `memory` (the host tier's arena),
+  // which outlives the backend: a device backend pins it so loads and saves are DMA.
+  // Errors only say that copies stay staged; nothing else changes.
+  virtual absl::Status RegisterHostMemory(absl::Span<std::byte> /*memory*/) { return absl::OkStatus(); }
+};
+
+// The chunk layout the session cache must use for `backend`'s KV.
+storage::ChunkLayout ChunkLayoutFor(const ModelBackend& backend, int chunk_tokens);
+
+}  // namespace strata::model
+
+#endif  // STRATA_MODEL_MODEL_BACKEND_H_

@@ -1,0 +1,139 @@
+#include <cstring>
+#include <numeric>
+
+#include "model/cpu/cpu_model.h"
+#include "model/model_config.h"
+#include "model/model_weights.h"
+#include "text/tokenizer.h"
+#include "gtest/gtest.h"
+
+namespace strata::model {
+namespace {
+
+ModelConfig TinyConfig() {
+  ModelConfig c = ModelConfig::Builtin();
+  c.hidden_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.intermediate_size = 96;
+  c.max_context = 256;
+  c.qkv_bias = true;
+  return c;
+}
+
+std::vector<int32_t> Prompt(int n) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = (i * 37 + 11) % 256;
+  return p;
+}
+
+TEST(ModelConfigTest, BuiltinValidates) { EXPECT_TRUE(ModelConfig::Builtin().Validate().ok()); }
+
+TEST(ModelConfigTest, ParsesHfConfigJson) {
+  auto c = ModelConfig::FromHfConfigJson(R"({
+    "architectures": ["LlamaForCausalLM"], "vocab_size": 1000, "hidden_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "intermediate_size": 256, "max_position_embeddings": 2048, "rope_theta": 500000.0,
+    "rms_norm_eps": 1e-5, "tie_word_embeddings": true,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0, "original_max_position_embeddings": 1024}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 32);
+  EXPECT_EQ(c->num_kv_heads, 2);
+  EXPECT_TRUE(c->tie_embeddings);
+  EXPECT_TRUE(c->rope_scaling.llama3);
+  EXPECT_EQ(c->rope_scaling.original_max_position, 1024);
+  EXPECT_FLOAT_EQ(c->rope_theta, 500000.0f);
+}
+
+TEST(ModelConfigTest, NamesTheMissingOrBadField) {
+  auto missing = ModelConfig::FromHfConfigJson(R"({"vocab_size": 10})");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("hidden_size"), std::string::npos) << missing.status();
+  auto gqa = ModelConfig::FromHfConfigJson(R"({"vocab_size": 10, "hidden_size": 64,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 3,
+    "intermediate_size": 8, "max_position_embeddings": 64})");
+  ASSERT_FALSE(gqa.ok());
+  EXPECT_NE(gqa.status().message().find("num_key_value_heads"), std::string::npos) << gqa.status();
+  EXPECT_FALSE(ModelConfig::FromHfConfigJson("not json").ok());
+}
+
+TEST(ModelWeightsTest, SeedDeterminesWeightsAndFingerprint) {
+  ModelConfig c = TinyConfig();
+  ModelWeights a = ModelWeights::Random(c, 1, {});
+  ModelWeights b = ModelWeights::Random(c, 1, {});
+  ModelWeights other = ModelWeights::Random(c, 2, {});
+  EXPECT_EQ(a.fingerprint(), b.fingerprint());
+  EXPECT_NE(a.fingerprint(), other.fingerprint());
+  EXPECT_EQ(0, std::memcmp(a.layer(1).wq, b.layer(1).wq, sizeof(float) * c.q_dim() * c.hidden_size));
+  ModelConfig wider = c;
+  wider.max_context = 512;  // same weights, other config: another model
+  EXPECT_NE(ModelWeights::Random(wider, 1, {}).fingerprint(), a.fingerprint());
+}
+
+TEST(ModelWeightsTest, SilentTokensHaveZeroHeadRows) {
+  ModelConfig c = TinyConfig();
+  ModelWeights w = ModelWeights::Random(c, 1, {3, 7});
+  for (int i = 0; i < c.hidden_size; ++i) {
+    EXPECT_EQ(w.lm_head()[3 * c.hidden_size + i], 0.0f);
+    EXPECT_EQ(w.lm_head()[7 * c.hidden_size + i], 0.0f);
+  }
+}
+
+// The property the session cache rests on: KV and logits of a token do not depend on how
+// the prompt was cut into steps or what else was in the batch.
+TEST(CpuModelTest, SplitPrefillAndDecodeEqualOneShotPrefill) {
+  ModelConfig c = TinyConfig();
+  CpuModel model(ModelWeights::Random(c, 7, {}));
+  const std::vector<int32_t> prompt = Prompt(23);
+  SequenceKv whole(c.num_layers, c.kv_dim(), 32);
+  std::vector<float> logits_whole(c.vocab_size);
+  ForwardEntry e{&whole, 0, prompt, logits_whole.data()};
+  ASSERT_TRUE(model.Forward({&e, 1}).ok());
+
+  SequenceKv pieces(c.num_layers, c.kv_dim(), 32);
+  SequenceKv other(c.num_layers, c.kv_dim(), 32);  // a bystander in the same batch
+  std::vector<int32_t> other_prompt = Prompt(9);
+  std::vector<float> logits_pieces(c.vocab_size);
+  int64_t pos = 0;
+  for (int n : {5, 1, 9, 1, 1, 6}) {
+    absl::Span<const int32_t> part(prompt.data() + pos, n);
+    bool last = pos + n == static_cast<int64_t>(prompt.size());
+    ForwardEntry batch[2] = {{&other, 0, other_prompt, nullptr},
+                             {&pieces, pos, part, last ? logits_pieces.data() : nullptr}};
+    ASSERT_TRUE(model.Forward(batch).ok());
+    pos += n;
+  }
+  ASSERT_EQ(pos, 23);
+  EXPECT_EQ(0, std::memcmp(logits_whole.data(), logits_pieces.data(), sizeof(float) * c.vocab_size))
+      << "logits differ between one-shot and split prefill";
+  for (int l = 0; l < c.num_layers; ++l) {
+    EXPECT_EQ(0, std::memcmp(whole.k_raw(l, 0), pieces.k_raw(l, 0), sizeof(float) * 23 * c.kv_dim()))
+        << "layer " << l;
+    EXPECT_EQ(0, std::memcmp(whole.k_rot(l, 0), pieces.k_rot(l, 0), sizeof(float) * 23 * c.kv_dim()));
+    EXPECT_EQ(0, std::memcmp(whole.v(l, 0), pieces.v(l, 0), sizeof(float) * 23 * c.kv_dim()));
+  }
+}
+
+TEST(CpuModelTest, PlacedKvEqualsComputedKv) {
+  ModelConfig c = TinyConfig();
+  CpuModel model(ModelWeights::Random(c, 7, {}));
+  const std::vector<int32_t> prompt = Prompt(12);
+  SequenceKv computed(c.num_layers, c.kv_dim(), 16);
+  ForwardEntry e{&computed, 0, prompt, nullptr};
+  ASSERT_TRUE(model.Forward({&e, 1}).ok());
+  SequenceKv placed(c.num_layers, c.kv_dim(), 16);
+  for (int l = 0; l < c.num_layers; ++l)
+    for (int t = 0; t < 12; ++t) model.PlaceLoadedKv(placed, l, t, computed.k_raw(l, t), computed.v(l, t));
+  for (int l = 0; l < c.num_layers; ++l) {
+    EXPECT_EQ(0, std::memcmp(computed.k_rot(l, 0), placed.k_rot(l, 0), sizeof(float) * 12 * c.kv_dim()))
+        << "rotating stored pre-RoPE K must give the K attention used, layer " << l;
+  }
+  // Pre-RoPE K really is position-free: it differs from the rotated K past position 0.
+  EXPECT_NE(0, std::memcmp(computed.k_rot(0, 5), computed.k_raw(0, 5), sizeof(float) * c.kv_dim()));
+}
+
+}  // namespace
+}  // namespace strata::model
