@@ -128,13 +128,6 @@ Engine::~Engine() {
   queue_.clear();
 }
 
-std::string Engine::SessionMapKey(const storage::SessionKey& key) {
-  std::string k = key.tenant;
-  k.push_back('\0');
-  k += key.session_id;
-  return k;
-}
-
 absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) {
   const model::ModelConfig& c = config();
   const int64_t prompt = static_cast<int64_t>(request.prompt.size());
@@ -203,7 +196,7 @@ std::vector<Engine::Queued> Engine::AdmitLocked(std::vector<Promotion>* promote)
       ++it;
       continue;
     }
-    std::string key = SessionMapKey(it->request.key);
+    std::string key = storage::SessionMapKey(it->request.key);
     if (active_sessions_.contains(key)) {
       ++it;  // the session's previous turn is still running: this one waits its turn
       continue;
@@ -293,7 +286,7 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   r->seq = *std::move(seq);
   r->request = std::move(queued.request);
   r->stream = std::move(queued.stream);
-  r->session_key = SessionMapKey(r->request.key);
+  r->session_key = storage::SessionMapKey(r->request.key);
   r->tokens = r->request.prompt;
   r->rng = SplitMix64(r->request.sampling.seed);
   r->stop_filter = text::StopStringFilter(r->request.stop);
@@ -380,13 +373,13 @@ void Engine::Abandon(Queued& queued, const absl::Status& why) {
   queued.stream->Fail(why);
   queued.stream.reset();  // ended: not to be queued again
   MutexLock lock(&mu_);
-  active_sessions_.erase(SessionMapKey(queued.request.key));
+  active_sessions_.erase(storage::SessionMapKey(queued.request.key));
 }
 
 void Engine::Requeue(std::vector<Queued> turns) {
   MutexLock lock(&mu_);
   for (auto it = turns.rbegin(); it != turns.rend(); ++it) {
-    active_sessions_.erase(SessionMapKey(it->request.key));
+    active_sessions_.erase(storage::SessionMapKey(it->request.key));
     queue_.push_front(std::move(*it));
   }
   lookahead_changed_ = true;

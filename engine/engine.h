@@ -98,7 +98,6 @@ class Engine {
 
   Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend> model, const text::Tokenizer* tokenizer,
          storage::SessionStore* store, metrics::Registry* registry);
-  static std::string SessionMapKey(const storage::SessionKey& key);
   void Loop();
   // Takes the turns that can start now; fills `promote` with the sessions to bring up
   // from SSD first (started by the caller, outside the lock).

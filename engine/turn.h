@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "base/mutex.h"
 #include "absl/time/time.h"
-#include "storage/session_store.h"
+#include "storage/session_key.h"
 
 namespace strata::engine {
 

@@ -1,5 +1,7 @@
 #include "storage/session_store.h"
 
+#include "storage/session_store_impl.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -10,16 +12,6 @@
 #include "xxhash.h"
 
 namespace strata::storage {
-
-const char* TierName(Tier tier) {
-  switch (tier) {
-    case Tier::kNone: return "none";
-    case Tier::kHbm: return "hbm";
-    case Tier::kHost: return "host";
-    case Tier::kSsd: return "ssd";
-  }
-  return "unknown";
-}
 
 absl::Status SessionStoreOptions::Validate() const {
   if (host_capacity_bytes < 0) {
@@ -67,24 +59,27 @@ absl::StatusOr<std::unique_ptr<SessionStore>> SessionStore::Create(
     if (!idx.ok()) return idx.status();
     index = *std::move(idx);
   }
-  std::unique_ptr<SessionStore> store(
-      new SessionStore(options, *std::move(host), std::move(ssd), std::move(index)));
-  if (store->ssd_ != nullptr) {
-    if (absl::Status s = store->Recover(); !s.ok()) return s;
-    store->persist_thread_ = std::thread([s = store.get()] { s->PersistLoop(); });
-  }
+  auto store = std::make_unique<SessionStoreImpl>(options, *std::move(host), std::move(ssd), std::move(index));
+  if (absl::Status s = store->Start(); !s.ok()) return s;
   return store;
 }
 
-SessionStore::SessionStore(const SessionStoreOptions& options, std::unique_ptr<HostTier> host,
-                           std::unique_ptr<SsdTier> ssd, std::unique_ptr<SessionIndex> index)
+SessionStoreImpl::SessionStoreImpl(const SessionStoreOptions& options, std::unique_ptr<HostTier> host,
+                                   std::unique_ptr<SsdTier> ssd, std::unique_ptr<SessionIndex> index)
     : options_(options),
       host_(std::move(host)),
       ssd_(std::move(ssd)),
       index_(std::move(index)),
       placement_(options.placement) {}
 
-SessionStore::~SessionStore() {
+absl::Status SessionStoreImpl::Start() {
+  if (ssd_ == nullptr) return absl::OkStatus();
+  if (absl::Status s = Recover(); !s.ok()) return s;
+  persist_thread_ = std::thread([this] { PersistLoop(); });
+  return absl::OkStatus();
+}
+
+SessionStoreImpl::~SessionStoreImpl() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
@@ -94,25 +89,16 @@ SessionStore::~SessionStore() {
   if (persist_thread_.joinable()) persist_thread_.join();
 }
 
-std::string SessionStore::MapKey(const SessionKey& key) {
-  // Tenants cannot contain '\0' (they come from the server's configuration), so this
-  // separates (tenant, id) pairs unambiguously.
-  std::string k = key.tenant;
-  k.push_back('\0');
-  k += key.session_id;
-  return k;
-}
-
-void SessionStore::TouchLocked(Session& s) {
+void SessionStoreImpl::TouchLocked(Session& s) {
   s.last_use = ++clock_;
   s.last_access_unix_ms = absl::ToUnixMillis(absl::Now());
 }
 
-bool SessionStore::ExpiredLocked(const Session& s) const {
+bool SessionStoreImpl::ExpiredLocked(const Session& s) const {
   return absl::FromUnixMillis(s.last_access_unix_ms) + options_.ttl < absl::Now();
 }
 
-SessionInfo SessionStore::InfoLocked(const Session& s) const {
+SessionInfo SessionStoreImpl::InfoLocked(const Session& s) const {
   SessionInfo info;
   info.session_id = s.session_id;
   info.cached_tokens = static_cast<int64_t>(s.tokens.size());
@@ -124,11 +110,11 @@ SessionInfo SessionStore::InfoLocked(const Session& s) const {
   return info;
 }
 
-PrefixMatch SessionStore::Match(const SessionKey& key, absl::Span<const int32_t> tokens,
+PrefixMatch SessionStoreImpl::Match(const SessionKey& key, absl::Span<const int32_t> tokens,
                                 int64_t max_tokens) {
   MutexLock lock(&mu_);
   ++stats_.lookups;
-  std::string map_key = MapKey(key);
+  std::string map_key = SessionMapKey(key);
   auto it = sessions_.find(map_key);
   if (it == sessions_.end()) return {};
   Session& s = *it->second;
@@ -153,10 +139,10 @@ PrefixMatch SessionStore::Match(const SessionKey& key, absl::Span<const int32_t>
   return {n, on_host ? Tier::kHost : Tier::kSsd};
 }
 
-absl::StatusOr<int64_t> SessionStore::Read(const SessionKey& key, int64_t tokens,
+absl::StatusOr<int64_t> SessionStoreImpl::Read(const SessionKey& key, int64_t tokens,
                                            VisitFn visit) {
   MutexLock lock(&mu_);
-  const std::string map_key = MapKey(key);
+  const std::string map_key = SessionMapKey(key);
   auto it = sessions_.find(map_key);
   if (it == sessions_.end()) {
     return absl::NotFoundError(absl::StrCat("session '", key.session_id, "' is not stored"));
@@ -219,13 +205,13 @@ absl::StatusOr<int64_t> SessionStore::Read(const SessionKey& key, int64_t tokens
   return delivered;
 }
 
-void SessionStore::AddHostSampleLocked(bool write, int64_t bytes, absl::Duration d) {
+void SessionStoreImpl::AddHostSampleLocked(bool write, int64_t bytes, absl::Duration d) {
   constexpr size_t kMaxSamples = 8192;
   if (host_samples_.size() >= kMaxSamples) host_samples_.pop_front();
   host_samples_.push_back(TierIoSample{Tier::kHost, write, bytes, absl::ToDoubleSeconds(d)});
 }
 
-std::vector<TierIoSample> SessionStore::TakeIoSamples() {
+std::vector<TierIoSample> SessionStoreImpl::TakeIoSamples() {
   std::vector<TierIoSample> out;
   {
     MutexLock lock(&mu_);
@@ -240,7 +226,7 @@ std::vector<TierIoSample> SessionStore::TakeIoSamples() {
   return out;
 }
 
-void SessionStore::EnqueueWriteBackLocked(const std::string& map_key, const Session& s) {
+void SessionStoreImpl::EnqueueWriteBackLocked(const std::string& map_key, const Session& s) {
   if (ssd_ == nullptr || degraded_) return;
   PersistJob job;
   job.map_key = map_key;
@@ -248,14 +234,14 @@ void SessionStore::EnqueueWriteBackLocked(const std::string& map_key, const Sess
   persist_queue_.push_back(std::move(job));
 }
 
-void SessionStore::DropHostLocked(Session& s, size_t keep_chunks) {
+void SessionStoreImpl::DropHostLocked(Session& s, size_t keep_chunks) {
   while (s.host.size() > keep_chunks) {
     host_->Free(s.host.back());
     s.host.pop_back();
   }
 }
 
-void SessionStore::RemoveLocked(const std::string& map_key) {
+void SessionStoreImpl::RemoveLocked(const std::string& map_key) {
   auto it = sessions_.find(map_key);
   if (it == sessions_.end()) return;
   Session& s = *it->second;
@@ -271,7 +257,7 @@ void SessionStore::RemoveLocked(const std::string& map_key) {
   sessions_.erase(it);
 }
 
-bool SessionStore::MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose) {
+bool SessionStoreImpl::MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose) {
   if (host_->free_blocks() >= blocks) return true;
   std::vector<PlacementCandidate> candidates;
   for (auto& [k, s] : sessions_) {
@@ -316,11 +302,11 @@ bool SessionStore::MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomF
   return host_->free_blocks() >= blocks;
 }
 
-absl::Status SessionStore::Save(const SessionKey& key, absl::Span<const int32_t> tokens,
+absl::Status SessionStoreImpl::Save(const SessionKey& key, absl::Span<const int32_t> tokens,
                                 int64_t keep_tokens, FillFn fill) {
   const ChunkLayout& layout = options_.layout;
   MutexLock lock(&mu_);
-  std::string map_key = MapKey(key);
+  std::string map_key = SessionMapKey(key);
   auto it = sessions_.find(map_key);
   const int64_t stored = it == sessions_.end() ? 0 : static_cast<int64_t>(it->second->tokens.size());
   if (keep_tokens < 0 || keep_tokens > stored || keep_tokens > static_cast<int64_t>(tokens.size())) {
@@ -380,18 +366,18 @@ absl::Status SessionStore::Save(const SessionKey& key, absl::Span<const int32_t>
   return absl::OkStatus();
 }
 
-absl::StatusOr<SessionInfo> SessionStore::Get(const SessionKey& key) const {
+absl::StatusOr<SessionInfo> SessionStoreImpl::Get(const SessionKey& key) const {
   MutexLock lock(&mu_);
-  auto it = sessions_.find(MapKey(key));
+  auto it = sessions_.find(SessionMapKey(key));
   if (it == sessions_.end() || (it->second->host.empty() && !it->second->persisted)) {
     return absl::NotFoundError(absl::StrCat("session '", key.session_id, "' is not stored"));
   }
   return InfoLocked(*it->second);
 }
 
-absl::Status SessionStore::Drop(const SessionKey& key) {
+absl::Status SessionStoreImpl::Drop(const SessionKey& key) {
   MutexLock lock(&mu_);
-  std::string map_key = MapKey(key);
+  std::string map_key = SessionMapKey(key);
   auto it = sessions_.find(map_key);
   if (it == sessions_.end()) {
     return absl::NotFoundError(absl::StrCat("session '", key.session_id, "' is not stored"));
@@ -400,7 +386,7 @@ absl::Status SessionStore::Drop(const SessionKey& key) {
   return absl::OkStatus();
 }
 
-std::vector<SessionInfo> SessionStore::List(const std::string& tenant) const {
+std::vector<SessionInfo> SessionStoreImpl::List(const std::string& tenant) const {
   MutexLock lock(&mu_);
   std::vector<SessionInfo> out;
   for (const auto& [k, s] : sessions_) {
@@ -411,7 +397,7 @@ std::vector<SessionInfo> SessionStore::List(const std::string& tenant) const {
   return out;
 }
 
-SessionStoreStats SessionStore::Stats() const {
+SessionStoreStats SessionStoreImpl::Stats() const {
   MutexLock lock(&mu_);
   SessionStoreStats s = stats_;
   s.host_capacity_bytes = host_->capacity_bytes();
@@ -434,7 +420,7 @@ SessionStoreStats SessionStore::Stats() const {
 
 namespace strata::storage {
 
-absl::Span<std::byte> SessionStore::host_arena() const {
+absl::Span<std::byte> SessionStoreImpl::host_arena() const {
   MutexLock lock(&mu_);
   return absl::Span<std::byte>(host_->arena_base(), static_cast<size_t>(host_->arena_bytes()));
 }

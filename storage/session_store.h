@@ -26,40 +26,29 @@
 // on SSD promotes it and blocks its caller (only) on those reads, so the engine promotes
 // before admission; Flush() blocks until the session is persisted. Nothing else waits on
 // the disk.
+//
+// This header is the contract; the machinery is SessionStoreImpl (session_store_impl.h),
+// which only storage/ includes.
 #ifndef STRATA_STORAGE_SESSION_STORE_H_
 #define STRATA_STORAGE_SESSION_STORE_H_
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "base/mutex.h"
 #include "storage/chunk_format.h"
-#include "storage/host_tier.h"
 #include "storage/placement.h"
-#include "storage/session_index.h"
-#include "storage/ssd_tier.h"
+#include "storage/session_key.h"
 
 namespace strata::storage {
-
-enum class Tier { kNone = 0, kHbm = 1, kHost = 2, kSsd = 3 };
-const char* TierName(Tier tier);  // "none", "hbm", "host", "ssd"
-
-struct SessionKey {
-  std::string tenant;
-  std::string session_id;
-};
 
 struct SessionStoreOptions {
   int64_t host_capacity_bytes = int64_t{1} << 30;
@@ -154,19 +143,19 @@ class SessionStore {
   // persisted session of this model from the index (warm restart).
   static absl::StatusOr<std::unique_ptr<SessionStore>> Create(const SessionStoreOptions& options);
   // Waits for write-backs in flight, then stops.
-  ~SessionStore();
+  virtual ~SessionStore() = default;
 
   // The longest prefix of `tokens` whose KV is stored for `key`, capped at `max_tokens`.
   // Counts as one lookup (a hit when it matched anything) and refreshes the session's
   // last access. The tier is host when a host copy exists, else SSD.
-  PrefixMatch Match(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t max_tokens);
+  virtual PrefixMatch Match(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t max_tokens) = 0;
 
   // Delivers the KV of the first `tokens` tokens of the session to `visit`, chunk by
   // chunk, in order, promoting the session from SSD first if it has no host copy. Each
   // chunk is verified first; at the first chunk that fails, the session is truncated to
   // the tokens before it (the bad chunk is never served) and the count delivered so far
   // is returned. Returns NotFound when the session is gone.
-  absl::StatusOr<int64_t> Read(const SessionKey& key, int64_t tokens, VisitFn visit);
+  virtual absl::StatusOr<int64_t> Read(const SessionKey& key, int64_t tokens, VisitFn visit) = 0;
 
   // Brings a session held only on SSD back into host memory, asynchronously: the SSD
   // reads go in flight and `done` runs (on the SSD completion thread, or at once on this
@@ -177,17 +166,17 @@ class SessionStore {
   // when the session was saved or dropped meanwhile. Concurrent calls for one session
   // share one promotion. `done` must not call back into the store synchronously.
   using PromoteDone = std::function<void(absl::Status)>;
-  void Promote(const SessionKey& key, PromoteDone done);
+  virtual void Promote(const SessionKey& key, PromoteDone done) = 0;
 
   // The engine's waiting queue, head first: the look-ahead of scheduler-aware placement.
   // Queued sessions within the eviction window never leave the store; those within the
   // prefetch window that are held only on SSD start coming up to host now.
-  void SetLookAhead(const std::vector<SessionKey>& queued);
+  virtual void SetLookAhead(const std::vector<SessionKey>& queued) = 0;
   // A gateway hint (CacheService.Prefetch): the session joins the look-ahead after the
   // queue. Returns whether the session is stored.
-  bool Hint(const SessionKey& key);
+  virtual bool Hint(const SessionKey& key) = 0;
   // Measured SSD read throughput (bytes/s) of recent promotions; 0 before the first.
-  double ssd_read_bytes_per_second() const;
+  virtual double ssd_read_bytes_per_second() const = 0;
 
   // Stores the session as `tokens` (all tokens whose KV the caller holds). Chunks that
   // cover only tokens [0, keep_tokens) are kept as they are (the caller guarantees those
@@ -196,115 +185,28 @@ class SessionStore {
   // Returns ResourceExhausted, with the session dropped, when it cannot fit even in an
   // empty tier; InvalidArgument when keep_tokens exceeds what is stored. With an SSD tier
   // the write-back starts in the background.
-  absl::Status Save(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t keep_tokens,
-                    FillFn fill);
+  virtual absl::Status Save(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t keep_tokens,
+                              FillFn fill) = 0;
 
   // Blocks until the session as last saved is persisted (OK), or `timeout` passes
   // (DeadlineExceeded). NotFound when there is no such session; FailedPrecondition when
   // there is no SSD tier or it is degraded (nothing can be persisted).
-  absl::Status Flush(const SessionKey& key, absl::Duration timeout);
+  virtual absl::Status Flush(const SessionKey& key, absl::Duration timeout) = 0;
 
   // NotFound when the tenant has no such session.
-  absl::StatusOr<SessionInfo> Get(const SessionKey& key) const;
+  virtual absl::StatusOr<SessionInfo> Get(const SessionKey& key) const = 0;
   // Drops the session from every tier (its index record is deleted in the background).
-  absl::Status Drop(const SessionKey& key);
-  std::vector<SessionInfo> List(const std::string& tenant) const;
-  SessionStoreStats Stats() const;
+  virtual absl::Status Drop(const SessionKey& key) = 0;
+  virtual std::vector<SessionInfo> List(const std::string& tenant) const = 0;
+  virtual SessionStoreStats Stats() const = 0;
   // Latency samples since the last call (bounded; the oldest are dropped).
-  std::vector<TierIoSample> TakeIoSamples();
+  virtual std::vector<TierIoSample> TakeIoSamples() = 0;
 
-  const ChunkLayout& layout() const { return options_.layout; }
+  virtual const ChunkLayout& layout() const = 0;
   // The host tier's arena: every payload that Read() and Save() hand out lies in it (for
   // registering it with a DMA engine, e.g. cudaHostRegister). Fixed for the store's life.
-  absl::Span<std::byte> host_arena() const;
+  virtual absl::Span<std::byte> host_arena() const = 0;
 
- private:
-  struct Promotion {
-    uint64_t version = 0;              // the session's version when it started
-    bool prefetch = false;             // started from the look-ahead, not by a turn
-    bool late = false;                 // a turn came for it before it completed
-    absl::Time start;
-    std::vector<uint32_t> blocks;      // host blocks being read into, one per chunk
-    std::vector<PromoteDone> waiters;
-  };
-  struct Session {
-    std::string tenant;
-    std::string session_id;
-    std::vector<int32_t> tokens;       // tokens whose KV the chunks hold
-    std::vector<uint32_t> host;        // host block of each chunk; empty: no host copy
-    std::vector<SsdLocation> ssd;      // SSD copy named by the committed index record
-    std::vector<uint64_t> checksums;   // payload checksum of each chunk (binds record to bytes)
-    bool persisted = false;            // `ssd` holds exactly `tokens`, record committed
-    uint64_t version = 0;              // bumped by every Save
-    uint64_t last_use = 0;             // logical clock of the last access (LRU)
-    uint64_t inserted = 0;             // logical clock of the first save (FIFO)
-    bool prefetched = false;           // on host thanks to a prefetch, not yet used
-    int64_t last_access_unix_ms = 0;
-    int readers = 0;                   // promotions in flight for this session (0 or 1)
-    std::shared_ptr<Promotion> promotion;  // set while SSD reads are in flight
-  };
-  struct PersistJob {
-    std::string map_key;
-    uint64_t version = 0;
-    bool drop = false;                 // delete the record, then free `free_after`
-    std::string tenant, session_id;
-    std::vector<SsdLocation> free_after;
-  };
-
-  SessionStore(const SessionStoreOptions& options, std::unique_ptr<HostTier> host,
-               std::unique_ptr<SsdTier> ssd, std::unique_ptr<SessionIndex> index);
-  static std::string MapKey(const SessionKey& key);
-  SessionInfo InfoLocked(const Session& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void TouchLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool ExpiredLocked(const Session& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropHostLocked(Session& s, size_t keep_chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes the session from every tier; the SSD blocks are freed after its record is
-  // deleted (in the background).
-  void RemoveLocked(const std::string& map_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Demotes or evicts sessions other than `keep`, in the placement policy's order, until `blocks` host
-  // blocks are free.
-  bool MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose = RoomFor::kHost)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Starts (or joins) the promotion of a session held only on SSD; see Promote().
-  void PromoteFor(const SessionKey& key, PromoteDone done, bool prefetch);
-  // Refreshes the placement's windows and returns the sessions to prefetch now.
-  std::vector<SessionKey> PrefetchCandidatesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartPrefetches(const std::vector<SessionKey>& keys);
-  // Evicts SSD-only sessions (least recently used first) until `blocks` SSD blocks are free.
-  bool MakeSsdRoomLocked(int64_t blocks, const Session* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs when a promotion's SSD reads have all completed: verifies the chunks and gives
-  // the session its host copy, then tells the waiters.
-  void FinishPromotion(const std::string& map_key, const std::shared_ptr<Promotion>& promotion, absl::Status io);
-
-  // Persistence (session_persistence.cc).
-  absl::Status Recover();
-  void PersistLoop();
-  void RunPersistJob(PersistJob job);
-  void WriteBack(const std::string& map_key, uint64_t version);
-  void EnterDegradedLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SweepExpiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Queues the write-back of the session's current version (no-op without an SSD tier).
-  void EnqueueWriteBackLocked(const std::string& map_key, const Session& s)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AddHostSampleLocked(bool write, int64_t bytes, absl::Duration d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  const SessionStoreOptions options_;
-  mutable Mutex mu_;
-  std::unique_ptr<HostTier> host_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<SsdTier> ssd_;            // thread-safe itself; null: no SSD tier
-  std::unique_ptr<SessionIndex> index_;     // thread-safe itself; null: no SSD tier
-  absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
-  uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
-  SessionStoreStats stats_ ABSL_GUARDED_BY(mu_);
-  bool degraded_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<PersistJob> persist_queue_ ABSL_GUARDED_BY(mu_);
-  std::deque<TierIoSample> host_samples_ ABSL_GUARDED_BY(mu_);
-  int persist_busy_ ABSL_GUARDED_BY(mu_) = 0;
-  int promotions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  Placement placement_ ABSL_GUARDED_BY(mu_);
-  double ssd_read_bytes_per_second_ ABSL_GUARDED_BY(mu_) = 0;  // EWMA over promotions
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread persist_thread_;
 };
 
 }  // namespace strata::storage

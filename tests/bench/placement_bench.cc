@@ -10,7 +10,7 @@
 //       [--kv_bytes_per_token=131072] [--block_tokens=256] [--capacities=H:S,H:S,...]
 //
 // FILE is JSONL in the Mooncake format (timestamp, input_length, output_length, hash_ids)
-// or with an explicit session_id (storage/trace.h). Without --trace, the synthetic
+// or with an explicit session_id (storage/sim/trace.h). Without --trace, the synthetic
 // AttentionStore-shaped trace is used (--synthetic adds it to the given traces).
 #include <cstdio>
 #include <string>
@@ -18,8 +18,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "storage/placement_sim.h"
-#include "storage/trace.h"
+#include "storage/sim/placement_sim.h"
+#include "storage/sim/trace.h"
 
 namespace {
 

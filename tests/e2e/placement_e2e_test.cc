@@ -10,7 +10,7 @@
 #include "engine/engine.h"
 #include "model/model_config.h"
 #include "gtest/gtest.h"
-#include "storage/placement_sim.h"
+#include "storage/sim/placement_sim.h"
 #include "storage/testing/temp_dir.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "strata/v1/chat.grpc.pb.h"

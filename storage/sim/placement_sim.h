@@ -17,15 +17,15 @@
 //     are promoted over one modelled SSD channel, taking room only from sessions outside
 //     the look-ahead.
 // TTFT = queueing + KV load (host→GPU or SSD→host→GPU) + prefill of the tokens not reused.
-#ifndef STRATA_STORAGE_PLACEMENT_SIM_H_
-#define STRATA_STORAGE_PLACEMENT_SIM_H_
+#ifndef STRATA_STORAGE_SIM_PLACEMENT_SIM_H_
+#define STRATA_STORAGE_SIM_PLACEMENT_SIM_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "storage/placement.h"
-#include "storage/trace.h"
+#include "storage/sim/trace.h"
 
 namespace strata::storage {
 
@@ -106,4 +106,4 @@ std::string ComparePolicies(const Trace& trace, const SimOptions& base, const st
 
 }  // namespace strata::storage
 
-#endif  // STRATA_STORAGE_PLACEMENT_SIM_H_
+#endif  // STRATA_STORAGE_SIM_PLACEMENT_SIM_H_

@@ -1,4 +1,4 @@
-#include "storage/placement_sim.h"
+#include "storage/sim/placement_sim.h"
 
 #include <string>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "storage/trace.h"
+#include "storage/sim/trace.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -13,8 +13,8 @@
 // `path:N:` with N counted from 1 (blank lines included).
 //
 // All functions are thread-safe (they share no state); none throws.
-#ifndef STRATA_STORAGE_TRACE_H_
-#define STRATA_STORAGE_TRACE_H_
+#ifndef STRATA_STORAGE_SIM_TRACE_H_
+#define STRATA_STORAGE_SIM_TRACE_H_
 
 #include <cstdint>
 #include <string>
@@ -114,4 +114,4 @@ Trace SyntheticTrace(const SyntheticTraceOptions& options);
 
 }  // namespace strata::storage
 
-#endif  // STRATA_STORAGE_TRACE_H_
+#endif  // STRATA_STORAGE_SIM_TRACE_H_

@@ -1,0 +1,140 @@
+// SessionStoreImpl: the machinery behind the SessionStore contract (session_store.h),
+// for storage/ only. One mutex guards the in-memory state; copies through the callbacks
+// of Read() and Save() run under it. The work is spread over three files:
+//   session_store.cc        match, read, save, room-making, info and stats
+//   session_persistence.cc  recovery, write-back to SSD, flush, TTL, degraded mode
+//   session_prefetch.cc     promotion from SSD, the look-ahead and prefetch, hints
+#ifndef STRATA_STORAGE_SESSION_STORE_IMPL_H_
+#define STRATA_STORAGE_SESSION_STORE_IMPL_H_
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "base/mutex.h"
+#include "storage/host_tier.h"
+#include "storage/placement.h"
+#include "storage/session_index.h"
+#include "storage/session_store.h"
+#include "storage/ssd_tier.h"
+
+namespace strata::storage {
+
+class SessionStoreImpl final : public SessionStore {
+ public:
+  // Create() validates the options and opens the tiers; this takes them over.
+  SessionStoreImpl(const SessionStoreOptions& options, std::unique_ptr<HostTier> host,
+                   std::unique_ptr<SsdTier> ssd, std::unique_ptr<SessionIndex> index);
+  ~SessionStoreImpl() override;
+
+  // With an SSD tier: recovers the persisted sessions, then starts the write-back thread.
+  absl::Status Start();
+
+  // SessionStore:
+  PrefixMatch Match(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t max_tokens) override;
+  absl::StatusOr<int64_t> Read(const SessionKey& key, int64_t tokens, VisitFn visit) override;
+  void Promote(const SessionKey& key, PromoteDone done) override;
+  void SetLookAhead(const std::vector<SessionKey>& queued) override;
+  bool Hint(const SessionKey& key) override;
+  double ssd_read_bytes_per_second() const override;
+  absl::Status Save(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t keep_tokens,
+                    FillFn fill) override;
+  absl::Status Flush(const SessionKey& key, absl::Duration timeout) override;
+  absl::StatusOr<SessionInfo> Get(const SessionKey& key) const override;
+  absl::Status Drop(const SessionKey& key) override;
+  std::vector<SessionInfo> List(const std::string& tenant) const override;
+  SessionStoreStats Stats() const override;
+  std::vector<TierIoSample> TakeIoSamples() override;
+  const ChunkLayout& layout() const override { return options_.layout; }
+  absl::Span<std::byte> host_arena() const override;
+
+ private:
+  struct Promotion {
+    uint64_t version = 0;              // the session's version when it started
+    bool prefetch = false;             // started from the look-ahead, not by a turn
+    bool late = false;                 // a turn came for it before it completed
+    absl::Time start;
+    std::vector<uint32_t> blocks;      // host blocks being read into, one per chunk
+    std::vector<PromoteDone> waiters;
+  };
+  struct Session {
+    std::string tenant;
+    std::string session_id;
+    std::vector<int32_t> tokens;       // tokens whose KV the chunks hold
+    std::vector<uint32_t> host;        // host block of each chunk; empty: no host copy
+    std::vector<SsdLocation> ssd;      // SSD copy named by the committed index record
+    std::vector<uint64_t> checksums;   // payload checksum of each chunk (binds record to bytes)
+    bool persisted = false;            // `ssd` holds exactly `tokens`, record committed
+    uint64_t version = 0;              // bumped by every Save
+    uint64_t last_use = 0;             // logical clock of the last access (LRU)
+    uint64_t inserted = 0;             // logical clock of the first save (FIFO)
+    bool prefetched = false;           // on host thanks to a prefetch, not yet used
+    int64_t last_access_unix_ms = 0;
+    int readers = 0;                   // promotions in flight for this session (0 or 1)
+    std::shared_ptr<Promotion> promotion;  // set while SSD reads are in flight
+  };
+  struct PersistJob {
+    std::string map_key;
+    uint64_t version = 0;
+    bool drop = false;                 // delete the record, then free `free_after`
+    std::string tenant, session_id;
+    std::vector<SsdLocation> free_after;
+  };
+
+  SessionInfo InfoLocked(const Session& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TouchLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ExpiredLocked(const Session& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropHostLocked(Session& s, size_t keep_chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the session from every tier; the SSD blocks are freed after its record is
+  // deleted (in the background).
+  void RemoveLocked(const std::string& map_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Demotes or evicts sessions other than `keep`, in the placement policy's order, until `blocks` host
+  // blocks are free.
+  bool MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose = RoomFor::kHost)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts (or joins) the promotion of a session held only on SSD; see Promote().
+  void PromoteFor(const SessionKey& key, PromoteDone done, bool prefetch);
+  // Refreshes the placement's windows and returns the sessions to prefetch now.
+  std::vector<SessionKey> PrefetchCandidatesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartPrefetches(const std::vector<SessionKey>& keys);
+  // Runs when a promotion's SSD reads have all completed: verifies the chunks and gives
+  // the session its host copy, then tells the waiters.
+  void FinishPromotion(const std::string& map_key, const std::shared_ptr<Promotion>& promotion, absl::Status io);
+
+  // Persistence (session_persistence.cc): recovery, write-back, TTL, degraded mode.
+  absl::Status Recover();
+  void PersistLoop();
+  void RunPersistJob(PersistJob job);
+  void WriteBack(const std::string& map_key, uint64_t version);
+  void EnterDegradedLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SweepExpiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues the write-back of the session's current version (no-op without an SSD tier).
+  void EnqueueWriteBackLocked(const std::string& map_key, const Session& s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddHostSampleLocked(bool write, int64_t bytes, absl::Duration d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const SessionStoreOptions options_;
+  mutable Mutex mu_;
+  std::unique_ptr<HostTier> host_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<SsdTier> ssd_;            // thread-safe itself; null: no SSD tier
+  std::unique_ptr<SessionIndex> index_;     // thread-safe itself; null: no SSD tier
+  absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
+  SessionStoreStats stats_ ABSL_GUARDED_BY(mu_);
+  bool degraded_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<PersistJob> persist_queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<TierIoSample> host_samples_ ABSL_GUARDED_BY(mu_);
+  int persist_busy_ ABSL_GUARDED_BY(mu_) = 0;
+  int promotions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  Placement placement_ ABSL_GUARDED_BY(mu_);
+  double ssd_read_bytes_per_second_ ABSL_GUARDED_BY(mu_) = 0;  // EWMA over promotions
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread persist_thread_;
+};
+
+}  // namespace strata::storage
+
+#endif  // STRATA_STORAGE_SESSION_STORE_IMPL_H_
