@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -209,6 +210,13 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   c.compare_metrics_target = absl::GetFlag(FLAGS_compare_metrics_target);
   if (!c.compare && !c.compare_target.empty()) return Bad("--compare_target needs --compare=cache_off");
   c.json = absl::GetFlag(FLAGS_json);
+  if (!c.json.empty() && c.json != "-") {
+    const std::filesystem::path dir = std::filesystem::path(c.json).parent_path();
+    std::error_code ec;
+    if (!dir.empty() && !std::filesystem::is_directory(dir, ec)) {
+      return Bad(absl::StrCat("--json: directory '", dir.string(), "' does not exist"));
+    }
+  }
   c.client_threads = absl::GetFlag(FLAGS_client_threads);
   if (c.client_threads < 1) return Bad("--client_threads must be >= 1");
   const double timeout_s = absl::GetFlag(FLAGS_request_timeout_s);

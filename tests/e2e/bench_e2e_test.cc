@@ -188,6 +188,7 @@ TEST(BenchE2eTest, BadFlagsExitTwoWithAOneLineMessage) {
       {{"--trace=/nonexistent/trace.jsonl"}, "/nonexistent/trace.jsonl"},
       {{"--sweep", "--history=12x"}, "--history"},
       {{"--compare=cache_maybe"}, "--compare"},
+      {{"--json=/nonexistent/dir/report.json"}, "/nonexistent/dir"},
   };
   for (const auto& [flags, mention] : cases) {
     BenchProcess bench(flags);
