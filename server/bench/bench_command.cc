@@ -356,6 +356,8 @@ class Bench {
     std::fprintf(table(), "strata bench: %s workload, %zu sessions, %lld turns, seed %llu\n", w.name.c_str(),
                  w.sessions.size(), static_cast<long long>(w.TotalTurns()),
                  static_cast<unsigned long long>(c_.synthetic.seed));
+    json_["sessions"] = w.sessions.size();
+    json_["turns"] = w.TotalTurns();
     std::vector<RunSummary> runs;
     for (Endpoint& e : endpoints_) {
       runs.push_back(RunOn(w, e, "run"));

@@ -115,13 +115,12 @@ nlohmann::json ReadJson(const std::string& path) {
 TEST(BenchE2eTest, ReportedReuseAndHitsEqualTheServersMetrics) {
   auto server = ServerProcess::Start(kServeFlags);
   ASSERT_TRUE(server.ok()) << server.status();
+  const std::string json_path = "/tmp/strata-bench-e2e-report-" + std::to_string(getpid()) + ".json";
   const auto before = Scrape(**server);
   BenchProcess bench({"--target=" + (*server)->target(),
                       absl::StrCat("--metrics_target=127.0.0.1:", (*server)->metrics_port()), "--sessions=6",
                       "--rate=20", "--turns=3", "--prompt_tokens=24", "--output_tokens=6", "--think_s=0.1",
-                      "--seed=5", "--json=" + std::string("/tmp/strata-bench-e2e-report-") +
-                                              std::to_string(getpid()) + ".json"});
-  const std::string json_path = "/tmp/strata-bench-e2e-report-" + std::to_string(getpid()) + ".json";
+                      "--seed=5", "--json=" + json_path});
   ASSERT_EQ(bench.Wait(), 0) << "bench failed; stderr:\n" << bench.Stderr() << "\nstdout:\n" << bench.Stdout();
   const auto after = Scrape(**server);
   const nlohmann::json report = ReadJson(json_path);
