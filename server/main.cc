@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "base/log.h"
 #include "model/logits_dump.h"
+#include "server/bench/bench_command.h"
 #include "server/chat_client.h"
 #include "server/strata_server.h"
 
@@ -199,6 +200,7 @@ int main(int argc, char** argv) {
   if (command == "serve") return Serve();
   if (command == "chat") return Chat();
   if (command == "logits") return Logits();
+  if (command == "bench") return strata::server::bench::RunBenchCommand();
   std::fprintf(stderr, "usage: strata serve|chat|logits [flags]   (--help for flags)\n");
   return 2;
 }

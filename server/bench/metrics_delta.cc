@@ -1,0 +1,61 @@
+#include "server/bench/metrics_delta.h"
+
+#include <string_view>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "base/http_get.h"
+#include "base/prometheus_text.h"
+
+namespace strata::server::bench {
+namespace {
+
+double Get(const MetricsSample& s, const std::string& key) {
+  auto it = s.find(key);
+  return it == s.end() ? 0 : it->second;
+}
+
+// Label value of `key` = `name{label="value"}` (the only label), or "" when the key is
+// another metric or has other labels.
+std::string SoleLabel(std::string_view key, std::string_view name, std::string_view label) {
+  const std::string head = std::string(name) + "{" + std::string(label) + "=\"";
+  if (key.substr(0, head.size()) != head || key.size() < head.size() + 2 || key.substr(key.size() - 2) != "\"}") {
+    return "";
+  }
+  return std::string(key.substr(head.size(), key.size() - head.size() - 2));
+}
+
+}  // namespace
+
+absl::StatusOr<MetricsSample> ScrapeMetrics(const std::string& host_port) {
+  const size_t colon = host_port.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(host_port.substr(colon + 1), &port)) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics target '", host_port, "' is not host:port"));
+  }
+  absl::StatusOr<std::string> body = metrics::HttpGet(host_port.substr(0, colon), port, "/metrics");
+  if (!body.ok()) return body.status();
+  return metrics::ParsePrometheusText(*body);
+}
+
+ServerCounters CountersBetween(const MetricsSample& before, const MetricsSample& after) {
+  auto delta = [&](const std::string& key) { return Get(after, key) - Get(before, key); };
+  ServerCounters c;
+  c.prefill_computed_tokens = delta("strata_prefill_tokens_total{source=\"computed\"}");
+  c.prefill_reused_tokens = delta("strata_prefill_tokens_total{source=\"reused\"}");
+  c.cache_lookups = delta("strata_cache_lookups_total");
+  c.generated_tokens = delta("strata_generated_tokens_total");
+  c.ttft_count = delta("strata_ttft_seconds_count");
+  c.ttft_sum_s = delta("strata_ttft_seconds_sum");
+  for (const auto& [key, value] : after) {
+    if (std::string tier = SoleLabel(key, "strata_cache_hits_total", "tier"); !tier.empty()) {
+      c.hits_by_tier[tier] = value - Get(before, key);
+    }
+    if (std::string code = SoleLabel(key, "strata_requests_total", "code"); !code.empty()) {
+      if (double d = value - Get(before, key); d != 0) c.requests_by_code[code] = d;
+    }
+  }
+  return c;
+}
+
+}  // namespace strata::server::bench

@@ -1,0 +1,75 @@
+#include "server/bench/report.h"
+
+#include "gtest/gtest.h"
+
+namespace strata::server::bench {
+namespace {
+
+TEST(LatencyStatsTest, NearestRankPercentiles) {
+  std::vector<double> v;
+  for (int i = 100; i >= 1; --i) v.push_back(i);
+  LatencyStats s = ComputeLatencyStats(v);
+  EXPECT_EQ(s.count, 100);
+  EXPECT_EQ(s.p50, 50);
+  EXPECT_EQ(s.p90, 90);
+  EXPECT_EQ(s.p99, 99);
+  EXPECT_EQ(s.max, 100);
+  EXPECT_DOUBLE_EQ(s.mean, 50.5);
+  EXPECT_EQ(ComputeLatencyStats({}).count, 0);
+  EXPECT_EQ(ComputeLatencyStats({7}).p99, 7);
+}
+
+TEST(SummarizeTest, CountsErrorsByCodeAndReuseOfSuccessfulTurnsOnly) {
+  RunResult r;
+  r.wall_s = 2;
+  r.turns.push_back({.measured = true, .ttft_ms = 10, .e2e_ms = 30, .inter_token_ms = {5, 5},
+                     .server_ttft_ms = 8, .prompt_tokens = 100, .cached_tokens = 0, .computed_tokens = 100,
+                     .completion_tokens = 3, .tier = 0});
+  r.turns.push_back({.measured = true, .ttft_ms = 4, .e2e_ms = 20, .inter_token_ms = {6},
+                     .server_ttft_ms = 3, .prompt_tokens = 150, .cached_tokens = 102, .computed_tokens = 48,
+                     .completion_tokens = 2, .tier = 2});
+  r.turns.push_back({.measured = false, .ttft_ms = 1000, .e2e_ms = 1000, .prompt_tokens = 10, .computed_tokens = 10,
+                     .completion_tokens = 1});
+  r.turns.push_back({.status_code = 14, .error = "connection refused", .e2e_ms = 1});
+  r.not_sent_turns = 2;
+  RunSummary s = Summarize("x", r, std::nullopt);
+  EXPECT_EQ(s.turns_ok, 3);
+  EXPECT_EQ(s.turns_failed, 1);
+  EXPECT_EQ(s.turns_not_sent, 2);
+  EXPECT_EQ(s.errors_by_code.at("unavailable"), 1);
+  EXPECT_EQ(s.cached_tokens, 102);
+  EXPECT_EQ(s.computed_tokens, 158) << "unmeasured turns still count in the token totals";
+  EXPECT_EQ(s.hits_by_tier.at("host"), 1);
+  EXPECT_EQ(s.Hits(), 1);
+  EXPECT_EQ(s.ttft_client_ms.count, 2) << "only measured successful turns have latencies";
+  EXPECT_EQ(s.ttft_client_ms.max, 10);
+  EXPECT_EQ(s.inter_token_ms.count, 3);
+  EXPECT_DOUBLE_EQ(s.requests_per_s, 1.5);
+  EXPECT_DOUBLE_EQ(s.output_tokens_per_s, 3.0);
+  nlohmann::json j = SummaryToJson(s);
+  EXPECT_EQ(j["errors_by_code"]["unavailable"], 1);
+  EXPECT_EQ(j["cached_tokens"], 102);
+  EXPECT_FALSE(j.contains("metrics"));
+}
+
+TEST(CountersBetweenTest, SubtractsAndSplitsLabels) {
+  MetricsSample before = {{"strata_prefill_tokens_total{source=\"reused\"}", 10},
+                          {"strata_cache_hits_total{tier=\"host\"}", 1},
+                          {"strata_requests_total{code=\"ok\"}", 4}};
+  MetricsSample after = {{"strata_prefill_tokens_total{source=\"reused\"}", 35},
+                         {"strata_prefill_tokens_total{source=\"computed\"}", 50},
+                         {"strata_cache_hits_total{tier=\"host\"}", 3},
+                         {"strata_cache_hits_total{tier=\"ssd\"}", 0},
+                         {"strata_requests_total{code=\"ok\"}", 9},
+                         {"strata_requests_total{code=\"not_found\"}", 0}};
+  ServerCounters c = CountersBetween(before, after);
+  EXPECT_EQ(c.prefill_reused_tokens, 25);
+  EXPECT_EQ(c.prefill_computed_tokens, 50);
+  EXPECT_EQ(c.hits_by_tier.at("host"), 2);
+  EXPECT_EQ(c.hits_by_tier.at("ssd"), 0);
+  EXPECT_EQ(c.requests_by_code.at("ok"), 5);
+  EXPECT_EQ(c.requests_by_code.count("not_found"), 0u) << "codes that did not move are left out";
+}
+
+}  // namespace
+}  // namespace strata::server::bench

@@ -1,0 +1,208 @@
+#include "server/bench/runner.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <memory>
+#include <queue>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "strata/v1/chat.grpc.pb.h"
+
+namespace strata::server::bench {
+namespace {
+
+struct Due {
+  double at_ms;
+  int session;
+  bool operator>(const Due& o) const { return at_ms != o.at_ms ? at_ms > o.at_ms : session > o.session; }
+};
+
+class Runner {
+ public:
+  Runner(const Workload& workload, const RunnerOptions& options)
+      : workload_(workload), options_(options), histories_(workload.sessions.size()),
+        next_turn_(workload.sessions.size(), 0), total_(workload.TotalTurns()) {
+    // Several connections, so that one HTTP/2 connection's flow control does not shape the load.
+    const int channels = std::min(options.client_threads, 8);
+    for (int i = 0; i < channels; ++i) {
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      args.SetMaxReceiveMessageSize(-1);
+      args.SetMaxSendMessageSize(-1);
+      stubs_.push_back(v1::ChatService::NewStub(
+          grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args)));
+    }
+    for (size_t s = 0; s < workload.sessions.size(); ++s) {
+      const WorkloadSession& session = workload.sessions[s];
+      if (session.turns.empty()) continue;
+      if (session.system_prompt >= 0) histories_[s] = workload.system_prompts[session.system_prompt];
+      due_.push(Due{session.turns[0].arrival_ms, static_cast<int>(s)});
+      ++round_pending_;
+    }
+  }
+
+  RunResult Run() {
+    start_ = absl::Now();
+    std::vector<std::thread> workers;
+    for (int i = 0; i < options_.client_threads; ++i) workers.emplace_back([this, i] { Work(i); });
+    for (std::thread& t : workers) t.join();
+    RunResult result;
+    result.turns = std::move(records_);
+    result.not_sent_turns = not_sent_;
+    result.wall_s = last_end_ms_ / 1000.0;
+    return result;
+  }
+
+ private:
+  double NowMs() const { return absl::ToDoubleMilliseconds(absl::Now() - start_); }
+
+  void Work(int worker) {
+    absl::MutexLock lock(&mu_);
+    for (;;) {
+      if (done_ + not_sent_ >= total_) {
+        cv_.SignalAll();
+        return;
+      }
+      if (due_.empty()) {
+        cv_.Wait(&mu_);
+        continue;
+      }
+      const Due next = due_.top();
+      const double now = NowMs();
+      if (next.at_ms > now) {
+        cv_.WaitWithTimeout(&mu_, absl::Milliseconds(next.at_ms - now));
+        continue;
+      }
+      due_.pop();
+      if (!due_.empty()) cv_.Signal();  // another turn may be due too
+      const int turn = next_turn_[next.session]++;
+      mu_.Unlock();
+      TurnRecord record = SendTurn(*stubs_[worker % stubs_.size()], next.session, turn, next.at_ms);
+      mu_.Lock();
+      Finish(std::move(record));
+    }
+  }
+
+  // Runs one turn; reads and updates histories_[session], which only the worker holding
+  // the session's current turn touches (hand-offs go through mu_).
+  TurnRecord SendTurn(v1::ChatService::Stub& stub, int session, int turn, double scheduled_ms) {
+    const WorkloadSession& ws = workload_.sessions[session];
+    const WorkloadTurn& wt = ws.turns[turn];
+    std::vector<int32_t>& history = histories_[session];
+    history.insert(history.end(), wt.new_tokens.begin(), wt.new_tokens.end());
+    v1::ChatRequest request;
+    request.set_session_id(options_.session_prefix + ws.session_id);
+    request.mutable_token_ids()->Assign(history.begin(), history.end());
+    request.set_max_new_tokens(static_cast<uint32_t>(wt.max_new_tokens));
+
+    TurnRecord r;
+    r.session = session;
+    r.turn = turn;
+    r.measured = wt.measured;
+    r.scheduled_ms = scheduled_ms;
+    grpc::ClientContext context;
+    if (!options_.api_key.empty()) context.AddMetadata("authorization", "Bearer " + options_.api_key);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
+    const absl::Time sent = absl::Now();
+    r.sent_ms = absl::ToDoubleMilliseconds(sent - start_);
+    auto reader = stub.Chat(&context, request);
+    v1::ChatEvent event;
+    absl::Time last = sent;
+    std::vector<int32_t> answer;
+    while (reader->Read(&event)) {
+      if (event.has_delta() && event.delta().token_ids_size() > 0) {
+        const absl::Time now = absl::Now();
+        const int n = event.delta().token_ids_size();
+        if (r.ttft_ms < 0) {
+          r.ttft_ms = absl::ToDoubleMilliseconds(now - sent);
+          for (int i = 1; i < n; ++i) r.inter_token_ms.push_back(0);
+        } else {
+          // Tokens that arrive together share the gap since the previous delta.
+          for (int i = 0; i < n; ++i) r.inter_token_ms.push_back(absl::ToDoubleMilliseconds(now - last) / n);
+        }
+        last = now;
+        answer.insert(answer.end(), event.delta().token_ids().begin(), event.delta().token_ids().end());
+      }
+      if (event.has_done()) {
+        const v1::ChatDone& done = event.done();
+        r.server_ttft_ms = done.ttft_ms();
+        r.prompt_tokens = done.usage().prompt_tokens();
+        r.cached_tokens = done.usage().cached_tokens();
+        r.computed_tokens = done.usage().computed_tokens();
+        r.completion_tokens = done.usage().completion_tokens();
+        r.tier = done.cache_tier();
+      }
+    }
+    const grpc::Status status = reader->Finish();
+    r.e2e_ms = absl::ToDoubleMilliseconds(absl::Now() - sent);
+    r.status_code = status.error_code();
+    if (!status.ok()) {
+      r.error = status.error_message();
+      r.server_ttft_ms = -1;
+      r.prompt_tokens = r.cached_tokens = r.computed_tokens = r.completion_tokens = 0;
+      r.tier = 0;
+    } else {
+      history.insert(history.end(), answer.begin(), answer.end());
+    }
+    return r;
+  }
+
+  void Finish(TurnRecord record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const int session = record.session;
+    const WorkloadSession& ws = workload_.sessions[session];
+    const bool failed = record.status_code != 0;
+    last_end_ms_ = std::max(last_end_ms_, record.sent_ms + record.e2e_ms);
+    records_.push_back(std::move(record));
+    ++done_;
+    const size_t next = static_cast<size_t>(next_turn_[session]);
+    if (failed) {
+      not_sent_ += static_cast<int64_t>(ws.turns.size() - next);
+    } else if (next < ws.turns.size()) {
+      if (workload_.turn_barrier) {
+        waiting_.push_back(session);
+      } else {
+        due_.push(Due{std::max(ws.turns[next].arrival_ms, NowMs()), session});
+      }
+    }
+    if (workload_.turn_barrier && --round_pending_ == 0) {
+      const double now = NowMs();
+      for (int s : waiting_) due_.push(Due{now, s});
+      round_pending_ = static_cast<int64_t>(waiting_.size());
+      waiting_.clear();
+    }
+    if (options_.on_progress) options_.on_progress(done_ + not_sent_, total_);
+    cv_.SignalAll();
+  }
+
+  const Workload& workload_;
+  const RunnerOptions& options_;
+  std::vector<std::unique_ptr<v1::ChatService::Stub>> stubs_;
+  absl::Time start_;
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  // Per session: its prompt so far, and the index of its next turn; see SendTurn.
+  std::vector<std::vector<int32_t>> histories_;
+  std::vector<int> next_turn_ ABSL_GUARDED_BY(mu_);
+  std::priority_queue<Due, std::vector<Due>, std::greater<Due>> due_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> waiting_ ABSL_GUARDED_BY(mu_);  // turn_barrier: sessions held for the next round
+  int64_t round_pending_ ABSL_GUARDED_BY(mu_) = 0;  // turn_barrier: turns left in this round
+  std::vector<TurnRecord> records_ ABSL_GUARDED_BY(mu_);
+  int64_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t not_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  double last_end_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  const int64_t total_;
+};
+
+}  // namespace
+
+absl::StatusOr<RunResult> RunWorkload(const Workload& workload, const RunnerOptions& options) {
+  if (options.target.empty()) return absl::InvalidArgumentError("no target to run against");
+  if (options.client_threads < 1) return absl::InvalidArgumentError("client_threads must be >= 1");
+  Runner runner(workload, options);
+  return runner.Run();
+}
+
+}  // namespace strata::server::bench

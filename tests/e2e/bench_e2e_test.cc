@@ -1,0 +1,224 @@
+// End-to-end: the real `strata bench` binary against a real `strata serve` on the built-in
+// CPU model. What bench reports must equal what the server's /metrics counted.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/http_get.h"
+#include "base/prometheus_text.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/e2e/server_process.h"
+
+namespace strata {
+namespace {
+
+using testing::ServerProcess;
+
+// Small prompts and answers: the CPU model is slow, and the host tier reuses 16-token chunks.
+const std::vector<std::string> kServeFlags = {"--pin_host_memory=false", "--chunk_tokens=16"};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A `strata bench` child process with its stdout and stderr in files.
+class BenchProcess {
+ public:
+  explicit BenchProcess(std::vector<std::string> flags) {
+    char tmpl[] = "/tmp/strata-bench-e2e-XXXXXX";
+    dir_ = mkdtemp(tmpl) ? tmpl : "/tmp";
+    std::vector<std::string> args = {STRATA_BINARY, "bench"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      if (!freopen((dir_ + "/stdout").c_str(), "w", stdout) || !freopen((dir_ + "/stderr").c_str(), "w", stderr)) {
+        _exit(126);
+      }
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  ~BenchProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string dir() const { return dir_; }
+  // Waits up to `timeout`; the exit code, or -1 (the child killed) on timeout or a signal.
+  int Wait(std::chrono::seconds timeout = std::chrono::seconds(60)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) != pid_) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        pid_ = -1;
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  std::string Stdout() const { return ReadFile(dir_ + "/stdout"); }
+  std::string Stderr() const { return ReadFile(dir_ + "/stderr"); }
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+};
+
+std::map<std::string, double> Scrape(const ServerProcess& server) {
+  auto body = metrics::HttpGet("127.0.0.1", server.metrics_port(), "/metrics");
+  EXPECT_TRUE(body.ok()) << body.status();
+  if (!body.ok()) return {};
+  auto samples = metrics::ParsePrometheusText(*body);
+  EXPECT_TRUE(samples.ok()) << samples.status();
+  return samples.ok() ? *samples : std::map<std::string, double>{};
+}
+
+double Moved(const std::map<std::string, double>& before, const std::map<std::string, double>& after,
+             const std::string& key) {
+  auto get = [&](const std::map<std::string, double>& m) {
+    auto it = m.find(key);
+    return it == m.end() ? 0.0 : it->second;
+  };
+  return get(after) - get(before);
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  nlohmann::json j = nlohmann::json::parse(ReadFile(path), nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << "bench wrote no valid JSON to " << path;
+  return j;
+}
+
+TEST(BenchE2eTest, ReportedReuseAndHitsEqualTheServersMetrics) {
+  auto server = ServerProcess::Start(kServeFlags);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string json_path = "/tmp/strata-bench-e2e-report-" + std::to_string(getpid()) + ".json";
+  const auto before = Scrape(**server);
+  BenchProcess bench({"--target=" + (*server)->target(),
+                      absl::StrCat("--metrics_target=127.0.0.1:", (*server)->metrics_port()), "--sessions=6",
+                      "--rate=20", "--turns=3", "--prompt_tokens=24", "--output_tokens=6", "--think_s=0.1",
+                      "--seed=5", "--json=" + json_path});
+  ASSERT_EQ(bench.Wait(), 0) << "bench failed; stderr:\n" << bench.Stderr() << "\nstdout:\n" << bench.Stdout();
+  const auto after = Scrape(**server);
+  const nlohmann::json report = ReadJson(json_path);
+  std::filesystem::remove(json_path);
+  ASSERT_TRUE(report.contains("runs") && report["runs"].size() == 1) << report.dump(2);
+  const nlohmann::json& run = report["runs"][0];
+
+  const double reused = Moved(before, after, "strata_prefill_tokens_total{source=\"reused\"}");
+  const double computed = Moved(before, after, "strata_prefill_tokens_total{source=\"computed\"}");
+  const double hits = Moved(before, after, "strata_cache_hits_total{tier=\"host\"}");
+  const double ok = Moved(before, after, "strata_requests_total{code=\"ok\"}");
+  EXPECT_GT(reused, 0) << "later turns must reuse the session cache";
+  EXPECT_GT(hits, 0);
+  // Client-side sums of ChatDone against the server's own counters.
+  EXPECT_EQ(run["cached_tokens"].get<double>(), reused) << "reused tokens reported vs /metrics";
+  EXPECT_EQ(run["computed_tokens"].get<double>(), computed) << "computed tokens reported vs /metrics";
+  EXPECT_EQ(run["hits_by_tier"].value("host", 0.0), hits) << "host hits reported vs /metrics";
+  EXPECT_EQ(run["hits"].get<double>(), hits);
+  EXPECT_EQ(run["turns_ok"].get<double>(), ok) << "successful turns reported vs strata_requests_total";
+  EXPECT_EQ(run["turns_failed"].get<int>(), 0);
+  EXPECT_GE(run["turns_ok"].get<int>(), 6);
+  EXPECT_GT(run["ttft_client_ms"]["p99"].get<double>(), 0);
+  EXPECT_GE(run["ttft_client_ms"]["p99"].get<double>(), run["ttft_client_ms"]["p50"].get<double>());
+  // The /metrics delta bench reports is the same.
+  ASSERT_TRUE(run.contains("metrics")) << run.dump(2);
+  EXPECT_EQ(run["metrics"]["prefill_reused_tokens"].get<double>(), reused);
+  EXPECT_EQ(run["metrics"]["prefill_computed_tokens"].get<double>(), computed);
+  EXPECT_EQ(run["metrics"]["hits_by_tier"]["host"].get<double>(), hits);
+  EXPECT_NE(bench.Stdout().find("TTFT (client)"), std::string::npos) << "no table on stdout:\n" << bench.Stdout();
+}
+
+TEST(BenchE2eTest, ServerKilledMidRunExitsNonZeroWithUnavailableErrors) {
+  auto server = ServerProcess::Start(kServeFlags);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string json_path = "/tmp/strata-bench-e2e-killed-" + std::to_string(getpid()) + ".json";
+  BenchProcess bench({"--target=" + (*server)->target(), "--sessions=40", "--rate=8", "--turns=4",
+                      "--prompt_tokens=24", "--output_tokens=6", "--think_s=0.3", "--json=" + json_path});
+  // Kill the server once the bench is under way.
+  bool started = false;
+  for (int i = 0; i < 300 && !started; ++i) {
+    started = Moved({}, Scrape(**server), "strata_requests_total{code=\"ok\"}") >= 3;
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(started) << "bench never got three turns through";
+  kill((*server)->pid(), SIGKILL);
+  const int code = bench.Wait();
+  EXPECT_NE(code, 0) << "a bench whose server died must fail";
+  EXPECT_NE(code, -1) << "bench hung or crashed after its server died; stderr:\n" << bench.Stderr();
+  const nlohmann::json report = ReadJson(json_path);
+  std::filesystem::remove(json_path);
+  ASSERT_TRUE(report.contains("runs")) << report.dump(2);
+  const nlohmann::json& run = report["runs"][0];
+  EXPECT_GT(run["errors_by_code"].value("unavailable", 0), 0) << run.dump(2);
+  EXPECT_GT(run["turns_failed"].get<int>(), 0);
+  EXPECT_GT(run["turns_ok"].get<int>(), 0);
+  EXPECT_NE(bench.Stdout().find("unavailable"), std::string::npos) << "errors by status not in the table:\n"
+                                                                   << bench.Stdout();
+}
+
+TEST(BenchE2eTest, BadFlagsExitTwoWithAOneLineMessage) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--rate=-1"}, "--rate"},
+      {{"--workload=nope"}, "nope"},
+      {{"--trace=/nonexistent/trace.jsonl"}, "/nonexistent/trace.jsonl"},
+      {{"--sweep", "--history=12x"}, "--history"},
+      {{"--compare=cache_maybe"}, "--compare"},
+      {{"--json=/nonexistent/dir/report.json"}, "/nonexistent/dir"},
+  };
+  for (const auto& [flags, mention] : cases) {
+    BenchProcess bench(flags);
+    EXPECT_EQ(bench.Wait(), 2) << flags[0];
+    const std::string err = bench.Stderr();
+    EXPECT_NE(err.find(mention), std::string::npos) << flags[0] << ": message does not name it: " << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << flags[0] << ": not one line: " << err;
+    EXPECT_EQ(err.rfind("strata bench: ", 0), 0u) << err;
+  }
+}
+
+TEST(BenchE2eTest, StartsItsOwnServersAndComparesWithCacheOff) {
+  const std::string json_path = "/tmp/strata-bench-e2e-sweep-" + std::to_string(getpid()) + ".json";
+  BenchProcess bench({"--sweep", "--history=64", "--new_tokens=8", "--concurrency=2", "--compare=cache_off",
+                      "--serve_flags=--pin_host_memory=false --chunk_tokens=16", "--json=" + json_path});
+  ASSERT_EQ(bench.Wait(), 0) << "stderr:\n" << bench.Stderr();
+  const nlohmann::json report = ReadJson(json_path);
+  std::filesystem::remove(json_path);
+  ASSERT_TRUE(report.contains("sweep") && report["sweep"].size() == 1) << report.dump(2);
+  const nlohmann::json& runs = report["sweep"][0]["runs"];
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0]["label"], "cached");
+  EXPECT_EQ(runs[1]["label"], "recomputed");
+  EXPECT_EQ(runs[0]["ttft_client_ms"]["count"].get<int>(), 2) << "two turn-2s measured";
+  EXPECT_EQ(runs[0]["turns_ok"].get<int>(), 4);
+  EXPECT_GE(runs[0]["cached_tokens"].get<int>(), 2 * 64) << "turn 2 must reuse turn 1's history";
+  EXPECT_EQ(runs[0]["metrics"]["prefill_reused_tokens"].get<double>(), runs[0]["cached_tokens"].get<double>());
+  EXPECT_EQ(runs[1]["cached_tokens"].get<int>(), 0) << "the cache_off server reused tokens";
+  EXPECT_EQ(runs[1]["metrics"]["prefill_reused_tokens"].get<double>(), 0);
+  EXPECT_NE(bench.Stdout().find("ratio p50"), std::string::npos) << bench.Stdout();
+}
+
+}  // namespace
+}  // namespace strata
