@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/cuda/cuda_model.h"
 #include "model/model_backend.h"
 #include "model/model_weights.h"
 
@@ -16,14 +18,10 @@ struct BackendOptions {
   // "auto" (CUDA when strata was built with it and a GPU is there, else CPU), "cuda" or
   // "cpu".
   std::string device = "auto";
-  // CUDA: the GPU to use, and how much of its free memory (after the weights) the paged
-  // KV pool takes; 0 < fraction <= 0.95.
-  int cuda_device = 0;
-  double kv_memory_fraction = 0.85;
-  // CUDA: an explicit pool size in bytes instead (0: use the fraction).
-  int64_t kv_pool_bytes = 0;
-  int page_tokens = 32;  // tokens per page of the pool
+  // The CUDA backend's options (GPU, KV pool size and pages, graphs); unused on the CPU.
+  CudaModelOptions cuda;
 
+  // InvalidArgument naming the option that is out of range.
   absl::Status Validate() const;
 };
 
@@ -36,6 +34,14 @@ bool CudaAvailable();
 // why; ResourceExhausted when the weights do not fit the GPU. "auto" falls back to the
 // CPU backend, with a warning saying why, where "cuda" would fail.
 absl::StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(ModelWeights weights, const BackendOptions& options);
+
+// A backend with deterministic random weights of `config`'s shapes, made where they are
+// used: on the GPU by the CUDA backend (no host copy, seconds even at 8B shapes), or on
+// the host for the CPU backend (ModelWeights::Random, with `silent_tokens` as there).
+// Errors and the "auto" fallback as CreateBackend.
+absl::StatusOr<std::unique_ptr<ModelBackend>> CreateRandomBackend(const ModelConfig& config, uint64_t seed,
+                                                                  const std::vector<int32_t>& silent_tokens,
+                                                                  const BackendOptions& options);
 
 }  // namespace strata::model
 

@@ -58,6 +58,36 @@ ModelConfig ModelConfig::Builtin() {
   return c;
 }
 
+absl::StatusOr<ModelConfig> ModelConfig::Named(const std::string& name) {
+  if (name == "builtin") return Builtin();
+  if (name != "llama3-8b" && name != "llama3-1b") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown model shape '", name, "' (known: builtin, llama3-8b, llama3-1b)"));
+  }
+  ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.vocab_size = 128256;
+  c.max_context = 131072;
+  c.rope_theta = 500000.0f;
+  c.rope_scaling = kernels::RopeScaling{.llama3 = true};
+  c.eos_token_ids = {128001, 128008, 128009};
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  if (name == "llama3-8b") {
+    c.hidden_size = 4096;
+    c.num_layers = 32;
+    c.head_dim = 128;
+    c.intermediate_size = 14336;
+  } else {
+    c.hidden_size = 2048;
+    c.num_layers = 16;
+    c.head_dim = 64;
+    c.intermediate_size = 8192;
+    c.tie_embeddings = true;
+  }
+  return c;
+}
+
 absl::StatusOr<ModelConfig> ModelConfig::FromHfConfigJson(const std::string& json_text) {
   nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {

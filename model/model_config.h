@@ -41,6 +41,12 @@ struct ModelConfig {
   // The built-in default model: Llama architecture, small enough to stream tokens
   // interactively on a 2-core CPU, used when no --model is given.
   static ModelConfig Builtin();
+  // The shapes of well-known models, for serving and benchmarking random weights without
+  // a model directory: "builtin" (Builtin()), "llama3-8b" (Llama 3.1 8B: 32 layers, hidden
+  // 4096, GQA 32:8, head_dim 128, 128K context) and "llama3-1b" (Llama 3.2 1B: 16 layers,
+  // hidden 2048, GQA 32:8, head_dim 64, tied embeddings). InvalidArgument naming the
+  // known names for any other.
+  static absl::StatusOr<ModelConfig> Named(const std::string& name);
   // Reads an HF config.json. InvalidArgument naming a missing or bad field.
   static absl::StatusOr<ModelConfig> FromHfConfigJson(const std::string& json_text);
 };

@@ -13,10 +13,10 @@
 #include "absl/status/statusor.h"
 #include "base/metrics.h"
 #include "base/metrics_exposer.h"
-#include "model/backend.h"
 #include "engine/engine.h"
-#include "text/tokenizer.h"
+#include "engine/served_model.h"
 #include "storage/session_store.h"
+#include "text/tokenizer.h"
 
 namespace grpc {
 class Server;
@@ -29,24 +29,19 @@ struct ServerOptions {
   std::string listen_address = "127.0.0.1:7070";   // gRPC; port 0 picks a free port
   std::string metrics_address = "127.0.0.1:9464";  // Prometheus /metrics; empty: off
   bool cache_enabled = true;
-  int64_t host_cache_bytes = int64_t{1} << 30;
-  bool pin_host_memory = true;  // lock the host arena in memory
-  int chunk_tokens = 256;
-  // SSD tier (off when empty) and its RocksDB index (default: <first ssd dir>/index).
-  std::vector<std::string> ssd_dirs;
-  int64_t ssd_capacity_bytes_per_dir = int64_t{16} << 30;
-  std::string index_dir;
-  absl::Duration ttl = absl::Hours(24);
-  storage::PlacementPolicy placement = storage::PlacementPolicy::kSchedulerAware;
-  uint64_t model_seed = 20241122;  // seed of the built-in model's weights
-  // A Hugging Face model directory (config.json + *.safetensors); empty: the built-in model.
-  std::string model_dir;
-  model::BackendOptions backend;  // --device and the GPU KV pool
+  // The session cache: host tier, SSD tier and index, TTL, placement, chunk size
+  // (layout.chunk_tokens; the rest of the layout and the fingerprint come from the model;
+  // index_dir defaults to <first ssd dir>/index).
+  storage::SessionStoreOptions store = DefaultStoreOptions();
+  // Which model (built-in, random:NAME or a directory) on which device.
+  engine::ServedModelOptions model;
   engine::EngineOptions engine;
   // API key -> tenant. Empty: no authentication, every caller is tenant "default".
   std::map<std::string, std::string> api_keys;
 
   absl::Status Validate() const;
+  // The store's defaults with the server's: 256-token chunks, a locked host arena.
+  static storage::SessionStoreOptions DefaultStoreOptions();
 };
 
 class StrataServer {

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/reflection.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -28,9 +27,10 @@
 #include "server/bench/runner.h"
 #include "server/bench/serve_process.h"
 #include "server/bench/workload.h"
+#include "server/cli/shared_flags.h"
 #include "storage/sim/trace.h"
 
-// --target and --api_key are `strata chat`'s flags (server/main.cc); bench reads them too.
+// --target and --api_key are shared with `strata chat` (server/cli/shared_flags.h).
 ABSL_FLAG(std::string, workload, "",
           "bench: synthetic, trace or sweep (default: trace with --trace, sweep with --sweep, else synthetic)");
 ABSL_FLAG(std::string, metrics_target, "",
@@ -89,11 +89,6 @@ struct BenchConfig {
   int client_threads = 64;
   absl::Duration request_timeout;
 };
-
-std::string FlagValue(const char* name) {
-  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-  return flag == nullptr ? "" : flag->CurrentValue();
-}
 
 absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag, const std::string& text) {
   std::vector<int64_t> out;
@@ -195,8 +190,8 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
     }
   }
 
-  c.target = FlagValue("target");
-  c.api_key = FlagValue("api_key");
+  c.target = absl::GetFlag(FLAGS_target);
+  c.api_key = absl::GetFlag(FLAGS_api_key);
   c.metrics_target = absl::GetFlag(FLAGS_metrics_target);
   for (absl::string_view f : absl::StrSplit(absl::GetFlag(FLAGS_serve_flags), absl::ByAnyChar(" \t\n"), absl::SkipEmpty())) {
     c.serve_flags.emplace_back(f);

@@ -1,0 +1,124 @@
+// `strata serve`: the flags that configure a server, and the serve loop.
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_split.h"
+#include "base/log.h"
+#include "server/cli/commands.h"
+#include "server/cli/shared_flags.h"
+#include "server/strata_server.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address to listen on");
+ABSL_FLAG(int, metrics_port, 9464, "serve: Prometheus /metrics port (0: pick a free one, -1: off)");
+ABSL_FLAG(std::string, cache, "on", "serve: session KV cache, on or off");
+ABSL_FLAG(int64_t, host_cache_bytes, int64_t{1} << 30, "serve: capacity of the host-memory tier");
+ABSL_FLAG(bool, pin_host_memory, true,
+          "serve: lock the host tier in memory (needs CAP_IPC_LOCK or a memlock limit as large)");
+ABSL_FLAG(int, chunk_tokens, 256, "serve: tokens per KV chunk");
+ABSL_FLAG(std::string, ssd_dirs, "",
+          "serve: comma-separated directories for the SSD tier (one preallocated file each); empty: off");
+ABSL_FLAG(int64_t, ssd_capacity_bytes, int64_t{16} << 30, "serve: SSD tier capacity per directory");
+ABSL_FLAG(std::string, index_dir, "", "serve: RocksDB session index (default: <first ssd dir>/index)");
+ABSL_FLAG(int64_t, ttl_seconds, 86400, "serve: sessions unused this long are dropped from every tier");
+ABSL_FLAG(std::string, placement, "scheduler-aware",
+          "serve: placement policy: scheduler-aware (prefetch from the queue, never evict it), lru, fifo");
+ABSL_FLAG(bool, fetch_or_recompute, true,
+          "serve: recompute a prefix held only on SSD when that is measured to be faster than loading it");
+ABSL_FLAG(int, max_batch, 64, "serve: most turns in one decode batch");
+ABSL_FLAG(int, max_step_tokens, 512, "serve: most tokens in one forward step");
+ABSL_FLAG(int, max_new_tokens_limit, 4096, "serve: largest max_new_tokens a request may ask for");
+ABSL_FLAG(std::string, api_keys, "",
+          "serve: comma-separated key=tenant pairs; empty: no auth, one tenant 'default'");
+ABSL_FLAG(std::string, port_file, "", "serve: write 'grpc_port metrics_port' here once listening");
+
+namespace strata::server::cli {
+namespace {
+
+// Fills `o` from the flags; false (having said why on stderr) for a bad value.
+bool OptionsFromFlags(ServerOptions& o) {
+  const std::string host = absl::GetFlag(FLAGS_host);
+  o.listen_address = host + ":" + std::to_string(absl::GetFlag(FLAGS_port));
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  o.metrics_address = metrics_port < 0 ? "" : host + ":" + std::to_string(metrics_port);
+  const std::string cache = absl::GetFlag(FLAGS_cache);
+  if (cache != "on" && cache != "off") {
+    std::fprintf(stderr, "--cache must be on or off, got '%s'\n", cache.c_str());
+    return false;
+  }
+  o.cache_enabled = cache == "on";
+  o.store.host_capacity_bytes = absl::GetFlag(FLAGS_host_cache_bytes);
+  o.store.lock_host_memory = absl::GetFlag(FLAGS_pin_host_memory);
+  o.store.layout.chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens);
+  for (absl::string_view dir : absl::StrSplit(absl::GetFlag(FLAGS_ssd_dirs), ',', absl::SkipEmpty())) {
+    o.store.ssd_dirs.emplace_back(dir);
+  }
+  o.store.ssd_capacity_bytes_per_dir = absl::GetFlag(FLAGS_ssd_capacity_bytes);
+  o.store.index_dir = absl::GetFlag(FLAGS_index_dir);
+  o.store.ttl = absl::Seconds(absl::GetFlag(FLAGS_ttl_seconds));
+  auto placement = storage::ParsePlacementPolicy(absl::GetFlag(FLAGS_placement));
+  if (!placement.ok() || *placement == storage::PlacementPolicy::kBelady) {
+    std::fprintf(stderr, "--placement: %s\n",
+                 placement.ok() ? "belady needs the future; it runs only in the simulator"
+                                : std::string(placement.status().message()).c_str());
+    return false;
+  }
+  o.store.placement = *placement;
+  o.model = ServedModelFromFlags();
+  o.engine.fetch_or_recompute = absl::GetFlag(FLAGS_fetch_or_recompute);
+  o.engine.max_running = absl::GetFlag(FLAGS_max_batch);
+  o.engine.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
+  o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
+  for (absl::string_view pair : absl::StrSplit(absl::GetFlag(FLAGS_api_keys), ',', absl::SkipEmpty())) {
+    std::vector<std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+    if (kv.size() != 2 || kv[0].empty() || kv[1].empty()) {
+      std::fprintf(stderr, "--api_keys wants key=tenant pairs, got '%s'\n", std::string(pair).c_str());
+      return false;
+    }
+    o.api_keys[kv[0]] = kv[1];
+  }
+  return true;
+}
+
+void WritePortFile(const std::string& path, int port, int metrics_port) {
+  const std::string tmp = path + ".tmp";
+  if (FILE* f = std::fopen(tmp.c_str(), "w")) {
+    std::fprintf(f, "%d %d\n", port, metrics_port);
+    std::fclose(f);
+    std::rename(tmp.c_str(), path.c_str());
+  }
+}
+
+}  // namespace
+
+int ServeCommand() {
+  ServerOptions o;
+  if (!OptionsFromFlags(o)) return 2;
+  auto server = StrataServer::Start(o);
+  if (!server.ok()) {
+    std::fprintf(stderr, "strata serve: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    WritePortFile(path, (*server)->port(), (*server)->metrics_port());
+  }
+  // SIGINT/SIGTERM (blocked in every thread by main): shut down from a thread that may block.
+  StrataServer* s = server->get();
+  std::thread([s] {
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    int sig = 0;
+    sigwait(&signals, &sig);
+    LOG(INFO) << "signal " << sig << ": shutting down";
+    s->Shutdown();
+  }).detach();
+  (*server)->Wait();
+  return 0;
+}
+
+}  // namespace strata::server::cli

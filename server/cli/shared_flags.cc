@@ -1,0 +1,33 @@
+#include "server/cli/shared_flags.h"
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(int, port, 7070, "serve: gRPC port (0: pick a free one); chat: port to call when --target is empty");
+ABSL_FLAG(std::string, target, "", "chat, bench: server address host:port (chat default: 127.0.0.1:--port)");
+ABSL_FLAG(std::string, api_key, "", "chat, bench: API key to send");
+ABSL_FLAG(std::string, model, "",
+          "serve, logits: a Hugging Face model directory (config.json + *.safetensors; Llama, Mistral, Qwen2), "
+          "or random:NAME for deterministic random weights of a named shape (builtin, llama3-8b, llama3-1b; "
+          "made on the device); serve: empty for the built-in model");
+ABSL_FLAG(std::string, device, "auto",
+          "serve, logits: cuda, cpu, or auto (cuda when strata was built with CUDA and a GPU is visible)");
+ABSL_FLAG(double, kv_memory_fraction, 0.85,
+          "serve, logits: share of the GPU memory left after the weights that the paged KV pool takes");
+
+namespace strata::server::cli {
+
+std::string TargetFromFlags() {
+  std::string target = absl::GetFlag(FLAGS_target);
+  if (target.empty()) target = "127.0.0.1:" + std::to_string(absl::GetFlag(FLAGS_port));
+  return target;
+}
+
+engine::ServedModelOptions ServedModelFromFlags() {
+  engine::ServedModelOptions o;
+  o.model = absl::GetFlag(FLAGS_model);
+  o.backend.device = absl::GetFlag(FLAGS_device);
+  o.backend.cuda.kv_memory_fraction = absl::GetFlag(FLAGS_kv_memory_fraction);
+  return o;
+}
+
+}  // namespace strata::server::cli

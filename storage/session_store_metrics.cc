@@ -1,0 +1,84 @@
+#include "storage/session_store_metrics.h"
+
+namespace strata::storage {
+
+// Mirrors the session store's own statistics into gauges and counters at scrape time.
+void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool cache_enabled) {
+  auto& tier_bytes = r.AddGauge("strata_tier_bytes", "Bytes held in each tier.");
+  auto& tier_capacity = r.AddGauge("strata_tier_capacity_bytes", "Capacity of each tier (0: off).");
+  auto& sessions = r.AddGauge("strata_sessions", "Sessions with KV held in each tier.");
+  auto& evictions = r.AddCounter("strata_cache_evictions_total",
+                                 "Sessions that left the store for room, by reason (host_full: not yet on SSD; "
+                                 "ssd_full: held only on SSD).");
+  auto& prefetches = r.AddCounter("strata_prefetches_total",
+                                  "Look-ahead prefetches (SSD to host) by outcome: started, in_time (on host when "
+                                  "the turn came), late (the turn waited for it), wasted (left host unused).");
+  auto& lookahead = r.AddGauge("strata_lookahead_sessions",
+                               "Sessions in the placement look-ahead (queued turns and gateway hints).");
+  auto& demotions = r.AddCounter("strata_cache_demotions_total",
+                                 "Host copies dropped under pressure (the session stays on SSD).");
+  auto& promotions = r.AddCounter("strata_cache_promotions_total",
+                                  "Sessions read back from SSD into host memory, by outcome.");
+  auto& moved = r.AddCounter("strata_bytes_moved_total", "Bytes moved between tiers, by direction.");
+  auto& persisted = r.AddCounter("strata_cache_persisted_total",
+                                 "Write-backs that made a session durable (chunks synced, index committed).");
+  auto& ssd_errors = r.AddCounter("strata_ssd_write_errors_total", "SSD write, sync or index failures.");
+  auto& degraded = r.AddGauge("strata_ssd_degraded", "1 when the SSD tier failed and caching is host-only.");
+  auto& rejected = r.AddCounter("strata_cache_save_rejected_total",
+                                "Sessions too large for the tier, not stored.");
+  auto& corrupt = r.AddCounter("strata_cache_corrupt_chunks_total",
+                               "Chunks that failed their checksum or fingerprint (served as misses).");
+  auto& expired = r.AddCounter("strata_cache_expired_total", "Sessions dropped by TTL.");
+  auto& io_seconds = r.AddHistogram(
+      "strata_tier_io_seconds",
+      "Latency of tier I/O: host = a session's chunk copies in or out of the arena, ssd = one "
+      "chunk request from submission to completion.",
+      {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1});
+  auto& enabled = r.AddGauge("strata_cache_enabled", "1 when the session cache is on.");
+  enabled.WithLabels({}).Set(cache_enabled ? 1 : 0);
+  auto sync = [](metrics::Counter& c, int64_t total) {
+    double delta = static_cast<double>(total) - c.Value();
+    if (delta > 0) c.Increment(delta);
+  };
+  r.AddCollector([=, &tier_bytes, &tier_capacity, &sessions, &evictions, &prefetches, &lookahead, &demotions,
+                  &promotions,
+                  &moved, &persisted, &ssd_errors, &degraded, &rejected, &corrupt, &expired, &io_seconds] {
+    SessionStoreStats s;
+    if (store != nullptr) {
+      s = store->Stats();
+      for (const TierIoSample& io : store->TakeIoSamples()) {
+        io_seconds.WithLabels({{"tier", TierName(io.tier)}, {"op", io.write ? "write" : "read"}})
+            .Observe(io.seconds);
+      }
+    }
+    tier_bytes.WithLabels({{"tier", "hbm"}}).Set(0);
+    tier_capacity.WithLabels({{"tier", "hbm"}}).Set(0);
+    sessions.WithLabels({{"tier", "hbm"}}).Set(0);
+    tier_bytes.WithLabels({{"tier", "host"}}).Set(static_cast<double>(s.host_used_bytes));
+    tier_capacity.WithLabels({{"tier", "host"}}).Set(static_cast<double>(s.host_capacity_bytes));
+    sessions.WithLabels({{"tier", "host"}}).Set(static_cast<double>(s.host_sessions));
+    tier_bytes.WithLabels({{"tier", "ssd"}}).Set(static_cast<double>(s.ssd_used_bytes));
+    tier_capacity.WithLabels({{"tier", "ssd"}}).Set(static_cast<double>(s.ssd_capacity_bytes));
+    sessions.WithLabels({{"tier", "ssd"}}).Set(static_cast<double>(s.ssd_sessions));
+    sync(evictions.WithLabels({{"reason", "host_full"}}), s.evictions_host_full);
+    sync(evictions.WithLabels({{"reason", "ssd_full"}}), s.evictions_ssd_full);
+    sync(prefetches.WithLabels({{"outcome", "started"}}), s.prefetches);
+    sync(prefetches.WithLabels({{"outcome", "in_time"}}), s.prefetch_in_time);
+    sync(prefetches.WithLabels({{"outcome", "late"}}), s.prefetch_late);
+    sync(prefetches.WithLabels({{"outcome", "wasted"}}), s.prefetch_wasted);
+    lookahead.WithLabels({}).Set(static_cast<double>(s.lookahead_sessions));
+    sync(demotions.WithLabels({}), s.demotions);
+    sync(promotions.WithLabels({{"outcome", "ok"}}), s.promotions);
+    sync(promotions.WithLabels({{"outcome", "failed"}}), s.promotion_failures);
+    sync(moved.WithLabels({{"direction", "host_to_ssd"}}), s.ssd_bytes_written);
+    sync(moved.WithLabels({{"direction", "ssd_to_host"}}), s.ssd_bytes_read);
+    sync(persisted.WithLabels({}), s.persisted_saves);
+    sync(ssd_errors.WithLabels({}), s.ssd_write_errors);
+    degraded.WithLabels({}).Set(s.ssd_degraded ? 1 : 0);
+    sync(rejected.WithLabels({}), s.save_rejected);
+    sync(corrupt.WithLabels({}), s.corrupt_chunks);
+    sync(expired.WithLabels({}), s.expired);
+  });
+}
+
+}  // namespace strata::storage
