@@ -9,7 +9,6 @@
 #include "absl/time/clock.h"
 #include "base/random.h"
 #include "text/stop_strings.h"
-#include "kernels/cpu_kernels.h"
 
 namespace strata::engine {
 

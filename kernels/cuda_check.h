@@ -10,7 +10,7 @@ namespace strata::kernels {
 
 // Returns OK for cudaSuccess; otherwise an InternalError whose message names the call, where
 // it was made and the CUDA error, e.g.
-//   "kernels/cuda_kernels.cc:40: cudaMemcpyAsync(...) failed: cudaErrorInvalidValue (invalid
+//   "kernels/norm/norm.cc:40: cudaMemcpyAsync(...) failed: cudaErrorInvalidValue (invalid
 //   argument)".
 // Thread-safe.
 absl::Status CudaStatus(cudaError_t error, const char* call, const char* file, int line);

@@ -1,6 +1,6 @@
 // Device helpers shared by the .cu files (plain CUDA C++, device code only): asynchronous
 // 16-byte copies to shared memory, the fast base-2 exponential, bf16 conversions and
-// block-wide reductions.
+// block-wide reductions, and the grid size of grid-stride loops.
 #ifndef STRATA_KERNELS_CUDA_DEVICE_CUH_
 #define STRATA_KERNELS_CUDA_DEVICE_CUH_
 
@@ -29,7 +29,7 @@ __device__ __forceinline__ float FastExp2(float x) {  // exp2(-inf) = 0
   return y;
 }
 
-// bf16 (stored as uint16_t) <-> fp32, as Bf16ToFloat / FloatToBf16 in cpu_kernels.cc:
+// bf16 (stored as uint16_t) <-> fp32, as Bf16ToFloat / FloatToBf16 in elementwise/bf16.cc:
 // widening is exact; narrowing rounds to nearest, ties to even, and keeps NaN a NaN.
 __device__ __forceinline__ float Widen(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
 __device__ __forceinline__ uint16_t Narrow(float f) {
@@ -65,6 +65,13 @@ __device__ T BlockReduce(T v, Op op, T identity) {
 }
 
 __device__ __forceinline__ float BlockSum(float v) { return BlockReduce(v, SumOp{}, 0.0f); }
+
+// Blocks of `threads` for a grid-stride loop over n elements: enough for one element a
+// thread, at most max_blocks.
+inline unsigned GridStrideBlocks(int64_t n, int threads, int64_t max_blocks) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < max_blocks ? blocks : max_blocks);
+}
 
 }  // namespace strata::kernels::internal
 

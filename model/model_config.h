@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/cpu_kernels.h"
+#include "kernels/rope/rope_cpu.h"
 
 namespace strata::model {
 

@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu_kernels.h"
+#include "kernels/elementwise/bf16.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::model {

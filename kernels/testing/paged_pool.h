@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu_kernels.h"
+#include "kernels/attention/paged_kv.h"
 
 namespace strata::kernels::test_support {
 

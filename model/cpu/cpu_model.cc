@@ -4,7 +4,12 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu_kernels.h"
+#include "kernels/attention/attention_cpu.h"
+#include "kernels/elementwise/elementwise_cpu.h"
+#include "kernels/gemm/gemm_cpu.h"
+#include "kernels/norm/norm_cpu.h"
+#include "kernels/rope/rope_cpu.h"
+#include "kernels/sampling/sampling_cpu.h"
 
 namespace strata::model {
 namespace {

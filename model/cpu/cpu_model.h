@@ -2,7 +2,7 @@
 //
 // Reads top to bottom as the model is written: embed; for each layer (norm, qkv, rope,
 // attention, residual, norm, mlp, residual); norm; logits. Every kernel it calls is batch
-// invariant (kernels/cpu_kernels.h), so a token's KV and logits do not depend on what
+// invariant (kernels/cpu_dot.h), so a token's KV and logits do not depend on what
 // else is in the batch or on how a prompt was split across steps: cached and recomputed
 // turns give the same tokens.
 #ifndef STRATA_MODEL_CPU_CPU_MODEL_H_

@@ -13,13 +13,17 @@
 
 #include <unordered_map>
 
-#include "kernels/bf16_kernels.h"
-#include "kernels/cpu_kernels.h"
+#include "kernels/attention/decode.h"
+#include "kernels/attention/paged_kv.h"
+#include "kernels/attention/prefill.h"
 #include "kernels/cuda_check.h"
-#include "kernels/cuda_gemm.h"
-#include "kernels/cuda_kernels.h"
-#include "kernels/cuda_model_kernels.h"
-#include "kernels/cuda_prefill_attention.h"
+#include "kernels/elementwise/bf16.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/norm/norm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/rope/rope_cpu.h"
+#include "kernels/sampling/sampling.h"
 #endif
 
 namespace strata::model {
@@ -460,10 +464,10 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateRandom(const ModelCo
   cudaStream_t st = impl->stream;
   uint64_t k = seed;
   auto rnd = [&](const uint16_t* p, int64_t n, int64_t fan_in) {
-    return kernels::LaunchFillRandomBf16(const_cast<uint16_t*>(p), n, ++k * 0x2545f4914f6cdd1dull,
-                                         1.0f / std::sqrt(static_cast<float>(fan_in)), st);
+    return kernels::LaunchFillRandomBf16({const_cast<uint16_t*>(p), n, ++k * 0x2545f4914f6cdd1dull,
+                                         1.0f / std::sqrt(static_cast<float>(fan_in))}, st);
   };
-  auto ones = [&](const float* p, int64_t n) { return kernels::LaunchFillF32(const_cast<float*>(p), n, 1.0f, st); };
+  auto ones = [&](const float* p, int64_t n) { return kernels::LaunchFillF32({const_cast<float*>(p), n, 1.0f}, st); };
   if (absl::Status s = rnd(impl->embedding, c.vocab_size * h, 1); !s.ok()) return s;
   if (!c.tie_embeddings) {
     if (absl::Status s = rnd(impl->lm_head, c.vocab_size * h, h); !s.ok()) return s;
@@ -502,7 +506,7 @@ absl::Status CudaModel::RandomizeKvPool(uint64_t seed) {
   if (absl::Status s = m.UseDevice(); !s.ok()) return s;
   const int64_t n = m.layer_stride * m.config.num_layers;
   for (DeviceBuffer* plane : {&m.k_rot, &m.k_raw, &m.v}) {
-    if (absl::Status s = kernels::LaunchFillRandomBf16(plane->as<uint16_t>(), n, ++seed, 1.0f, m.stream); !s.ok()) {
+    if (absl::Status s = kernels::LaunchFillRandomBf16({plane->as<uint16_t>(), n, ++seed, 1.0f}, m.stream); !s.ok()) {
       return s;
     }
   }
@@ -613,45 +617,45 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step) {
     absl::Status step_status_ = (expr);           \
     if (!step_status_.ok()) return step_status_;  \
   } while (false)
-  STRATA_STEP(kernels::LaunchEmbedBf16(embedding, d_ids, r, h, xs, st));
+  STRATA_STEP(kernels::LaunchEmbedBf16({embedding, d_ids, r, h, xs}, st));
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerDevice& L = layers[static_cast<size_t>(l)];
     // Attention block: x += the previous MLP output, normed into hb.
-    STRATA_STEP(kernels::LaunchRmsNormToBf16(l == 0 ? nullptr : pr, xs, L.attn_norm, hs, r, h, c.rms_norm_eps, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16(hs, L.wqkv, qkv.as<float>(), r, h, w, st));
+    STRATA_STEP(kernels::LaunchRmsNormToBf16({l == 0 ? nullptr : pr, xs, L.attn_norm, hs, r, h, c.rms_norm_eps}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wqkv, qkv.as<float>(), r, h, w}, st));
     kernels::QkvPlaceParams qp{qkv.as<float>(), L.bqkv, d_positions, d_slots, r, c.num_heads, c.num_kv_heads,
                                c.head_dim, inv_freq, q.as<float>(), k_rot.as<uint16_t>() + l * layer_stride,
                                k_raw.as<uint16_t>() + l * layer_stride, v.as<uint16_t>() + l * layer_stride};
     STRATA_STEP(kernels::LaunchQkvRopePlace(qp, st));
     if (step.decodes > 0) {
-      STRATA_STEP(kernels::LaunchPagedDecodeAttention(q.as<float>(), LayerKv(l, d_indptr, d_indices, d_last),
+      STRATA_STEP(kernels::LaunchPagedDecodeAttention({q.as<float>(), LayerKv(l, d_indptr, d_indices, d_last),
                                                       step.decodes, c.num_heads, scale, step.max_tokens,
-                                                      attn_ws.as<float>(), attn.as<float>(), nullptr, st));
+                                                      attn_ws.as<float>(), attn.as<float>(), nullptr}, st));
     }
     if (step.decodes < step.n_seq) {
       const int64_t first = int64_t{step.decodes} * qd;
       STRATA_STEP(kernels::LaunchPagedPrefillAttentionTc(
-          q.as<float>() + first, LayerKv(l, d_indptr + step.decodes, d_indices, d_last + step.decodes), d_qo_prompt,
+          {q.as<float>() + first, LayerKv(l, d_indptr + step.decodes, d_indices, d_last + step.decodes), d_qo_prompt,
           step.n_seq - step.decodes, r - step.decodes, c.num_heads, scale, step.max_new, attn.as<float>() + first,
-          nullptr, st));
+          nullptr}, st));
     }
-    STRATA_STEP(kernels::LaunchToBf16(attn.as<float>(), ab.as<uint16_t>(), int64_t{r} * qd, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16(ab.as<uint16_t>(), L.wo, pr, r, qd, h, st));
+    STRATA_STEP(kernels::LaunchToBf16({attn.as<float>(), ab.as<uint16_t>(), int64_t{r} * qd}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({ab.as<uint16_t>(), L.wo, pr, r, qd, h}, st));
     // MLP block.
-    STRATA_STEP(kernels::LaunchRmsNormToBf16(pr, xs, L.mlp_norm, hs, r, h, c.rms_norm_eps, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16(hs, L.wgu, gu.as<float>(), r, h, 2 * ffn, st));
-    STRATA_STEP(kernels::LaunchSwiGluToBf16(gu.as<float>(), act.as<uint16_t>(), r, ffn, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16(act.as<uint16_t>(), L.wdown, pr, r, ffn, h, st));
+    STRATA_STEP(kernels::LaunchRmsNormToBf16({pr, xs, L.mlp_norm, hs, r, h, c.rms_norm_eps}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wgu, gu.as<float>(), r, h, 2 * ffn}, st));
+    STRATA_STEP(kernels::LaunchSwiGluToBf16({gu.as<float>(), act.as<uint16_t>(), r, ffn}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({act.as<uint16_t>(), L.wdown, pr, r, ffn, h}, st));
   }
   if (step.logit_rows > 0) {
-    STRATA_STEP(kernels::LaunchRmsNormToBf16(pr, xs, final_norm, hs, r, h, c.rms_norm_eps, st));
-    STRATA_STEP(kernels::LaunchGatherRowsBf16(hs, d_lrows, step.logit_rows, h, lb.as<uint16_t>(), st));
-    STRATA_STEP(kernels::LaunchMatMulBf16(lb.as<uint16_t>(), lm_head, logits.as<float>(), step.logit_rows, h,
-                                          c.vocab_size, st));
-    STRATA_STEP(kernels::LaunchSample(logits.as<float>(), step.logit_rows, c.vocab_size,
+    STRATA_STEP(kernels::LaunchRmsNormToBf16({pr, xs, final_norm, hs, r, h, c.rms_norm_eps}, st));
+    STRATA_STEP(kernels::LaunchGatherRowsBf16({hs, d_lrows, step.logit_rows, h, lb.as<uint16_t>()}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({lb.as<uint16_t>(), lm_head, logits.as<float>(), step.logit_rows, h,
+                                          c.vocab_size}, st));
+    STRATA_STEP(kernels::LaunchSample({logits.as<float>(), step.logit_rows, c.vocab_size,
                                       reinterpret_cast<const float*>(dm + off.temperature),
                                       reinterpret_cast<const float*>(dm + off.top_p),
-                                      reinterpret_cast<const double*>(dm + off.u), argmax_dev.as<int32_t>(), st));
+                                      reinterpret_cast<const double*>(dm + off.u), argmax_dev.as<int32_t>()}, st));
     STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(argmax_host.data(), argmax_dev.as<int32_t>(),
                                                 4 * static_cast<size_t>(step.logit_rows), cudaMemcpyDeviceToHost, st));
   }

@@ -3,7 +3,7 @@
 // Weights live in HBM as bf16 (Q, K and V projections fused into one matrix, gate and up
 // into another); activations between kernels are fp32, matrix operands bf16, products
 // accumulate in fp32 (cuBLAS). Each layer's KV lives in a paged pool in HBM with three
-// planes (kernels/bf16_kernels.h): K rotated (attention reads it), K before RoPE and V
+// planes (kernels/rope/kv_place_params.h): K rotated (attention reads it), K before RoPE and V
 // (the session cache stores those, 2 bytes a value). A sequence reserves the pages for
 // its capacity when it is created, so a running turn never runs out of KV memory.
 //

@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "kernels/cuda_kernels.h"
+#include "kernels/attention/decode.h"
 #include "kernels/testing/paged_pool.h"
 #include "tests/bench/cuda_bench.h"
 
@@ -81,8 +81,8 @@ int main() {
       const float ms = MedianMs(
           stream, 20,
           [&] {
-            absl::Status s = strata::kernels::LaunchPagedDecodeAttention(q, kv, batch, heads, 0.088f, context, ws,
-                                                                        out, lse, stream);
+            absl::Status s = strata::kernels::LaunchPagedDecodeAttention({q, kv, batch, heads, 0.088f, context, ws,
+                                                                        out, lse}, stream);
             if (!s.ok()) {
               std::fprintf(stderr, "%s\n", s.ToString().c_str());
               std::exit(1);

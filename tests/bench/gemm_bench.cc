@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "kernels/cuda_gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "tests/bench/cuda_bench.h"
 
 namespace {
@@ -70,8 +70,8 @@ int main() {
       float* out = nullptr;
       CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&out), static_cast<size_t>(rows) * l.out * sizeof(float)));
       const float ms = MedianMs(stream, 20, [&] {
-        absl::Status s = strata::kernels::LaunchMatMulBf16(static_cast<const uint16_t*>(x),
-                                                           static_cast<const uint16_t*>(w), out, rows, l.in, l.out,
+        absl::Status s = strata::kernels::LaunchMatMulBf16({static_cast<const uint16_t*>(x),
+                                                           static_cast<const uint16_t*>(w), out, rows, l.in, l.out},
                                                            stream);
         if (!s.ok()) {
           std::fprintf(stderr, "%s\n", s.ToString().c_str());

@@ -22,8 +22,9 @@
 #include <vector>
 
 #include "model/cuda/cuda_model.h"
-#include "kernels/cuda_gemm.h"
-#include "kernels/cuda_model_kernels.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/rope/rope_cpu.h"
 
 namespace strata::model {
 namespace {
@@ -92,13 +93,13 @@ double GemmPeak() {
   cudaMalloc(reinterpret_cast<void**>(&x), size_t{2} * n * n);
   cudaMalloc(reinterpret_cast<void**>(&w), size_t{2} * n * n);
   cudaMalloc(reinterpret_cast<void**>(&out), size_t{4} * n * n);
-  (void)kernels::LaunchFillRandomBf16(x, int64_t{n} * n, 1, 1.0f, nullptr);
-  (void)kernels::LaunchFillRandomBf16(w, int64_t{n} * n, 2, 1.0f, nullptr);
+  (void)kernels::LaunchFillRandomBf16({x, int64_t{n} * n, 1, 1.0f}, nullptr);
+  (void)kernels::LaunchFillRandomBf16({w, int64_t{n} * n, 2, 1.0f}, nullptr);
   cudaDeviceSynchronize();
   std::vector<double> t;
   for (int i = 0; i < 8; ++i) {
     const double t0 = Now();
-    (void)kernels::LaunchMatMulBf16(x, w, out, n, n, n, nullptr);
+    (void)kernels::LaunchMatMulBf16({x, w, out, n, n, n}, nullptr);
     cudaDeviceSynchronize();
     if (i >= 2) t.push_back(Now() - t0);
   }

@@ -19,10 +19,10 @@
 #include <cstdlib>
 #include <vector>
 
-#include "kernels/cuda_gemm.h"
-#include "kernels/cuda_kernels.h"
-#include "kernels/cuda_prefill_attention.h"
-#include "kernels/cuda_prefill_attention_launch.h"
+#include "kernels/attention/decode.h"
+#include "kernels/attention/prefill.h"
+#include "kernels/attention/prefill_launch.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/testing/paged_pool.h"
 #include "tests/bench/cuda_bench.h"
 
@@ -77,7 +77,7 @@ int main() {
   uint16_t* gb = DeviceRandomBf16(size_t{1} * n * n);
   float* gc = nullptr;
   CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&gc), size_t{4} * n * n));
-  const float gemm_ms = MedianMs(stream, 10, [&] { CheckOk(sk::LaunchMatMulBf16(ga, gb, gc, n, n, n, stream)); });
+  const float gemm_ms = MedianMs(stream, 10, [&] { CheckOk(sk::LaunchMatMulBf16({ga, gb, gc, n, n, n}, stream)); });
   const double gemm_tflops = 2.0 * n * n * static_cast<double>(n) / (gemm_ms * 1e-3) / 1e12;
   CHECK_CUDA(cudaFree(ga));
   CHECK_CUDA(cudaFree(gb));
@@ -128,8 +128,8 @@ int main() {
     const double flops = 4.0 * head_dim * heads * visible;
 
     const float tc_ms = MedianMs(stream, 20, [&] {
-      CheckOk(sk::LaunchPagedPrefillAttentionTc(q, kv, qo, shape.sequences, rows, heads, scale, shape.new_tokens,
-                                                out_tc, lse, stream));
+      CheckOk(sk::LaunchPagedPrefillAttentionTc({q, kv, qo, shape.sequences, rows, heads, scale, shape.new_tokens,
+                                                out_tc, lse}, stream));
     });
     using Tiles = sk::internal::PrefillTcTiles;
     const Tiles forms[] = {Tiles::k64Rows4Warps, Tiles::k128Rows8Warps, Tiles::k128Rows4Warps,
@@ -144,13 +144,13 @@ int main() {
       });
     }
     const float cc_ms = MedianMs(stream, 3, [&] {
-      CheckOk(sk::LaunchPagedPrefillAttention(q, kv, qo, shape.sequences, rows, heads, scale, len, ws, out_cc,
-                                              nullptr, stream));
+      CheckOk(sk::LaunchPagedPrefillAttention({q, kv, qo, shape.sequences, rows, heads, scale, len, ws, out_cc,
+                                              nullptr}, stream));
     });
     // The checked output: the entry point's own choice, last written by a tile variant,
     // so run it once more.
-    CheckOk(sk::LaunchPagedPrefillAttentionTc(q, kv, qo, shape.sequences, rows, heads, scale, shape.new_tokens,
-                                              out_tc, lse, stream));
+    CheckOk(sk::LaunchPagedPrefillAttentionTc({q, kv, qo, shape.sequences, rows, heads, scale, shape.new_tokens,
+                                              out_tc, lse}, stream));
     CHECK_CUDA(cudaStreamSynchronize(stream));
     std::vector<float> a(qh.size()), b(qh.size());
     CHECK_CUDA(cudaMemcpy(a.data(), out_tc, a.size() * sizeof(float), cudaMemcpyDeviceToHost));

@@ -1,0 +1,67 @@
+// kernels/attention: attention over the paged KV pool on the device, and its CPU
+// specification. Files: paged_kv.h (the pool as index arrays), attention_cpu.h (CPU
+// attention returning (o, lse), what the CPU engine runs), decode.h (this: split-K paged
+// decode), prefill.h (paged prefill on CUDA cores and on tensor cores), merge_launch.h (the
+// (o, lse) merge split-K uses). The paged CPU twins and the CPU merge, which only tests use,
+// are in kernels/testing/attention_cpu.h. Supported shapes: kernels/dispatch.h.
+//
+// Conventions of every Launch* in this folder: the pointers in the params (PagedKv's
+// included) are device pointers the caller owns and keeps valid until the stream reaches the
+// work; the call only enqueues on `stream` (never creates or synchronises one) and is
+// thread-safe. InternalError, naming the CUDA error, when the launch fails; Unimplemented
+// when strata was built without CUDA.
+#ifndef STRATA_KERNELS_ATTENTION_DECODE_H_
+#define STRATA_KERNELS_ATTENTION_DECODE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/attention/paged_kv.h"
+#include "kernels/stream.h"
+
+namespace strata::kernels {
+
+// PagedDecodeAttention (kernels/testing/attention_cpu.h) on the device: one query per
+// sequence, q [batch][num_heads][head_dim] (fp32, rotated), against every token of its
+// sequence; out [batch][num_heads][head_dim], lse [batch][num_heads] (may be null).
+//
+// Split along the sequence: each sequence's tokens go in parts of equal size, each part's
+// (o, lse) is computed by one block per (part, KV head, sequence) that serves all the KV
+// head's query heads in one pass over the part's K and V (16-byte cp.async loads, kept
+// several stages in flight), then the parts are merged by log-sum-exp (skipped when there
+// is one part). The number of parts is chosen from batch x KV heads against the device's
+// multiprocessor count (kDecodeBlocksPerSm blocks per SM), parts being multiples of
+// kDecodePartAlign tokens. `max_tokens` bounds every sequence's length (with the batch it
+// sets the number of parts); `workspace` holds DecodeWorkspaceFloats(...) floats (unused
+// when one part suffices). q, k_pages and v_pages must be 16-byte aligned (cudaMalloc'd
+// buffers are).
+//
+// Errors: InvalidArgument (nothing launched) for negative sizes, unless head_dim is 64 or
+// 128 and there are 1, 2, 4 or 8 query heads per KV head (dispatch.h) and page_size > 0,
+// for misaligned q, k_pages or v_pages, and for max_tokens beyond int32.
+//
+// Numerics: within 1e-5 of the CPU; but the split depends on the batch size and
+// max_tokens, so a sequence's result may differ in the last bits between batches of
+// different shapes (the same call on the same device gives the same bits).
+constexpr int kDecodeBlocksPerSm = 2;
+constexpr int kDecodePartAlign = 32;
+
+struct DecodeAttentionParams {
+  const float* q;
+  PagedKv kv;
+  int batch, num_heads;
+  float scale;
+  int64_t max_tokens;
+  float* workspace;
+  float* out;
+  float* lse;  // may be null
+};
+absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream);
+
+// Floats of workspace a decode (or CUDA-core prefill, with batch = its rows) of this shape
+// needs; 0 for empty shapes and without CUDA. Reads the current device's SM count.
+int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t max_tokens);
+
+}  // namespace strata::kernels
+
+#endif  // STRATA_KERNELS_ATTENTION_DECODE_H_

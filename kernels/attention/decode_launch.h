@@ -1,0 +1,37 @@
+// Raw launch of the split-K paged attention kernel in decode.cu (the decode kernel, and the
+// CUDA-core prefill that runs it per query row), for split_kv.cc only. Kept free of Abseil so
+// nvcc never parses it; arguments are validated by the caller.
+#ifndef STRATA_KERNELS_ATTENTION_DECODE_LAUNCH_H_
+#define STRATA_KERNELS_ATTENTION_DECODE_LAUNCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace strata::kernels::internal {
+
+// Device pointers and shapes of one split-K paged attention call (see decode.h, prefill.h).
+struct SplitKvArgs {
+  const float* q;  // [rows][num_heads][head_dim]
+  const uint16_t* k_pages;
+  const uint16_t* v_pages;
+  int page_size, kv_heads, head_dim;
+  const int32_t* indptr;
+  const int32_t* indices;
+  const int32_t* last_page_len;
+  const int32_t* qo_indptr;  // null for decode (row r is sequence r)
+  int batch, rows, num_heads;
+  float scale;
+  int splits, split_tokens;  // parts per sequence and tokens per part
+  float* ws_o;               // [rows][splits][num_heads][head_dim] (splits > 1)
+  float* ws_lse;             // [rows][splits][num_heads] (splits > 1)
+  float* out;
+  float* lse;                // or null
+};
+
+// The parts' attention, then (with more than one part) their merge (merge_launch.h).
+cudaError_t PagedDecodeAttentionAsync(const SplitKvArgs& a, cudaStream_t stream);
+
+}  // namespace strata::kernels::internal
+
+#endif  // STRATA_KERNELS_ATTENTION_DECODE_LAUNCH_H_

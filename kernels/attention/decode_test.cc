@@ -1,0 +1,361 @@
+// The CUDA twins against the CPU specification, on random inputs over a grid of shapes.
+// Tolerance: fp32, 1e-5 relative to max(1, |expected|) (inputs are O(1)).
+#include "kernels/attention/decode.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "kernels/attention/attention_cpu.h"
+#include "kernels/elementwise/bf16.h"
+#include "kernels/elementwise/elementwise_cpu.h"
+#include "kernels/gemm/gemm_cpu.h"
+#include "kernels/norm/norm_cpu.h"
+#include "kernels/rope/rope_cpu.h"
+#include "kernels/sampling/sampling_cpu.h"
+#include "kernels/testing/attention_cpu.h"
+#include "kernels/testing/elementwise_cpu.h"
+#include "kernels/testing/gemm_cpu.h"
+#include "kernels/testing/norm_cpu.h"
+#include "kernels/testing/rope_cpu.h"
+#include "kernels/attention/prefill.h"
+#include "kernels/cuda_check.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/norm/norm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/sampling/sampling.h"
+#include "kernels/testing/cuda_testing.h"
+#include "kernels/testing/paged_pool.h"
+
+namespace strata::kernels {
+namespace {
+
+using test_support::DeviceVector;
+
+std::vector<float> RandomVector(size_t n, uint32_t seed, float lo = -1, float hi = 1) {
+  return test_support::RandomFloats(n, seed, lo, hi);
+}
+
+constexpr double kTolerance = 1e-5;
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int reported = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = kTolerance * std::max(1.0, std::abs(static_cast<double>(want[i])));
+    if (!(std::abs(static_cast<double>(got[i]) - want[i]) <= tol) && reported++ < 5) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << " on the GPU, " << want[i]
+                    << " on the CPU";
+    }
+  }
+}
+
+class CudaKernelsTest : public test_support::GpuTest {};
+
+TEST_F(CudaKernelsTest, RmsNormMatchesCpu) {
+  for (int rows : {1, 3, 17}) {
+    for (int dim : {1, 37, 256, 1000, 4096}) {
+      const std::string what = "rows " + std::to_string(rows) + " dim " + std::to_string(dim);
+      const std::vector<float> x = RandomVector(static_cast<size_t>(rows) * dim, rows + dim, -3, 3);
+      const std::vector<float> w = RandomVector(dim, 7);
+      std::vector<float> want(x.size());
+      RmsNorm(x.data(), w.data(), want.data(), rows, dim, 1e-5f);
+      DeviceVector<float> dx(x), dw(w), dy{std::vector<float>(x.size())};
+      ASSERT_TRUE(LaunchRmsNorm({dx.get(), dw.get(), dy.get(), rows, dim, 1e-5f}, stream_).ok());
+      // In place, as the CPU kernel allows.
+      ASSERT_TRUE(LaunchRmsNorm({dx.get(), dw.get(), dx.get(), rows, dim, 1e-5f}, stream_).ok());
+      Sync();
+      ExpectClose(dy.ToHost(), want, what);
+      ExpectClose(dx.ToHost(), want, what + " in place");
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, SwiGluMatchesCpu) {
+  for (int64_t n : {int64_t{1}, int64_t{1000}, (int64_t{1} << 20) + 3, int64_t{20000000}}) {
+    const std::vector<float> gate = RandomVector(n, 1, -8, 8), up = RandomVector(n, 2);
+    std::vector<float> want(n);
+    SwiGlu(gate.data(), up.data(), want.data(), n);
+    DeviceVector<float> dg(gate), du(up), dout{std::vector<float>(n)};
+    ASSERT_TRUE(LaunchSwiGlu({dg.get(), du.get(), dout.get(), n}, stream_).ok());
+    ASSERT_TRUE(LaunchSwiGlu({dg.get(), du.get(), dg.get(), n}, stream_).ok());  // out = gate
+    Sync();
+    ExpectClose(dout.ToHost(), want, "n " + std::to_string(n));
+    ExpectClose(dg.ToHost(), want, "n " + std::to_string(n) + " in place");
+  }
+}
+
+TEST_F(CudaKernelsTest, EmbedMatchesCpu) {
+  for (int dim : {1, 64, 1000}) {
+    const int vocab = 50;
+    const std::vector<float> table = RandomVector(static_cast<size_t>(vocab) * dim, dim);
+    const std::vector<int32_t> ids = {49, 0, 7, 7, 13};
+    const int rows = static_cast<int>(ids.size());
+    std::vector<float> want(static_cast<size_t>(rows) * dim);
+    Embed(table.data(), ids.data(), rows, dim, want.data());
+    DeviceVector<float> dt(table), dout{std::vector<float>(want.size())};
+    DeviceVector<int32_t> did(ids);
+    ASSERT_TRUE(LaunchEmbed({dt.get(), did.get(), rows, dim, dout.get()}, stream_).ok());
+    Sync();
+    const std::vector<float> got = dout.ToHost();
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+        << "dim " << dim << ": rows are not exact copies";
+  }
+}
+
+TEST_F(CudaKernelsTest, ApplyRopeMatchesCpu) {
+  struct Shape {
+    int rows, heads, head_dim;
+  };
+  RopeScaling llama3;
+  llama3.llama3 = true;
+  for (const Shape& s : {Shape{1, 1, 2}, Shape{5, 4, 64}, Shape{7, 3, 128}}) {
+    for (const RopeScaling& scaling : {RopeScaling{}, llama3}) {
+      const std::string what = "rows " + std::to_string(s.rows) + " heads " +
+                               std::to_string(s.heads) + " head_dim " + std::to_string(s.head_dim) +
+                               (scaling.llama3 ? " llama3" : "");
+      const std::vector<float> inv_freq = RopeInvFreq(s.head_dim, 500000.0f, scaling);
+      std::vector<int32_t> positions(s.rows);
+      for (int r = 0; r < s.rows; ++r) positions[r] = r * r * 997;  // up to ~36000
+      const std::vector<float> x =
+          RandomVector(static_cast<size_t>(s.rows) * s.heads * s.head_dim, s.head_dim);
+      std::vector<float> want = x;
+      ApplyRope(want.data(), positions.data(), s.rows, s.heads, s.head_dim, inv_freq.data());
+      DeviceVector<float> dx(x), df(inv_freq);
+      DeviceVector<int32_t> dp(positions);
+      ASSERT_TRUE(
+          LaunchApplyRope({dx.get(), dp.get(), s.rows, s.heads, s.head_dim, df.get()}, stream_).ok());
+      Sync();
+      ExpectClose(dx.ToHost(), want, what);
+    }
+  }
+}
+
+// These need no device: bad sizes are refused before anything is launched.
+TEST(CudaLaunchTest, RejectsBadSizes) {
+  EXPECT_EQ(LaunchRmsNorm({nullptr, nullptr, nullptr, -1, 8, 1e-5f}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchSwiGlu({nullptr, nullptr, nullptr, -5}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchEmbed({nullptr, nullptr, 2, -1, nullptr}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LaunchApplyRope({nullptr, nullptr, 1, 1, 3, nullptr}, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(LaunchRmsNorm({nullptr, nullptr, nullptr, 0, 8, 1e-5f}, nullptr).ok())
+      << "zero rows is an empty launch";
+}
+
+absl::Status FailingCall() {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaErrorInvalidValue);
+  return absl::OkStatus();
+}
+
+absl::Status SucceedingCall() {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaSuccess);
+  return absl::OkStatus();
+}
+
+TEST(CudaCheckTest, ReturnIfErrorNamesCallErrorAndLocation) {
+  const absl::Status s = FailingCall();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(s.message().find("cudaErrorInvalidValue"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("decode_test.cc:"), absl::string_view::npos) << s;
+  EXPECT_TRUE(SucceedingCall().ok());
+}
+
+// Device copies of a paged pool and a view over them.
+struct DevicePool {
+  explicit DevicePool(const test_support::PagedPool& p)
+      : k(p.k), v(p.v), indptr(p.indptr), indices(p.indices), last(p.last_page_len) {
+    view = PagedKv{k.get(), v.get(), p.page_size, p.kv_heads, p.head_dim, indptr.get(), indices.get(), last.get()};
+  }
+  DeviceVector<uint16_t> k, v;
+  DeviceVector<int32_t> indptr, indices, last;
+  PagedKv view;
+};
+
+TEST_F(CudaKernelsTest, PagedDecodeAttentionMatchesCpu) {
+  for (int head_dim : {64, 128}) {
+    for (int group : {1, 4, 8}) {
+      const std::vector<int64_t> lengths = {1, 255, 256, 257, 1000, 4100};
+      const int kv_heads = 2, heads = kv_heads * group, page_size = 16;
+      const std::string what = "head_dim " + std::to_string(head_dim) + " group " + std::to_string(group);
+      const test_support::PagedPool pool = test_support::RandomPagedPool(lengths, page_size, kv_heads, head_dim, head_dim + group);
+      const int batch = static_cast<int>(lengths.size());
+      const std::vector<float> q = RandomVector(static_cast<size_t>(batch) * heads * head_dim, group);
+      std::vector<float> want(q.size()), want_lse(static_cast<size_t>(batch) * heads);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      PagedDecodeAttention(q.data(), pool.View(), batch, heads, scale, want.data(), want_lse.data());
+      DevicePool dp(pool);
+      DeviceVector<float> dq(q), dout{std::vector<float>(q.size(), std::nanf(""))},
+          dlse{std::vector<float>(want_lse.size(), std::nanf(""))},
+          ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(batch, heads, head_dim, 4100)))};
+      ASSERT_TRUE(LaunchPagedDecodeAttention({dq.get(), dp.view, batch, heads, scale, 4100, ws.get(), dout.get(),
+                                             dlse.get()}, stream_)
+                      .ok());
+      Sync();
+      ExpectClose(dout.ToHost(), want, what + " out");
+      ExpectClose(dlse.ToHost(), want_lse, what + " lse");
+    }
+  }
+  // Shapes the kernel does not take are refused before anything runs.
+  test_support::PagedPool odd = test_support::RandomPagedPool({4}, 16, 1, 48, 1);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      LaunchPagedDecodeAttention({nullptr, odd.View(), 1, 1, 1.0f, 4, nullptr, nullptr, nullptr}, stream_)));
+}
+
+TEST_F(CudaKernelsTest, PagedDecodeAttentionLargeBatchOnePartMatchesCpu) {
+  // Enough sequences x KV heads to fill the device without splitting (one part per
+  // sequence, written straight to out), 32-token pages, two query heads per KV head.
+  std::vector<int64_t> lengths;
+  for (int b = 0; b < 48; ++b) lengths.push_back(1 + (b * 397) % 2100);
+  const int kv_heads = 8, heads = 16, head_dim = 128, page_size = 32, batch = static_cast<int>(lengths.size());
+  const test_support::PagedPool pool = test_support::RandomPagedPool(lengths, page_size, kv_heads, head_dim, 77);
+  const std::vector<float> q = RandomVector(static_cast<size_t>(batch) * heads * head_dim, 78);
+  std::vector<float> want(q.size()), want_lse(static_cast<size_t>(batch) * heads);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  PagedDecodeAttention(q.data(), pool.View(), batch, heads, scale, want.data(), want_lse.data());
+  DevicePool dp(pool);
+  DeviceVector<float> dq(q), dout{std::vector<float>(q.size(), std::nanf(""))},
+      dlse{std::vector<float>(want_lse.size(), std::nanf(""))},
+      ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(batch, heads, head_dim, 2100)))};
+  ASSERT_TRUE(
+      LaunchPagedDecodeAttention({dq.get(), dp.view, batch, heads, scale, 2100, ws.get(), dout.get(), dlse.get()}, stream_)
+          .ok());
+  Sync();
+  ExpectClose(dout.ToHost(), want, "large batch out");
+  ExpectClose(dlse.ToHost(), want_lse, "large batch lse");
+}
+
+TEST_F(CudaKernelsTest, PlaceKvPagedMatchesCpuWithinOneBf16Unit) {
+  const int n = 300, kv_heads = 8, head_dim = 128, pool_slots = 512;
+  const int64_t row = kv_heads * head_dim;
+  const std::vector<float> k = RandomVector(n * row, 3, -4, 4), v = RandomVector(n * row, 4, -4, 4);
+  std::vector<int32_t> positions(n);
+  std::vector<int64_t> slots(n);
+  for (int i = 0; i < n; ++i) {
+    positions[i] = i * 37 % 8000;
+    slots[i] = (i * 7 + 3) % pool_slots;  // 7 is coprime with 512: distinct slots
+  }
+  const std::vector<float> inv_freq = RopeInvFreq(head_dim, 500000.0f, RopeScaling{});
+  std::vector<uint16_t> want_k(pool_slots * row, 0), want_v(pool_slots * row, 0);
+  PlaceKvPaged(k.data(), v.data(), positions.data(), slots.data(), n, kv_heads, head_dim, inv_freq.data(),
+               want_k.data(), want_v.data());
+  DeviceVector<float> dk(k), dv(v), dfreq(inv_freq);
+  DeviceVector<int32_t> dpos(positions);
+  DeviceVector<int64_t> dslots(slots);
+  DeviceVector<uint16_t> kp{std::vector<uint16_t>(pool_slots * row, 0)}, vp{std::vector<uint16_t>(pool_slots * row, 0)};
+  ASSERT_TRUE(LaunchPlaceKvPaged({dk.get(), dv.get(), dpos.get(), dslots.get(), n, kv_heads, head_dim, dfreq.get(),
+                                 kp.get(), vp.get()}, stream_)
+                  .ok());
+  Sync();
+  const std::vector<uint16_t> got_k = kp.ToHost(), got_v = vp.ToHost();
+  EXPECT_EQ(got_v, want_v);
+  int64_t off_by_one = 0;
+  for (size_t i = 0; i < got_k.size(); ++i) {
+    const float g = Bf16ToFloat(got_k[i]), w = Bf16ToFloat(want_k[i]);
+    ASSERT_LE(std::fabs(g - w), std::fabs(w) / 128 + 1e-6f) << "element " << i;  // one bf16 unit
+    off_by_one += got_k[i] != want_k[i];
+  }
+  EXPECT_LT(off_by_one, static_cast<int64_t>(got_k.size()) / 100) << "bf16 ties should be rare";
+  EXPECT_TRUE(absl::IsInvalidArgument(LaunchPlaceKvPaged({nullptr, nullptr, nullptr, nullptr, 1, 1, 3, nullptr, nullptr,
+                                                         nullptr}, stream_)));
+}
+
+TEST_F(CudaKernelsTest, PagedPrefillAttentionMatchesCpu) {
+  for (int head_dim : {64, 128}) {
+    // New tokens per sequence within lengths that cross part boundaries (256 tokens).
+    const std::vector<int64_t> lengths = {7, 300, 600, 1};
+    const std::vector<int32_t> qo_indptr = {0, 7, 47, 347, 348};
+    const int kv_heads = 2, heads = 8, page_size = 16, batch = 4, rows = qo_indptr.back();
+    const test_support::PagedPool pool = test_support::RandomPagedPool(lengths, page_size, kv_heads, head_dim, 21);
+    const std::vector<float> q = RandomVector(static_cast<size_t>(rows) * heads * head_dim, 22);
+    std::vector<float> want(q.size()), want_lse(static_cast<size_t>(rows) * heads);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    PagedPrefillAttention(q.data(), pool.View(), qo_indptr.data(), batch, heads, scale, want.data(), want_lse.data());
+    DevicePool dp(pool);
+    DeviceVector<int32_t> dqo(qo_indptr);
+    DeviceVector<float> dq(q), dout{std::vector<float>(q.size(), std::nanf(""))},
+        dlse{std::vector<float>(want_lse.size(), std::nanf(""))},
+        ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(rows, heads, head_dim, 600)))};
+    ASSERT_TRUE(LaunchPagedPrefillAttention({dq.get(), dp.view, dqo.get(), batch, rows, heads, scale, 600, ws.get(),
+                                            dout.get(), dlse.get()}, stream_)
+                    .ok());
+    Sync();
+    ExpectClose(dout.ToHost(), want, "prefill out head_dim " + std::to_string(head_dim));
+    ExpectClose(dlse.ToHost(), want_lse, "prefill lse head_dim " + std::to_string(head_dim));
+  }
+}
+
+TEST_F(CudaKernelsTest, AddRmsNormMatchesCpu) {
+  for (int rows : {1, 5}) {
+    for (int dim : {37, 4096}) {
+      const std::string what = "rows " + std::to_string(rows) + " dim " + std::to_string(dim);
+      const std::vector<float> x = RandomVector(static_cast<size_t>(rows) * dim, rows + dim, -3, 3);
+      const std::vector<float> r = RandomVector(x.size(), 3 * dim, -3, 3), w = RandomVector(dim, 9);
+      std::vector<float> want_r = r, want(x.size());
+      AddRmsNorm(x.data(), want_r.data(), w.data(), want.data(), rows, dim, 1e-5f);
+      DeviceVector<float> dx(x), dr(r), dw(w);
+      ASSERT_TRUE(LaunchAddRmsNorm({dx.get(), dr.get(), dw.get(), dx.get(), rows, dim, 1e-5f}, stream_).ok());
+      Sync();
+      ExpectClose(dr.ToHost(), want_r, what + " residual");
+      ExpectClose(dx.ToHost(), want, what + " y (in place over x)");
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, ArgmaxMatchesGreedySampling) {
+  const int rows = 6, vocab = 128256;
+  std::vector<float> logits = RandomVector(static_cast<size_t>(rows) * vocab, 41, -10, 10);
+  // Row 1: a tie between two indices (the lower wins); row 2: -inf everywhere but one.
+  logits[1 * vocab + 500] = 50.0f;
+  logits[1 * vocab + 90000] = 50.0f;
+  for (int i = 0; i < vocab; ++i) logits[2 * vocab + i] = -INFINITY;
+  logits[2 * vocab + vocab - 1] = -3.0f;
+  std::vector<int32_t> want(rows);
+  for (int r = 0; r < rows; ++r) want[r] = SampleToken(logits.data() + int64_t{r} * vocab, vocab, 0.0f, 1.0f, 0.0);
+  DeviceVector<float> dl(logits);
+  DeviceVector<int32_t> ids{std::vector<int32_t>(rows, -1)};
+  ASSERT_TRUE(LaunchArgmax({dl.get(), rows, vocab, ids.get()}, stream_).ok());
+  Sync();
+  EXPECT_EQ(ids.ToHost(), want);
+  EXPECT_EQ(want[1], 500);
+  EXPECT_EQ(want[2], vocab - 1);
+}
+
+TEST_F(CudaKernelsTest, MatMulBf16MatchesCpu) {
+  for (auto [rows, in_dim, out_dim] : {std::tuple{1, 64, 96}, {7, 4096, 1024}, {64, 512, 4096}}) {
+    const std::string what = std::to_string(rows) + "x" + std::to_string(in_dim) + "x" + std::to_string(out_dim);
+    std::mt19937 gen(rows + in_dim);
+    std::vector<uint16_t> x(static_cast<size_t>(rows) * in_dim), w(static_cast<size_t>(out_dim) * in_dim);
+    for (uint16_t& v : x) v = test_support::RandomBf16(gen);
+    for (uint16_t& v : w) v = test_support::RandomBf16(gen);
+    std::vector<float> want(static_cast<size_t>(rows) * out_dim);
+    MatMulBf16(x.data(), w.data(), want.data(), rows, in_dim, out_dim);
+    DeviceVector<uint16_t> dx(x), dw(w);
+    DeviceVector<float> dout{std::vector<float>(want.size(), std::nanf(""))};
+    ASSERT_TRUE(LaunchMatMulBf16({dx.get(), dw.get(), dout.get(), rows, in_dim, out_dim}, stream_).ok());
+    Sync();
+    // fp32 sums of exact products in another order: relative to the sum's scale.
+    const std::vector<float> got = dout.ToHost();
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_FALSE(std::isnan(got[i])) << what << " element " << i << " not written";
+      worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]) / std::sqrt(static_cast<double>(in_dim)));
+    }
+    EXPECT_LT(worst, 1e-4) << what;
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(LaunchMatMulBf16({nullptr, nullptr, nullptr, 0, 1, 1}, stream_)));
+}
+
+}  // namespace
+}  // namespace strata::kernels

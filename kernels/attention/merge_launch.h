@@ -1,0 +1,24 @@
+// Raw launch of the (o, lse) merge in merge.cu (FlashInfer's merge_state over several parts:
+// the log-sum-exp merge that split-K decode uses, and relay attention will). Kept free of
+// Abseil so nvcc never parses it; arguments are validated by the caller.
+#ifndef STRATA_KERNELS_ATTENTION_MERGE_LAUNCH_H_
+#define STRATA_KERNELS_ATTENTION_MERGE_LAUNCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace strata::kernels::internal {
+
+// For each of `rows` rows and each head: merges `splits` partial attentions over disjoint key
+// sets, part s of row b at ws_o[((b * splits + s) * num_heads + h) * head_dim] (normalised
+// output) and ws_lse[(b * splits + s) * num_heads + h] (natural-log lse; -inf for an empty
+// part), into out [rows][num_heads][head_dim] and lse [rows][num_heads] (lse may be null).
+// The specification is MergeAttentionStates (kernels/testing/attention_cpu.h) applied part by
+// part; rows whose parts are all empty get o = 0 and lse = -inf.
+cudaError_t MergeStatesAsync(const float* ws_o, const float* ws_lse, int splits, int rows, int num_heads,
+                             int head_dim, float* out, float* lse, cudaStream_t stream);
+
+}  // namespace strata::kernels::internal
+
+#endif  // STRATA_KERNELS_ATTENTION_MERGE_LAUNCH_H_

@@ -1,0 +1,69 @@
+// Paged prefill attention on the device (conventions: decode.h). Two kernels with the
+// semantics of the CPU specification PagedPrefillAttention (kernels/testing/attention_cpu.h):
+// LaunchPagedPrefillAttention runs decode.h's split-K kernel per query row on CUDA cores
+// (fp32 accuracy), LaunchPagedPrefillAttentionTc is the engine's prefill on Hopper/Ampere
+// tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulation and softmax),
+// FlashAttention-2 style, without a workspace.
+#ifndef STRATA_KERNELS_ATTENTION_PREFILL_H_
+#define STRATA_KERNELS_ATTENTION_PREFILL_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/attention/paged_kv.h"
+#include "kernels/stream.h"
+
+namespace strata::kernels {
+
+// `rows` new-token queries, those of sequence b at rows [qo_indptr[b], qo_indptr[b+1]) of q
+// ([rows][num_heads][head_dim], fp32, rotated; qo_indptr a device array [batch + 1]), causal
+// over the sequence's cached and new tokens (their KV already placed in the pool): each sees
+// the sequence's tokens up to its own position. out [rows][num_heads][head_dim], lse
+// [rows][num_heads] (may be null). Same parts-and-merge scheme, limits and errors as
+// LaunchPagedDecodeAttention. Workspace: DecodeWorkspaceFloats(rows, num_heads, head_dim,
+// max_tokens).
+struct PrefillAttentionParams {
+  const float* q;
+  PagedKv kv;
+  const int32_t* qo_indptr;
+  int batch, rows, num_heads;
+  float scale;
+  int64_t max_tokens;
+  float* workspace;
+  float* out;
+  float* lse;  // may be null
+};
+absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);
+
+// The tensor-core form: queries, KV and outputs as PrefillAttentionParams (lse: natural log
+// of the softmax denominator, scores scaled by `scale`). `max_new_tokens` must be at least
+// every sequence's number of new tokens (it sizes the grid; rows of a sequence beyond it
+// would not be computed). A sequence may have no new tokens. q, k_pages and v_pages must be
+// 16-byte aligned and out 8-byte aligned (cudaMalloc'd buffers are).
+//
+// Errors: InvalidArgument (nothing launched) unless head_dim is 64 or 128, there are 1, 2,
+// 4 or 8 query heads per KV head (dispatch.h), page_size > 0, 0 < scale < inf (the running
+// maximum is taken over unscaled scores), sizes are non-negative, batch and kv_heads are at
+// most 65535 and the pointers are aligned as above.
+//
+// Numerics: Q is rounded to bf16 (K and V are bf16 already) and the softmax weights P are
+// rounded to bf16 before P·V, all sums in fp32: bf16-operand accuracy, within 1e-2 of the
+// CPU twin relative to the output's norm (typically 2e-3); lse is off by at most about
+// the largest shift of a score from rounding q, 2^-9 * scale * sum_i |q_i k_i| (the
+// softmax sum itself is fp32). Each output depends only on its own query row and its
+// sequence's KV (no split along the sequence), so results do not change with the batch.
+struct PrefillAttentionTcParams {
+  const float* q;
+  PagedKv kv;
+  const int32_t* qo_indptr;
+  int batch, rows, num_heads;
+  float scale;
+  int max_new_tokens;
+  float* out;
+  float* lse;  // may be null
+};
+absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& p, cudaStream_t stream);
+
+}  // namespace strata::kernels
+
+#endif  // STRATA_KERNELS_ATTENTION_PREFILL_H_

@@ -1,0 +1,38 @@
+// Raw launch of the tensor-core prefill attention kernel in prefill.cu, for prefill.cc (and the
+// test and benchmark that compare tile shapes). Kept free of
+// Abseil so nvcc never parses it; arguments are validated by the caller.
+#ifndef STRATA_KERNELS_ATTENTION_PREFILL_LAUNCH_H_
+#define STRATA_KERNELS_ATTENTION_PREFILL_LAUNCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace strata::kernels::internal {
+
+// Device pointers and shapes of one prefill attention call (see prefill.h).
+struct PrefillTcParams {
+  const float* q;             // [rows][num_heads][head_dim]
+  const uint16_t* k_pages;    // bf16 pool
+  const uint16_t* v_pages;
+  const int32_t* indptr;      // [batch + 1]
+  const int32_t* indices;
+  const int32_t* last_page_len;
+  const int32_t* qo_indptr;   // [batch + 1]
+  int page_size, kv_heads, head_dim, num_heads, batch, max_new_tokens;
+  float scale;
+  float* out;                 // [rows][num_heads][head_dim]
+  float* lse;                 // [rows][num_heads] or null
+};
+
+// The kernel's query tile: rows per block and warps (each warp takes 16 or 32 rows), with
+// 64-key K/V tiles except k128Rows4Warps at head_dim 128 (32 keys; the 64-key form spills
+// registers and is kept for the benchmark's comparison). kAuto chooses from the problem
+// size and the SM count.
+enum class PrefillTcTiles { kAuto, k64Rows4Warps, k128Rows8Warps, k128Rows4Warps, k128Rows4Warps64Keys };
+
+cudaError_t PagedPrefillAttentionTcAsync(const PrefillTcParams& p, PrefillTcTiles tiles, cudaStream_t stream);
+
+}  // namespace strata::kernels::internal
+
+#endif  // STRATA_KERNELS_ATTENTION_PREFILL_LAUNCH_H_

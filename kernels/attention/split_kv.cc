@@ -1,0 +1,113 @@
+// The host side of the split-K paged attention kernel (decode.cu): validation, the choice of
+// parts along the sequence and the workspace. It serves LaunchPagedDecodeAttention
+// (decode.h) and the CUDA-core LaunchPagedPrefillAttention (prefill.h), which run the same
+// kernel (one query row per sequence, or qo_indptr's rows).
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/attention/decode.h"
+#include "kernels/attention/prefill.h"
+#include "kernels/launch_checks.h"
+
+#if defined(STRATA_WITH_CUDA)
+#include "kernels/attention/decode_launch.h"
+#include "kernels/cuda_check.h"
+#include "kernels/dispatch.h"
+#endif
+
+namespace strata::kernels {
+
+#if defined(STRATA_WITH_CUDA)
+
+using internal::CheckSizes;
+
+namespace {
+
+// The device's multiprocessor count (132 on an H100 SXM if it cannot be read; the launch
+// that follows reports the error).
+int SmCount() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
+    (void)cudaGetLastError();
+    return 132;
+  }
+  return sms;
+}
+
+struct DecodeSplit {
+  int parts;
+  int part_tokens;
+};
+
+// Parts per sequence for `blocks_per_part` blocks (rows x KV heads) of one part each:
+// enough parts that the launch has kDecodeBlocksPerSm blocks per SM, none shorter than
+// kDecodePartAlign tokens, each a multiple of it. Fewer rows or KV heads never give fewer
+// parts, so the workspace bound (KV heads = 1) holds for every launch.
+DecodeSplit ChooseDecodeSplit(int64_t blocks_per_part, int64_t max_tokens, int sm_count) {
+  const int64_t tokens = std::max<int64_t>(1, max_tokens);
+  const int64_t want_blocks = int64_t{kDecodeBlocksPerSm} * sm_count;
+  int64_t parts = (want_blocks + blocks_per_part - 1) / std::max<int64_t>(1, blocks_per_part);
+  parts = std::clamp<int64_t>(parts, 1, (tokens + kDecodePartAlign - 1) / kDecodePartAlign);
+  int64_t part_tokens = (tokens + parts - 1) / parts;
+  part_tokens = (part_tokens + kDecodePartAlign - 1) / kDecodePartAlign * kDecodePartAlign;
+  return DecodeSplit{static_cast<int>((tokens + part_tokens - 1) / part_tokens), static_cast<int>(part_tokens)};
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Decode is the case qo_indptr == nullptr, rows == batch.
+absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32_t* qo_indptr, int batch, int rows,
+                                  int num_heads, float scale, int64_t max_tokens, float* workspace, float* out,
+                                  float* lse, cudaStream_t stream) {
+  if (absl::Status s = CheckSizes(batch, rows, max_tokens); !s.ok()) return s;
+  if (!IsDispatchedHeadDim(kv.head_dim)) {
+    return absl::InvalidArgumentError("paged attention takes head_dim 64 or 128");
+  }
+  if (!IsDispatchedGqaGroupSize(GqaGroupSize(num_heads, kv.kv_heads)) || kv.page_size <= 0) {
+    return absl::InvalidArgumentError("paged attention needs 1, 2, 4 or 8 query heads per KV head");
+  }
+  if (!Aligned16(q) || !Aligned16(kv.k_pages) || !Aligned16(kv.v_pages)) {
+    return absl::InvalidArgumentError("paged attention needs q, k_pages and v_pages 16-byte aligned");
+  }
+  if (batch == 0 || rows == 0 || num_heads == 0) return absl::OkStatus();
+  if (max_tokens > std::numeric_limits<int32_t>::max()) return absl::InvalidArgumentError("max_tokens too large");
+  const DecodeSplit split = ChooseDecodeSplit(int64_t{rows} * kv.kv_heads, max_tokens, SmCount());
+  float* ws_o = workspace;
+  float* ws_lse = workspace + int64_t{split.parts} * rows * num_heads * kv.head_dim;
+  const internal::SplitKvArgs args{q,         kv.k_pages,  kv.v_pages,       kv.page_size, kv.kv_heads,
+                                   kv.head_dim, kv.indptr, kv.indices,      kv.last_page_len, qo_indptr,
+                                   batch,       rows,        num_heads,     scale,        split.parts,
+                                   split.part_tokens, ws_o, ws_lse,         out,          lse};
+  STRATA_CUDA_RETURN_IF_ERROR(internal::PagedDecodeAttentionAsync(args, stream));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t max_tokens) {
+  if (batch <= 0 || num_heads <= 0 || head_dim <= 0) return 0;
+  const DecodeSplit split = ChooseDecodeSplit(batch, max_tokens, SmCount());
+  return int64_t{split.parts} * batch * num_heads * (int64_t{head_dim} + 1);
+}
+
+absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream) {
+  return LaunchPagedAttention(p.q, p.kv, nullptr, p.batch, p.batch, p.num_heads, p.scale, p.max_tokens, p.workspace,
+                              p.out, p.lse, stream);
+}
+
+absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
+  return LaunchPagedAttention(p.q, p.kv, p.qo_indptr, p.batch, p.rows, p.num_heads, p.scale, p.max_tokens,
+                              p.workspace, p.out, p.lse, stream);
+}
+
+#else  // !STRATA_WITH_CUDA
+
+int64_t DecodeWorkspaceFloats(int, int, int, int64_t) { return 0; }
+absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams&, cudaStream_t) { return internal::NoCuda(); }
+absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams&, cudaStream_t) { return internal::NoCuda(); }
+
+#endif  // STRATA_WITH_CUDA
+
+}  // namespace strata::kernels

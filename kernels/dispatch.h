@@ -1,0 +1,77 @@
+// The one place strata turns runtime attention shapes into template arguments (as
+// FlashInfer's DISPATCH_HEAD_DIM / DISPATCH_GQA_GROUP_SIZE in utils.cuh): the head dims and
+// query-heads-per-KV-head group sizes the attention kernels are compiled for, and macros that
+// run a block of code with the runtime value as a `constexpr int`. Plain C++ (no CUDA, no
+// Abseil): host code of the .cu files, the Launch* wrappers' validation and the CPU twins all
+// use it, so a shape is supported (or refused) in one place.
+//
+//   STRATA_DISPATCH_HEAD_DIM(head_dim, kHeadDim, {
+//     STRATA_DISPATCH_GQA_GROUP_SIZE(group, kGroup, { return Launch<kHeadDim, kGroup>(...); })
+//   })
+//   return cudaErrorInvalidValue;  // reached only for a shape outside the sets below
+//
+// A value outside the set runs nothing and falls through to the statement after the macro.
+#ifndef STRATA_KERNELS_DISPATCH_H_
+#define STRATA_KERNELS_DISPATCH_H_
+
+// Head dims: 64 and 128.
+#define STRATA_DISPATCH_HEAD_DIM(head_dim, HEAD_DIM, ...) \
+  switch (head_dim) {                                     \
+    case 64: {                                            \
+      [[maybe_unused]] constexpr int HEAD_DIM = 64;       \
+      __VA_ARGS__                                         \
+    } break;                                              \
+    case 128: {                                           \
+      [[maybe_unused]] constexpr int HEAD_DIM = 128;      \
+      __VA_ARGS__                                         \
+    } break;                                              \
+    default:                                              \
+      break;                                              \
+  }
+
+// Query heads per KV head: 1, 2, 4 and 8.
+#define STRATA_DISPATCH_GQA_GROUP_SIZE(group_size, GROUP_SIZE, ...) \
+  switch (group_size) {                                             \
+    case 1: {                                                       \
+      [[maybe_unused]] constexpr int GROUP_SIZE = 1;                \
+      __VA_ARGS__                                                   \
+    } break;                                                        \
+    case 2: {                                                       \
+      [[maybe_unused]] constexpr int GROUP_SIZE = 2;                \
+      __VA_ARGS__                                                   \
+    } break;                                                        \
+    case 4: {                                                       \
+      [[maybe_unused]] constexpr int GROUP_SIZE = 4;                \
+      __VA_ARGS__                                                   \
+    } break;                                                        \
+    case 8: {                                                       \
+      [[maybe_unused]] constexpr int GROUP_SIZE = 8;                \
+      __VA_ARGS__                                                   \
+    } break;                                                        \
+    default:                                                        \
+      break;                                                        \
+  }
+
+namespace strata::kernels {
+
+// True when STRATA_DISPATCH_HEAD_DIM compiles a kernel for head_dim.
+constexpr bool IsDispatchedHeadDim(int head_dim) {
+  STRATA_DISPATCH_HEAD_DIM(head_dim, kHeadDim, { return true; })
+  return false;
+}
+
+// True when STRATA_DISPATCH_GQA_GROUP_SIZE compiles a kernel for group_size.
+constexpr bool IsDispatchedGqaGroupSize(int group_size) {
+  STRATA_DISPATCH_GQA_GROUP_SIZE(group_size, kGroup, { return true; })
+  return false;
+}
+
+// Query heads per KV head: num_heads / kv_heads when kv_heads > 0 divides num_heads,
+// otherwise 0 (which no kernel is compiled for).
+constexpr int GqaGroupSize(int num_heads, int kv_heads) {
+  return kv_heads > 0 && num_heads % kv_heads == 0 ? num_heads / kv_heads : 0;
+}
+
+}  // namespace strata::kernels
+
+#endif  // STRATA_KERNELS_DISPATCH_H_

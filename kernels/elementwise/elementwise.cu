@@ -1,0 +1,128 @@
+// Device kernels behind elementwise.h (plain CUDA C++, no Abseil).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda_device.cuh"
+#include "kernels/elementwise/elementwise_launch.h"
+
+namespace strata::kernels::internal {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void SwiGluKernel(const float* gate, const float* up, float* out, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+// One block per row.
+__global__ void EmbedKernel(const float* __restrict__ table, const int32_t* __restrict__ ids,
+                            int dim, float* __restrict__ out) {
+  const float* src = table + static_cast<int64_t>(ids[blockIdx.x]) * dim;
+  float* dst = out + static_cast<int64_t>(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += kThreads) dst[i] = src[i];
+}
+
+
+__global__ void EmbedBf16Kernel(const uint16_t* __restrict__ table, const int32_t* __restrict__ ids, int dim,
+                                float* __restrict__ out) {
+  const int64_t r = blockIdx.x;
+  const uint16_t* row = table + static_cast<int64_t>(ids[r]) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) out[r * dim + i] = Widen(row[i]);
+}
+
+__global__ void SwiGluToBf16Kernel(const float* __restrict__ gate_up, uint16_t* __restrict__ out, int64_t n, int ffn) {
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = idx / ffn, i = idx % ffn;
+    const float g = gate_up[r * 2 * ffn + i];
+    const float u = gate_up[r * 2 * ffn + ffn + i];
+    out[idx] = Narrow(g / (1.0f + expf(-g)) * u);
+  }
+}
+
+__global__ void ToBf16Kernel(const float* __restrict__ x, uint16_t* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = Narrow(x[i]);
+  }
+}
+
+// The rotation of one (i, i + half) pair, as ApplyRope: the one place both the forward
+__global__ void GatherRowsBf16Kernel(const uint16_t* __restrict__ in, const int32_t* __restrict__ rows, int dim,
+                                     uint16_t* __restrict__ out) {
+  const int64_t j = blockIdx.x;
+  const uint16_t* src = in + static_cast<int64_t>(rows[j]) * dim;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) out[j * dim + i] = src[i];
+}
+
+__device__ __forceinline__ uint64_t SplitMix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__global__ void FillRandomBf16Kernel(uint16_t* out, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float u = static_cast<float>(SplitMix(seed ^ (static_cast<uint64_t>(i) * 0xd1342543de82ef95ull)) >> 40) *
+                    (1.0f / 16777216.0f);
+    out[i] = Narrow((2.0f * u - 1.0f) * scale);
+  }
+}
+
+__global__ void FillF32Kernel(float* out, int64_t n, float value) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = value;
+  }
+}
+
+}  // namespace
+
+cudaError_t SwiGluAsync(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  SwiGluKernel<<<GridStrideBlocks(n, kThreads, 65535), kThreads, 0, stream>>>(gate, up, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t EmbedAsync(const float* table, const int32_t* ids, int rows, int dim, float* out, cudaStream_t stream) {
+  EmbedKernel<<<rows, kThreads, 0, stream>>>(table, ids, dim, out);
+  return cudaGetLastError();
+}
+
+cudaError_t EmbedBf16Async(const uint16_t* table, const int32_t* ids, int rows, int dim, float* out,
+                           cudaStream_t stream) {
+  EmbedBf16Kernel<<<rows, kThreads, 0, stream>>>(table, ids, dim, out);
+  return cudaGetLastError();
+}
+
+cudaError_t SwiGluToBf16Async(const float* gate_up, uint16_t* out, int rows, int ffn, cudaStream_t stream) {
+  const int64_t n = int64_t{rows} * ffn;
+  SwiGluToBf16Kernel<<<GridStrideBlocks(n, kThreads, 65535 * 8), kThreads, 0, stream>>>(gate_up, out, n, ffn);
+  return cudaGetLastError();
+}
+
+cudaError_t ToBf16Async(const float* x, uint16_t* out, int64_t n, cudaStream_t stream) {
+  ToBf16Kernel<<<GridStrideBlocks(n, kThreads, 65535 * 8), kThreads, 0, stream>>>(x, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t GatherRowsBf16Async(const uint16_t* in, const int32_t* rows, int n, int dim, uint16_t* out,
+                                cudaStream_t stream) {
+  GatherRowsBf16Kernel<<<n, kThreads, 0, stream>>>(in, rows, dim, out);
+  return cudaGetLastError();
+}
+
+cudaError_t FillRandomBf16Async(uint16_t* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream) {
+  FillRandomBf16Kernel<<<GridStrideBlocks(n, kThreads, 65535 * 8), kThreads, 0, stream>>>(out, n, seed, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t FillF32Async(float* out, int64_t n, float value, cudaStream_t stream) {
+  FillF32Kernel<<<GridStrideBlocks(n, kThreads, 65535 * 8), kThreads, 0, stream>>>(out, n, value);
+  return cudaGetLastError();
+}
+
+
+}  // namespace strata::kernels::internal

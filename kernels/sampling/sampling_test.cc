@@ -1,0 +1,309 @@
+// The CUDA backend's bf16 kernels against their CPU twins (kernels/testing/*_cpu.h). Tolerances:
+// fp32 outputs 1e-5 relative (as decode_test); bf16 outputs exact where the twin
+// only copies or rounds the same fp32 value, else within one bf16 unit (the fp32 value
+// before rounding may differ in its last bits: reduction order, device cos/sin/exp).
+#include "kernels/sampling/sampling.h"
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/attention/attention_cpu.h"
+#include "kernels/elementwise/bf16.h"
+#include "kernels/elementwise/elementwise_cpu.h"
+#include "kernels/gemm/gemm_cpu.h"
+#include "kernels/norm/norm_cpu.h"
+#include "kernels/rope/rope_cpu.h"
+#include "kernels/sampling/sampling_cpu.h"
+#include "kernels/testing/attention_cpu.h"
+#include "kernels/testing/elementwise_cpu.h"
+#include "kernels/testing/gemm_cpu.h"
+#include "kernels/testing/norm_cpu.h"
+#include "kernels/testing/rope_cpu.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/norm/norm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/testing/cuda_testing.h"
+
+namespace strata::kernels {
+namespace {
+
+using test_support::DeviceVector;
+using test_support::RandomFloats;
+
+std::vector<uint16_t> ToBf16Vector(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = FloatToBf16(v[i]);
+  return out;
+}
+
+// Within `ulps` bf16 units (same sign: adjacent bf16 values of one sign are adjacent integers).
+void ExpectBf16Near(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want, int ulps,
+                    const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int reported = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const int diff = std::abs(static_cast<int>(got[i]) - static_cast<int>(want[i]));
+    const bool both_zero = (got[i] & 0x7fff) == 0 && (want[i] & 0x7fff) == 0;
+    if (diff > ulps && !both_zero && reported++ < 5) {
+      ADD_FAILURE() << what << ": element " << i << " is " << Bf16ToFloat(got[i]) << " on the GPU, "
+                    << Bf16ToFloat(want[i]) << " on the CPU";
+    }
+  }
+}
+
+void ExpectFloatNear(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int reported = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = 1e-5 * std::max(1.0, std::abs(static_cast<double>(want[i])));
+    if (!(std::abs(static_cast<double>(got[i]) - want[i]) <= tol) && reported++ < 5) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << " on the GPU, " << want[i] << " on the CPU";
+    }
+  }
+}
+
+class CudaModelKernelsTest : public test_support::GpuTest {};
+
+TEST_F(CudaModelKernelsTest, EmbedBf16CopiesRows) {
+  const int vocab = 50, dim = 96, rows = 7;
+  const std::vector<uint16_t> table = ToBf16Vector(RandomFloats(vocab * dim, 1, -2, 2));
+  const std::vector<int32_t> ids = {3, 0, 49, 3, 17, 8, 25};
+  std::vector<float> want(rows * dim);
+  EmbedBf16(table.data(), ids.data(), rows, dim, want.data());
+  DeviceVector<uint16_t> dt(table);
+  DeviceVector<int32_t> di(ids);
+  DeviceVector<float> dout{std::vector<float>(want.size(), NAN)};
+  ASSERT_TRUE(LaunchEmbedBf16({dt.get(), di.get(), rows, dim, dout.get()}, stream_).ok());
+  Sync();
+  EXPECT_EQ(dout.ToHost(), want);
+}
+
+TEST_F(CudaModelKernelsTest, RmsNormToBf16MatchesCpu) {
+  for (bool add : {false, true}) {
+    for (int dim : {64, 1000, 4096}) {
+      const int rows = 5;
+      const std::string what = std::string(add ? "add+norm" : "norm") + " dim " + std::to_string(dim);
+      std::vector<float> x = RandomFloats(rows * dim, dim, -3, 3);
+      const std::vector<float> a = RandomFloats(rows * dim, dim + 1, -1, 1);
+      const std::vector<float> w = RandomFloats(dim, 7, 0.5f, 1.5f);
+      DeviceVector<float> dx(x), da(a), dw(w);
+      DeviceVector<uint16_t> dy{std::vector<uint16_t>(x.size(), 0xffff)};
+      std::vector<uint16_t> want(x.size());
+      RmsNormToBf16(add ? a.data() : nullptr, x.data(), w.data(), want.data(), rows, dim, 1e-5f);
+      ASSERT_TRUE(LaunchRmsNormToBf16({add ? da.get() : nullptr, dx.get(), dw.get(), dy.get(), rows, dim, 1e-5f},
+                                      stream_).ok());
+      Sync();
+      ExpectBf16Near(dy.ToHost(), want, 1, what);
+      EXPECT_EQ(dx.ToHost(), x) << what << ": the residual stream after the add";
+    }
+  }
+}
+
+TEST_F(CudaModelKernelsTest, SwiGluAndToBf16MatchCpu) {
+  const int rows = 3, ffn = 1400;
+  const std::vector<float> gu = RandomFloats(rows * 2 * ffn, 5, -6, 6);
+  std::vector<uint16_t> want(rows * ffn);
+  SwiGluToBf16(gu.data(), want.data(), rows, ffn);
+  DeviceVector<float> dgu(gu);
+  DeviceVector<uint16_t> dout{std::vector<uint16_t>(want.size(), 0xffff)};
+  ASSERT_TRUE(LaunchSwiGluToBf16({dgu.get(), dout.get(), rows, ffn}, stream_).ok());
+  DeviceVector<uint16_t> dcast{std::vector<uint16_t>(gu.size(), 0xffff)};
+  ASSERT_TRUE(LaunchToBf16({dgu.get(), dcast.get(), static_cast<int64_t>(gu.size())}, stream_).ok());
+  Sync();
+  ExpectBf16Near(dout.ToHost(), want, 1, "swiglu");
+  EXPECT_EQ(dcast.ToHost(), ToBf16Vector(gu)) << "ToBf16 rounds to nearest even like FloatToBf16";
+}
+
+// A pool of `pages` slots per plane, poisoned.
+struct Planes {
+  explicit Planes(int64_t values) : k_rot(values, 0x7fc1), k_raw(values, 0x7fc1), v(values, 0x7fc1) {}
+  std::vector<uint16_t> k_rot, k_raw, v;
+};
+
+TEST_F(CudaModelKernelsTest, QkvRopePlaceMatchesCpuAndLoadGivesTheSameK) {
+  for (bool bias : {false, true}) {
+    for (int head_dim : {64, 128}) {
+      const int heads = 8, kv_heads = 2, rows = 6, slots_total = 64;
+      const int qd = heads * head_dim, kvd = kv_heads * head_dim, width = qd + 2 * kvd;
+      const std::string what = std::string(bias ? "bias" : "no bias") + " head_dim " + std::to_string(head_dim);
+      const std::vector<float> qkv = RandomFloats(rows * width, head_dim, -2, 2);
+      const std::vector<float> b = RandomFloats(width, 3, -0.5f, 0.5f);
+      const std::vector<int32_t> positions = {0, 1, 2, 700, 4095, 9};
+      const std::vector<int64_t> slots = {5, 6, 7, 40, 63, 0};
+      const std::vector<float> inv_freq = RopeInvFreq(head_dim, 500000.0f, RopeScaling{.llama3 = true});
+      Planes host(int64_t{slots_total} * kvd);
+      std::vector<float> q_want(rows * qd);
+      QkvPlaceParams p{qkv.data(), bias ? b.data() : nullptr, positions.data(), slots.data(), rows, heads, kv_heads,
+                       head_dim, inv_freq.data(), q_want.data(), host.k_rot.data(), host.k_raw.data(), host.v.data()};
+      QkvRopePlace(p);
+
+      DeviceVector<float> dqkv(qkv), db(b), dfreq(inv_freq), dq{std::vector<float>(rows * qd, NAN)};
+      DeviceVector<int32_t> dpos(positions);
+      DeviceVector<int64_t> dslots(slots);
+      Planes init(int64_t{slots_total} * kvd);
+      DeviceVector<uint16_t> rot(init.k_rot), raw(init.k_raw), val(init.v);
+      QkvPlaceParams dp{dqkv.get(), bias ? db.get() : nullptr, dpos.get(), dslots.get(), rows, heads, kv_heads,
+                        head_dim, dfreq.get(), dq.get(), rot.get(), raw.get(), val.get()};
+      ASSERT_TRUE(LaunchQkvRopePlace(dp, stream_).ok());
+      Sync();
+      ExpectFloatNear(dq.ToHost(), q_want, what + " q");
+      EXPECT_EQ(raw.ToHost(), host.k_raw) << what << ": K before RoPE";
+      EXPECT_EQ(val.ToHost(), host.v) << what << ": V";
+      ExpectBf16Near(rot.ToHost(), host.k_rot, 1, what + " rotated K");
+
+      // The session cache's round trip on the device: gather the stored rows, place them
+      // into fresh planes at the same positions: every plane comes back bit-identical.
+      const int chunk = 8;
+      StoredKvParams sp{rows, 1, chunk, kv_heads, head_dim, dpos.get(), dslots.get(), dfreq.get(),
+                        int64_t{slots_total} * kvd, nullptr, raw.get(), val.get()};
+      DeviceVector<uint16_t> stored{std::vector<uint16_t>(2 * chunk * kvd, 0)};
+      ASSERT_TRUE(LaunchGatherStoredKv(sp, stored.get(), stream_).ok());
+      DeviceVector<uint16_t> rot2(init.k_rot), raw2(init.k_raw), val2(init.v);
+      sp.k_rot = rot2.get();
+      sp.k_raw = raw2.get();
+      sp.v = val2.get();
+      ASSERT_TRUE(LaunchPlaceStoredKv(stored.get(), sp, stream_).ok());
+      Sync();
+      EXPECT_EQ(rot2.ToHost(), rot.ToHost()) << what << ": K placed from the cache differs from K computed";
+      EXPECT_EQ(raw2.ToHost(), raw.ToHost()) << what;
+      EXPECT_EQ(val2.ToHost(), val.ToHost()) << what;
+
+      // And the twins agree on the stored layout.
+      std::vector<uint16_t> stored_want(2 * chunk * kvd, 0);
+      StoredKvParams hp{rows, 1, chunk, kv_heads, head_dim, positions.data(), slots.data(), inv_freq.data(),
+                        int64_t{slots_total} * kvd, nullptr, host.k_raw.data(), host.v.data()};
+      GatherStoredKv(hp, stored_want.data());
+      EXPECT_EQ(stored.ToHost(), stored_want) << what << ": stored chunk rows";
+    }
+  }
+}
+
+TEST_F(CudaModelKernelsTest, PlaceStoredKvMatchesCpuOverLayers) {
+  const int layers = 3, chunk = 16, n = 11, kv_heads = 2, head_dim = 64, slots_total = 32;
+  const int kvd = kv_heads * head_dim;
+  const int64_t stride = int64_t{slots_total} * kvd;
+  const std::vector<uint16_t> stored = ToBf16Vector(RandomFloats(int64_t{layers} * 2 * chunk * kvd, 11, -3, 3));
+  std::vector<int32_t> positions(n);
+  std::vector<int64_t> slots(n);
+  for (int i = 0; i < n; ++i) {
+    positions[i] = 300 + i;
+    slots[i] = (i * 7) % slots_total;
+  }
+  const std::vector<float> inv_freq = RopeInvFreq(head_dim, 10000.0f, RopeScaling{});
+  Planes host(stride * layers);
+  StoredKvParams hp{n, layers, chunk, kv_heads, head_dim, positions.data(), slots.data(), inv_freq.data(), stride,
+                    host.k_rot.data(), host.k_raw.data(), host.v.data()};
+  PlaceStoredKv(stored.data(), hp);
+  Planes init(stride * layers);
+  DeviceVector<uint16_t> dstored(stored), rot(init.k_rot), raw(init.k_raw), val(init.v);
+  DeviceVector<int32_t> dpos(positions);
+  DeviceVector<int64_t> dslots(slots);
+  DeviceVector<float> dfreq(inv_freq);
+  StoredKvParams dp{n, layers, chunk, kv_heads, head_dim, dpos.get(), dslots.get(), dfreq.get(), stride,
+                    rot.get(), raw.get(), val.get()};
+  ASSERT_TRUE(LaunchPlaceStoredKv(dstored.get(), dp, stream_).ok());
+  Sync();
+  EXPECT_EQ(raw.ToHost(), host.k_raw);
+  EXPECT_EQ(val.ToHost(), host.v);
+  ExpectBf16Near(rot.ToHost(), host.k_rot, 1, "rotated K");
+}
+
+TEST_F(CudaModelKernelsTest, GatherRowsBf16CopiesRows) {
+  const int rows = 9, dim = 300;
+  const std::vector<uint16_t> in = ToBf16Vector(RandomFloats(rows * dim, 2));
+  const std::vector<int32_t> pick = {8, 0, 3};
+  std::vector<uint16_t> want(pick.size() * dim);
+  GatherRowsBf16(in.data(), pick.data(), 3, dim, want.data());
+  DeviceVector<uint16_t> din(in), dout{std::vector<uint16_t>(want.size(), 0)};
+  DeviceVector<int32_t> dpick(pick);
+  ASSERT_TRUE(LaunchGatherRowsBf16({din.get(), dpick.get(), 3, dim, dout.get()}, stream_).ok());
+  Sync();
+  EXPECT_EQ(dout.ToHost(), want);
+}
+
+// The device sampler against SampleToken over temperatures, top_p values (nucleus and
+// whole-vocabulary), ties, -inf logits and many u. The two reduce their double sums in
+// different orders, so a u within rounding of a boundary may pick the neighbour: allowed
+// at most once in 200 draws; greedy must always agree.
+TEST_F(CudaModelKernelsTest, SampleMatchesSampleToken) {
+  std::mt19937 gen(42);
+  for (int vocab : {7, 1000, 50000}) {
+    const int rows = 200;
+    std::vector<float> logits = RandomFloats(static_cast<size_t>(rows) * vocab, vocab, -4, 4);
+    for (int r = 0; r < rows; ++r) {
+      float* row = logits.data() + static_cast<int64_t>(r) * vocab;
+      if (r % 5 == 0) row[(r * 13) % vocab] = -INFINITY;
+      if (r % 7 == 0) row[vocab - 1] = row[0];  // a tie
+      if (r % 11 == 0) {
+        for (int i = 0; i < vocab; i += 3) row[i] = 1.5f;  // many ties
+      }
+    }
+    std::vector<float> temperature(rows), top_p(rows);
+    std::vector<double> u(rows);
+    const float temps[] = {0.0f, 0.3f, 0.7f, 1.0f, 1.7f};
+    const float tops[] = {1.0f, 0.95f, 0.9f, 0.5f, 0.05f, 0.0f};
+    std::uniform_real_distribution<double> unif(0.0, 1.0);
+    for (int r = 0; r < rows; ++r) {
+      temperature[r] = temps[r % 5];
+      top_p[r] = tops[(r / 5) % 6];
+      u[r] = unif(gen);
+    }
+    DeviceVector<float> dl(logits), dt(temperature), dp(top_p);
+    DeviceVector<double> du(u);
+    DeviceVector<int32_t> ids{std::vector<int32_t>(rows, -1)};
+    ASSERT_TRUE(LaunchSample({dl.get(), rows, vocab, dt.get(), dp.get(), du.get(), ids.get()}, stream_).ok());
+    Sync();
+    const std::vector<int32_t> got = ids.ToHost();
+    int differ = 0;
+    for (int r = 0; r < rows; ++r) {
+      const int32_t want = SampleToken(logits.data() + static_cast<int64_t>(r) * vocab, vocab, temperature[r],
+                                       top_p[r], u[r]);
+      if (got[r] != want) {
+        ++differ;
+        EXPECT_GT(temperature[r], 0) << "greedy row " << r << " of vocab " << vocab << ": " << got[r] << " vs " << want;
+      }
+    }
+    EXPECT_LE(differ, 1) << "vocab " << vocab << ": the device drew another token than SampleToken in " << differ
+                         << " of " << rows << " rows";
+  }
+}
+
+// A nucleus smaller than any one token's probability keeps just the most probable token,
+// whatever u (top_p far below the sampler's fixed-point unit included).
+TEST_F(CudaModelKernelsTest, TinyTopPKeepsTheMostProbableToken) {
+  const int vocab = 5000, rows = 8;
+  std::vector<float> logits = RandomFloats(static_cast<size_t>(rows) * vocab, 99, -3, 3);
+  for (int r = 0; r < rows; ++r) logits[static_cast<size_t>(r) * vocab + (r * 577) % vocab] = 3.5f;
+  const std::vector<float> temperature(rows, 0.9f);
+  const std::vector<float> top_p = {1e-15f, 1e-30f, 1e-6f, 1e-3f, 1e-15f, 1e-9f, 1e-20f, 1e-4f};
+  const std::vector<double> u = {0.0, 0.99, 0.5, 0.25, 0.999999, 0.1, 0.75, 0.6};
+  DeviceVector<float> dl(logits), dt(temperature), dp(top_p);
+  DeviceVector<double> du(u);
+  DeviceVector<int32_t> ids{std::vector<int32_t>(rows, -1)};
+  ASSERT_TRUE(LaunchSample({dl.get(), rows, vocab, dt.get(), dp.get(), du.get(), ids.get()}, stream_).ok());
+  Sync();
+  const std::vector<int32_t> got = ids.ToHost();
+  for (int r = 0; r < rows; ++r) {
+    const int32_t want = SampleToken(logits.data() + static_cast<int64_t>(r) * vocab, vocab, 0.9f, top_p[r], u[r]);
+    EXPECT_EQ(want, (r * 577) % vocab) << "row " << r;
+    EXPECT_EQ(got[r], want) << "row " << r << " top_p " << top_p[r];
+  }
+}
+
+TEST_F(CudaModelKernelsTest, BadSizesAreRefusedBeforeLaunch) {
+  EXPECT_TRUE(absl::IsInvalidArgument(LaunchToBf16({nullptr, nullptr, -1}, stream_)));
+  QkvPlaceParams p{};
+  p.rows = 1;
+  p.num_heads = 1;
+  p.kv_heads = 1;
+  p.head_dim = 7;
+  EXPECT_TRUE(absl::IsInvalidArgument(LaunchQkvRopePlace(p, stream_)));
+}
+
+}  // namespace
+}  // namespace strata::kernels
