@@ -31,6 +31,28 @@ std::vector<int32_t> Prompt(int n) {
 
 TEST(ModelConfigTest, BuiltinValidates) { EXPECT_TRUE(ModelConfig::Builtin().Validate().ok()); }
 
+// random:NAME shapes: the real models' sizes, valid, and unknown names refused by name.
+TEST(ModelConfigTest, NamedShapesAreTheRealModelsShapes) {
+  auto eight = ModelConfig::Named("llama3-8b");
+  ASSERT_TRUE(eight.ok()) << eight.status();
+  EXPECT_TRUE(eight->Validate().ok()) << eight->Validate();
+  EXPECT_EQ(eight->num_layers, 32);
+  EXPECT_EQ(eight->kv_dim(), 1024);
+  EXPECT_EQ(eight->vocab_size, 128256);
+  EXPECT_TRUE(eight->rope_scaling.llama3);
+  auto one = ModelConfig::Named("llama3-1b");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_TRUE(one->Validate().ok());
+  EXPECT_TRUE(one->tie_embeddings);
+  EXPECT_EQ(one->head_dim, 64);
+  auto builtin = ModelConfig::Named("builtin");
+  ASSERT_TRUE(builtin.ok());
+  EXPECT_EQ(builtin->CanonicalString(), ModelConfig::Builtin().CanonicalString());
+  auto unknown = ModelConfig::Named("llama9");
+  EXPECT_TRUE(absl::IsInvalidArgument(unknown.status()));
+  EXPECT_NE(unknown.status().message().find("llama3-8b"), std::string::npos) << unknown.status();
+}
+
 TEST(ModelConfigTest, ParsesHfConfigJson) {
   auto c = ModelConfig::FromHfConfigJson(R"({
     "architectures": ["LlamaForCausalLM"], "vocab_size": 1000, "hidden_size": 128,
