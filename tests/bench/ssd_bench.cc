@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/mutex.h"
 #include "storage/io_batch.h"
 #include "nlohmann/json.hpp"
@@ -110,13 +111,16 @@ std::pair<double, double> StrataThroughput(const std::string& dir, int64_t block
 }
 
 // fio's bytes per second for the same pattern, or -1 when fio is missing or fails.
-double Fio(const std::string& dir, const std::string& rw, int64_t block, int64_t total, int qd) {
+// `iomem` is fio's buffer memory: "malloc" (4 KiB pages) or "shmhuge" (huge pages from the
+// vm.nr_hugepages pool, like the host arena's transparent huge pages).
+double Fio(const std::string& dir, const std::string& rw, int64_t block, int64_t total, int qd,
+           const std::string& iomem) {
   std::filesystem::create_directories(dir);
   const std::string out = dir + "/fio.json";
   std::string cmd = absl::StrCat("fio --name=peer --filename=", dir, "/fio.data --rw=", rw, " --bs=", block,
                                  " --size=", total, " --iodepth=", qd,
                                  " --ioengine=io_uring --direct=1 --fixedbufs=1 --registerfiles=1"
-                                 " --fallocate=native --output-format=json --output=",
+                                 " --fallocate=native --iomem=", iomem, " --output-format=json --output=",
                                  out, " >/dev/null 2>&1");
   if (std::system(cmd.c_str()) != 0) return -1;
   FILE* f = std::fopen(out.c_str(), "r");
@@ -285,24 +289,33 @@ int main(int argc, char** argv) {
   std::printf("SSD tier vs fio: %lld MB per run, queue depth %d, O_DIRECT, registered buffers, dir %s; median of %d rounds, fio and strata alternating\n",
               static_cast<long long>(total_mb), qd, dir.c_str(), reps);
   std::printf(
-      "| block bytes | op | strata, host arena GB/s | strata, 4 KiB pages GB/s | fio GB/s | arena / fio | 4 KiB pages "
-      "/ fio |\n|---|---|---|---|---|---|---|\n");
-  bool fio_missing = false;
+      "Like with like: the host arena (transparent huge pages) vs fio --iomem=shmhuge (huge pages; needs "
+      "vm.nr_hugepages), and the tier on 4 KiB pages vs fio --iomem=malloc.\n");
+  std::printf(
+      "| block bytes | op | strata, host arena GB/s | fio, huge pages GB/s | arena / fio huge | strata, 4 KiB pages "
+      "GB/s | fio, 4 KiB pages GB/s | 4 KiB / fio 4 KiB |\n|---|---|---|---|---|---|---|---|\n");
+  bool fio_missing = false, huge_missing = false;
   for (int64_t block : {BuiltinLayout().BlockBytes(), int64_t{1} << 20}) {
     const int64_t total = total_mb * (int64_t{1} << 20) / block * block;
     // Strata and fio take turns (who goes first alternates) so drift in a shared disk's speed
     // hits both; ratios are medians of per-round ratios.
-    std::vector<double> aw, ar, pw, pr, fw, fr, raw, rar, rpw, rpr;
+    struct Side {
+      std::vector<double> w, r;
+    };
+    Side arena, pages, fio_huge, fio_pages;
+    std::vector<double> rhw, rhr, rpw, rpr;
     for (int r = 0; r < reps; ++r) {
-      std::pair<double, double> arena, pages;
-      double f_w = 0, f_r = 0;
+      std::pair<double, double> a, p;
+      double fhw = 0, fhr = 0, fpw = 0, fpr = 0;
       auto ours = [&] {
-        arena = StrataThroughput(dir + "/strata", block, total, qd, true);
-        pages = StrataThroughput(dir + "/strata", block, total, qd, false);
+        a = StrataThroughput(dir + "/strata", block, total, qd, true);
+        p = StrataThroughput(dir + "/strata", block, total, qd, false);
       };
       auto peer = [&] {
-        f_w = Fio(dir + "/fio", "write", block, total, qd);
-        f_r = Fio(dir + "/fio", "read", block, total, qd);
+        fhw = Fio(dir + "/fio", "write", block, total, qd, "shmhuge");
+        fhr = Fio(dir + "/fio", "read", block, total, qd, "shmhuge");
+        fpw = Fio(dir + "/fio", "write", block, total, qd, "malloc");
+        fpr = Fio(dir + "/fio", "read", block, total, qd, "malloc");
         std::filesystem::remove_all(dir + "/fio");
       };
       if (r % 2 == 0) {
@@ -312,29 +325,40 @@ int main(int argc, char** argv) {
         peer();
         ours();
       }
-      aw.push_back(arena.first);
-      ar.push_back(arena.second);
-      pw.push_back(pages.first);
-      pr.push_back(pages.second);
-      fw.push_back(f_w);
-      fr.push_back(f_r);
-      raw.push_back(arena.first / f_w);
-      rar.push_back(arena.second / f_r);
-      rpw.push_back(pages.first / f_w);
-      rpr.push_back(pages.second / f_r);
+      arena.w.push_back(a.first);
+      arena.r.push_back(a.second);
+      pages.w.push_back(p.first);
+      pages.r.push_back(p.second);
+      fio_huge.w.push_back(fhw);
+      fio_huge.r.push_back(fhr);
+      fio_pages.w.push_back(fpw);
+      fio_pages.r.push_back(fpr);
+      rhw.push_back(a.first / fhw);
+      rhr.push_back(a.second / fhr);
+      rpw.push_back(p.first / fpw);
+      rpr.push_back(p.second / fpr);
     }
     for (bool write : {true, false}) {
       const char* op = write ? "write" : "read";
-      double a = Median(write ? aw : ar) / 1e9, p = Median(write ? pw : pr) / 1e9;
-      double f = Median(write ? fw : fr) / 1e9;
-      if (f <= 0) {
-        fio_missing = true;
-        std::printf("| %lld | %s | %.2f | %.2f | n/a | n/a | n/a |\n", static_cast<long long>(block), op, a, p);
+      auto pick = [write](const Side& s) { return Median(write ? s.w : s.r) / 1e9; };
+      const double a = pick(arena), p = pick(pages), fh = pick(fio_huge), fp = pick(fio_pages);
+      std::string huge_cells = "n/a | n/a", page_cells = "n/a | n/a";
+      if (fh > 0) {
+        huge_cells = absl::StrFormat("%.2f | %.2f", fh, Median(write ? rhw : rhr));
       } else {
-        std::printf("| %lld | %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", static_cast<long long>(block), op, a, p, f,
-                    Median(write ? raw : rar), Median(write ? rpw : rpr));
+        huge_missing = true;
       }
+      if (fp > 0) {
+        page_cells = absl::StrFormat("%.2f | %.2f", fp, Median(write ? rpw : rpr));
+      } else {
+        fio_missing = true;
+      }
+      std::printf("| %lld | %s | %.2f | %s | %.2f | %s |\n", static_cast<long long>(block), op, a, huge_cells.c_str(),
+                  p, page_cells.c_str());
     }
+  }
+  if (huge_missing && !fio_missing) {
+    std::printf("(fio on huge pages did not run: reserve them, e.g. `sysctl vm.nr_hugepages=1024`)\n");
   }
   if (fio_missing) std::printf("(fio did not run: install the fio package to compare)\n");
   HostTable(quick);
