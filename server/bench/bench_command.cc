@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -283,17 +284,11 @@ class Bench {
   }
 
   int Run() {
-    absl::StatusOr<Endpoint> primary = OpenEndpoint(c_.compare ? "cached" : "strata", c_.target, c_.metrics_target,
-                                                    c_.serve_flags);
-    if (!primary.ok()) return Fail(absl::StrCat("cannot start the server: ", primary.status().ToString()));
-    endpoints_.push_back(*std::move(primary));
+    specs_.push_back({c_.compare ? "cached" : "strata", c_.target, c_.metrics_target, c_.serve_flags});
     if (c_.compare) {
       std::vector<std::string> flags = c_.serve_flags;
       flags.push_back("--cache=off");
-      absl::StatusOr<Endpoint> off =
-          OpenEndpoint("recomputed", c_.compare_target, c_.compare_metrics_target, std::move(flags));
-      if (!off.ok()) return Fail(absl::StrCat("cannot start the cache-off server: ", off.status().ToString()));
-      endpoints_.push_back(*std::move(off));
+      specs_.push_back({"recomputed", c_.compare_target, c_.compare_metrics_target, std::move(flags)});
     }
     json_ = {{"workload", c_.workload_name}, {"seed", c_.synthetic.seed}};
     if (c_.find_rate) {
@@ -303,18 +298,41 @@ class Bench {
     } else {
       RunFixed();
     }
-    for (Endpoint& e : endpoints_) e.owned.reset();
     json_["failed"] = failed_;
     if (!WriteJson()) return 1;
     return failed_ ? 1 : 0;
   }
 
  private:
+  // A server to run against, opened when its turn comes (see ForEachEndpoint).
+  struct EndpointSpec {
+    std::string label, target, metrics_target;
+    std::vector<std::string> serve_flags;
+  };
+
   std::FILE* table() const { return c_.json == "-" ? stderr : stdout; }
 
   int Fail(const std::string& message) {
     std::fprintf(stderr, "strata bench: %s\n", message.c_str());
     return 1;
+  }
+
+  // Runs `fn` against each server in turn. A server the bench starts itself is started
+  // just before its runs and stopped after them, so the two servers of --compare never
+  // run at once: they do not compete for the machine (or, on a GPU, for its memory).
+  // Returns false, having reported it, when a server cannot be started.
+  bool ForEachEndpoint(const std::function<void(size_t, Endpoint&)>& fn) {
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      const EndpointSpec& spec = specs_[i];
+      absl::StatusOr<Endpoint> e = OpenEndpoint(spec.label, spec.target, spec.metrics_target, spec.serve_flags);
+      if (!e.ok()) {
+        Fail(absl::StrCat("cannot start the ", spec.label, " server: ", e.status().ToString()));
+        failed_ = true;
+        return false;
+      }
+      fn(i, *e);
+    }
+    return true;
   }
 
   // Runs `workload` against `e`, with /metrics scraped around it.
@@ -354,10 +372,13 @@ class Bench {
     json_["sessions"] = w.sessions.size();
     json_["turns"] = w.TotalTurns();
     std::vector<RunSummary> runs;
-    for (Endpoint& e : endpoints_) {
-      runs.push_back(RunOn(w, e, "run"));
-      PrintSummary(table(), runs.back());
-      json_["runs"].push_back(SummaryToJson(runs.back()));
+    if (!ForEachEndpoint([&](size_t, Endpoint& e) {
+          runs.push_back(RunOn(w, e, "run"));
+          PrintSummary(table(), runs.back());
+          std::fflush(table());
+          json_["runs"].push_back(SummaryToJson(runs.back()));
+        })) {
+      return;
     }
     if (runs.size() == 2) {
       std::fprintf(table(), "[%s vs %s]\n", runs[0].label.c_str(), runs[1].label.c_str());
@@ -367,34 +388,42 @@ class Bench {
 
   void RunSweep() {
     std::fprintf(table(), "strata bench: sweep, turn-2 TTFT (client, ms) after a turn 1 of `history` tokens\n");
+    // runs[shape][server]: each server runs every shape before the next server starts.
+    std::vector<std::vector<RunSummary>> runs(c_.shapes.size());
+    if (!ForEachEndpoint([&](size_t, Endpoint& e) {
+          for (size_t i = 0; i < c_.shapes.size(); ++i) {
+            const SweepShape& shape = c_.shapes[i];
+            const Workload w = *MakeSweepWorkload(shape);
+            const std::string tag =
+                absl::StrCat("h", shape.history_tokens, "n", shape.new_tokens, "c", shape.concurrency);
+            runs[i].push_back(RunOn(w, e, tag, shape.concurrency));
+          }
+        })) {
+      return;
+    }
     std::string header = absl::StrFormat("%8s %6s %5s", "history", "new", "conc");
-    for (const Endpoint& e : endpoints_) {
+    for (const EndpointSpec& e : specs_) {
       header += absl::StrFormat(" | %-10s %9s %9s %9s %9s", e.label, "p50", "p99", "srv p50", "reused");
     }
-    if (endpoints_.size() == 2) header += " | ratio p50  ratio p99";
+    if (specs_.size() == 2) header += " | ratio p50  ratio p99";
     std::fprintf(table(), "%s\n", header.c_str());
-    for (const SweepShape& shape : c_.shapes) {
-      const Workload w = *MakeSweepWorkload(shape);
-      const std::string tag = absl::StrCat("h", shape.history_tokens, "n", shape.new_tokens, "c", shape.concurrency);
-      std::vector<RunSummary> runs;
+    for (size_t i = 0; i < c_.shapes.size(); ++i) {
+      const SweepShape& shape = c_.shapes[i];
       nlohmann::json row = {{"history_tokens", shape.history_tokens},
                             {"new_tokens", shape.new_tokens},
                             {"concurrency", shape.concurrency}};
       std::string line = absl::StrFormat("%8d %6d %5d", shape.history_tokens, shape.new_tokens, shape.concurrency);
-      for (Endpoint& e : endpoints_) {
-        runs.push_back(RunOn(w, e, tag, shape.concurrency));
-        const RunSummary& s = runs.back();
+      for (const RunSummary& s : runs[i]) {
         line += absl::StrFormat(" | %-10s %9.1f %9.1f %9.1f %9d", s.turns_failed > 0 ? "ERRORS" : "", s.ttft_client_ms.p50,
                                 s.ttft_client_ms.p99, s.ttft_server_ms.p50, s.cached_tokens);
         row["runs"].push_back(SummaryToJson(s));
       }
-      if (runs.size() == 2) {
+      if (runs[i].size() == 2) {
         auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-        line += absl::StrFormat(" | %9.3f  %9.3f", ratio(runs[0].ttft_client_ms.p50, runs[1].ttft_client_ms.p50),
-                                ratio(runs[0].ttft_client_ms.p99, runs[1].ttft_client_ms.p99));
+        line += absl::StrFormat(" | %9.3f  %9.3f", ratio(runs[i][0].ttft_client_ms.p50, runs[i][1].ttft_client_ms.p50),
+                                ratio(runs[i][0].ttft_client_ms.p99, runs[i][1].ttft_client_ms.p99));
       }
       std::fprintf(table(), "%s\n", line.c_str());
-      std::fflush(table());
       json_["sweep"].push_back(row);
     }
   }
@@ -402,7 +431,7 @@ class Bench {
   void RunFindRate() {
     std::fprintf(table(), "strata bench: find_rate, p99 TTFT (client) <= %.1f ms, at most %d probes\n",
                  c_.rate_search.slo_ttft_ms, c_.rate_search.max_probes);
-    for (Endpoint& e : endpoints_) {
+    ForEachEndpoint([&](size_t, Endpoint& e) {
       int probe_index = 0;
       nlohmann::json probes = nlohmann::json::array();
       auto p99_at = [&](double rate) -> absl::StatusOr<double> {
@@ -435,7 +464,7 @@ class Bench {
         j["best_rate"] = r->best_rate;
       }
       json_["find_rate"].push_back(j);
-    }
+    });
   }
 
   bool WriteJson() {
@@ -457,7 +486,7 @@ class Bench {
 
   const BenchConfig c_;
   std::string session_prefix_;
-  std::vector<Endpoint> endpoints_;
+  std::vector<EndpointSpec> specs_;
   nlohmann::json json_;
   bool failed_ = false;
 };
