@@ -33,29 +33,11 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The named shape (ModelConfig::Named; an unknown name is llama3-1b's) with an 8K window.
 ModelConfig Shape(const std::string& name) {
-  ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.vocab_size = 128256;
+  auto named = ModelConfig::Named(name);
+  ModelConfig c = named.ok() ? *named : *ModelConfig::Named("llama3-1b");
   c.max_context = 8192 + 64;
-  c.rope_theta = 500000.0f;
-  c.rope_scaling = kernels::RopeScaling{.llama3 = true};
-  if (name == "llama3-8b") {
-    c.hidden_size = 4096;
-    c.num_layers = 32;
-    c.num_heads = 32;
-    c.num_kv_heads = 8;
-    c.head_dim = 128;
-    c.intermediate_size = 14336;
-  } else {  // llama3-1b (Llama 3.2 1B)
-    c.hidden_size = 2048;
-    c.num_layers = 16;
-    c.num_heads = 32;
-    c.num_kv_heads = 8;
-    c.head_dim = 64;
-    c.intermediate_size = 8192;
-    c.tie_embeddings = true;
-  }
   return c;
 }
 
