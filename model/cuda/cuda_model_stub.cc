@@ -1,0 +1,47 @@
+// CudaModel for a build without CUDA (CMake compiles this file instead of the CUDA
+// backend's): DeviceCount is 0, Create and every method that would touch a GPU return
+// FailedPrecondition.
+#include "model/cuda/cuda_model.h"
+
+namespace strata::model {
+
+struct CudaModel::Impl {
+  ModelConfig config;
+};
+
+int CudaModel::DeviceCount() { return 0; }
+
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelWeights&, const CudaModelOptions&) {
+  return absl::FailedPreconditionError("strata was built without CUDA (use --device=cpu)");
+}
+absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::CreateRandom(const ModelConfig&, uint64_t,
+                                                                   const CudaModelOptions&) {
+  return absl::FailedPreconditionError("strata was built without CUDA");
+}
+CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaModel::~CudaModel() = default;
+const ModelConfig& CudaModel::config() const { return impl_->config; }
+uint64_t CudaModel::fingerprint() const { return 0; }
+int64_t CudaModel::weight_bytes() const { return 0; }
+int64_t CudaModel::pool_pages() const { return 0; }
+int64_t CudaModel::free_pages() const { return 0; }
+int CudaModel::page_tokens() const { return 0; }
+int64_t CudaModel::kv_capacity_tokens() const { return 0; }
+absl::Status CudaModel::RandomizeKvPool(uint64_t) { return absl::FailedPreconditionError("no CUDA"); }
+absl::Status CudaModel::RegisterHostMemory(absl::Span<std::byte>) { return absl::OkStatus(); }
+absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequence(int64_t) {
+  return absl::FailedPreconditionError("strata was built without CUDA");
+}
+absl::Status CudaModel::Forward(absl::Span<const ForwardEntry>) {
+  return absl::FailedPreconditionError("strata was built without CUDA");
+}
+absl::Status CudaModel::LoadKv(SequenceState&, int64_t, int, absl::Span<const std::byte>,
+                               const storage::ChunkLayout&) {
+  return absl::FailedPreconditionError("strata was built without CUDA");
+}
+absl::Status CudaModel::SaveKv(const SequenceState&, int64_t, int, absl::Span<std::byte>,
+                               const storage::ChunkLayout&) {
+  return absl::FailedPreconditionError("strata was built without CUDA");
+}
+
+}  // namespace strata::model

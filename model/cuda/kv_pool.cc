@@ -1,0 +1,60 @@
+#include "model/cuda/kv_pool.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda_check.h"
+#include "kernels/elementwise/elementwise.h"
+
+namespace strata::model::cuda_internal {
+
+CudaSequence::~CudaSequence() {
+  for (int32_t p : pages_) pool_->free_pages_.push_back(p);
+}
+
+absl::Status KvPool::Allocate(const ModelConfig& c, const CudaModelOptions& options) {
+  page_tokens_ = options.page_tokens;
+  num_layers_ = c.num_layers;
+  num_kv_heads_ = c.num_kv_heads;
+  head_dim_ = c.head_dim;
+  int64_t bytes = options.kv_pool_bytes;
+  if (bytes == 0) {
+    size_t free = 0, total = 0;
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
+    bytes = static_cast<int64_t>(static_cast<double>(free) * options.kv_memory_fraction);
+  }
+  const int64_t page_bytes = int64_t{3} * c.num_layers * options.page_tokens * c.kv_dim() * 2;
+  pages_ = std::min<int64_t>(bytes / page_bytes, int64_t{1} << 30);
+  if (pages_ < 1) return absl::ResourceExhaustedError("no GPU memory is left for the KV pool");
+  layer_stride_ = pages_ * options.page_tokens * c.kv_dim();
+  for (DeviceBuffer* plane : {&k_rot_, &k_raw_, &v_}) {
+    if (absl::Status s = plane->Allocate(2 * layer_stride_ * c.num_layers); !s.ok()) return s;
+  }
+  free_pages_.clear();
+  for (int64_t p = pages_ - 1; p >= 0; --p) free_pages_.push_back(static_cast<int32_t>(p));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<SequenceState>> KvPool::NewSequence(int64_t capacity_tokens) {
+  const int64_t need = (capacity_tokens + page_tokens_ - 1) / page_tokens_;
+  if (need > static_cast<int64_t>(free_pages_.size())) {
+    return absl::ResourceExhaustedError(absl::StrCat("the GPU KV pool has ", free_pages_.size(), " free pages of ",
+                                                     pages_, "; a sequence of ", capacity_tokens, " tokens needs ",
+                                                     need));
+  }
+  std::vector<int32_t> pages(free_pages_.end() - need, free_pages_.end());
+  free_pages_.resize(free_pages_.size() - static_cast<size_t>(need));
+  return std::unique_ptr<SequenceState>(std::make_unique<CudaSequence>(this, std::move(pages), capacity_tokens));
+}
+
+absl::Status KvPool::Randomize(uint64_t seed, cudaStream_t stream) {
+  const int64_t n = layer_stride_ * num_layers_;
+  for (DeviceBuffer* plane : {&k_rot_, &k_raw_, &v_}) {
+    if (absl::Status s = kernels::LaunchFillRandomBf16({plane->as<uint16_t>(), n, ++seed, 1.0f}, stream); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata::model::cuda_internal

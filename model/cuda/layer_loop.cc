@@ -1,0 +1,101 @@
+// The forward pass of one step, top to bottom as the model is written: embed; for each
+// layer: norm, QKV projection, RoPE and KV placement into the pool, attention (decode
+// rows, then prompt rows), O projection (the residual add rides on the next norm), norm,
+// gate/up, SwiGLU, down; final norm; logits of the sampled rows; sampling.
+//
+// Everything goes on the model's stream in this order and nothing synchronises (a decode
+// step is captured as a graph from here). Work that must land before a layer reads its KV
+// (a per-layer wait on another stream's event) belongs at the top of the layer's body.
+#include <cmath>
+
+#include "kernels/attention/decode.h"
+#include "kernels/attention/prefill.h"
+#include "kernels/cuda_check.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/norm/norm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/sampling/sampling.h"
+#include "model/cuda/cuda_model_impl.h"
+
+namespace strata::model {
+
+using cuda_internal::LayerDevice;
+using cuda_internal::Step;
+using cuda_internal::StepMeta;
+
+absl::Status CudaModel::Impl::Enqueue(const Step& step) {
+  cudaStream_t st = stream;
+  const ModelConfig& c = config;
+  const StepMeta& off = step.meta;
+  std::byte* dm = meta.as<std::byte>();
+  STRATA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dm, host_meta.data(), static_cast<size_t>(off.bytes), cudaMemcpyHostToDevice, st));
+  const auto* d_ids = reinterpret_cast<const int32_t*>(dm + off.ids);
+  const auto* d_positions = reinterpret_cast<const int32_t*>(dm + off.positions);
+  const auto* d_slots = reinterpret_cast<const int64_t*>(dm + off.slots);
+  const auto* d_qo_prompt = reinterpret_cast<const int32_t*>(dm + off.qo_prompt);
+  const auto* d_indptr = reinterpret_cast<const int32_t*>(dm + off.kv_indptr);
+  const auto* d_indices = reinterpret_cast<const int32_t*>(dm + off.kv_indices);
+  const auto* d_last = reinterpret_cast<const int32_t*>(dm + off.last_page_len);
+  const auto* d_lrows = reinterpret_cast<const int32_t*>(dm + off.logit_rows);
+
+  const int r = step.rows;
+  const int h = c.hidden_size, qd = c.q_dim(), ffn = c.intermediate_size, w = qkv_width();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const int64_t layer_stride = pool.layer_stride();
+  float* xs = x.as<float>();
+  float* pr = proj.as<float>();
+  uint16_t* hs = hb.as<uint16_t>();
+#define STRATA_STEP(expr)                         \
+  do {                                            \
+    absl::Status step_status_ = (expr);           \
+    if (!step_status_.ok()) return step_status_;  \
+  } while (false)
+  STRATA_STEP(kernels::LaunchEmbedBf16({weights.embedding, d_ids, r, h, xs}, st));
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerDevice& L = weights.layers[static_cast<size_t>(l)];
+    // Attention block: x += the previous MLP output, normed into hb.
+    STRATA_STEP(kernels::LaunchRmsNormToBf16({l == 0 ? nullptr : pr, xs, L.attn_norm, hs, r, h, c.rms_norm_eps}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wqkv, qkv.as<float>(), r, h, w}, st));
+    kernels::QkvPlaceParams qp{qkv.as<float>(), L.bqkv, d_positions, d_slots, r, c.num_heads, c.num_kv_heads,
+                               c.head_dim, weights.inv_freq, q.as<float>(), pool.k_rot() + l * layer_stride,
+                               pool.k_raw() + l * layer_stride, pool.v() + l * layer_stride};
+    STRATA_STEP(kernels::LaunchQkvRopePlace(qp, st));
+    if (step.decodes > 0) {
+      STRATA_STEP(kernels::LaunchPagedDecodeAttention({q.as<float>(), pool.LayerKv(l, d_indptr, d_indices, d_last),
+                                                      step.decodes, c.num_heads, scale, step.max_tokens,
+                                                      attn_ws.as<float>(), attn.as<float>(), nullptr}, st));
+    }
+    if (step.decodes < step.n_seq) {
+      const int64_t first = int64_t{step.decodes} * qd;
+      STRATA_STEP(kernels::LaunchPagedPrefillAttentionTc(
+          {q.as<float>() + first, pool.LayerKv(l, d_indptr + step.decodes, d_indices, d_last + step.decodes),
+          d_qo_prompt, step.n_seq - step.decodes, r - step.decodes, c.num_heads, scale, step.max_new,
+          attn.as<float>() + first, nullptr}, st));
+    }
+    STRATA_STEP(kernels::LaunchToBf16({attn.as<float>(), ab.as<uint16_t>(), int64_t{r} * qd}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({ab.as<uint16_t>(), L.wo, pr, r, qd, h}, st));
+    // MLP block.
+    STRATA_STEP(kernels::LaunchRmsNormToBf16({pr, xs, L.mlp_norm, hs, r, h, c.rms_norm_eps}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wgu, gu.as<float>(), r, h, 2 * ffn}, st));
+    STRATA_STEP(kernels::LaunchSwiGluToBf16({gu.as<float>(), act.as<uint16_t>(), r, ffn}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({act.as<uint16_t>(), L.wdown, pr, r, ffn, h}, st));
+  }
+  if (step.logit_rows > 0) {
+    STRATA_STEP(kernels::LaunchRmsNormToBf16({pr, xs, weights.final_norm, hs, r, h, c.rms_norm_eps}, st));
+    STRATA_STEP(kernels::LaunchGatherRowsBf16({hs, d_lrows, step.logit_rows, h, lb.as<uint16_t>()}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({lb.as<uint16_t>(), weights.lm_head, logits.as<float>(), step.logit_rows,
+                                          h, c.vocab_size}, st));
+    STRATA_STEP(kernels::LaunchSample({logits.as<float>(), step.logit_rows, c.vocab_size,
+                                      reinterpret_cast<const float*>(dm + off.temperature),
+                                      reinterpret_cast<const float*>(dm + off.top_p),
+                                      reinterpret_cast<const double*>(dm + off.u), argmax_dev.as<int32_t>()}, st));
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(argmax_host.data(), argmax_dev.as<int32_t>(),
+                                                4 * static_cast<size_t>(step.logit_rows), cudaMemcpyDeviceToHost, st));
+  }
+#undef STRATA_STEP
+  return absl::OkStatus();
+}
+
+}  // namespace strata::model

@@ -1,0 +1,132 @@
+#include "model/cuda/step_plan.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "model/cuda/device_memory.h"
+
+namespace strata::model::cuda_internal {
+
+StepMeta MetaLayout(int64_t rows, int n_seq, int64_t logit_rows, int64_t pages) {
+  Arena a;
+  StepMeta m{};
+  m.ids = a.Add(4 * rows);
+  m.positions = a.Add(4 * rows);
+  m.slots = a.Add(8 * rows);
+  m.kv_indptr = a.Add(4 * (n_seq + 1));
+  m.last_page_len = a.Add(4 * n_seq);
+  m.logit_rows = a.Add(4 * std::max<int64_t>(logit_rows, 1));
+  m.temperature = a.Add(4 * std::max<int64_t>(logit_rows, 1));
+  m.top_p = a.Add(4 * std::max<int64_t>(logit_rows, 1));
+  m.u = a.Add(8 * std::max<int64_t>(logit_rows, 1));
+  m.kv_indices = a.Add(4 * std::max<int64_t>(pages, 1));
+  m.qo_prompt = a.Add(4 * (n_seq + 1));
+  m.bytes = a.size;
+  return m;
+}
+
+int64_t ContextBucket(int64_t tokens) {
+  int64_t pow2 = 1;
+  while (pow2 < tokens) pow2 <<= 1;
+  const int64_t grain = std::max<int64_t>(256, pow2 / 16);
+  return (tokens + grain - 1) / grain * grain;
+}
+
+bool WantsToken(const ForwardEntry& e) { return (e.logits != nullptr || e.token != nullptr) && !e.tokens.empty(); }
+
+absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c, const KvPool& pool,
+                      bool use_graphs, StepPlan* plan) {
+  const int page = pool.page_tokens();
+  Step& step = plan->step;
+  int64_t rows = 0, total_pages = 0, logit_rows = 0, max_tokens = 0;
+  bool graphable = true;  // decodes only, no logits out: a graph can run it
+  // Entries in step order: one-row entries (decodes) first, then prompt chunks.
+  std::vector<size_t>& order = plan->order;
+  order.reserve(batch.size());
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t b = 0; b < batch.size(); ++b) {
+      if ((batch[b].tokens.size() == 1) == (pass == 0)) order.push_back(b);
+    }
+  }
+  for (const ForwardEntry& e : batch) {
+    const auto* s = dynamic_cast<const CudaSequence*>(e.seq);
+    if (s == nullptr || s->pool() != &pool) return absl::InvalidArgumentError("a sequence of another backend");
+    const int64_t len = e.start_pos + static_cast<int64_t>(e.tokens.size());
+    if (e.start_pos < 0 || len > s->capacity()) return absl::InvalidArgumentError("tokens past the sequence's capacity");
+    for (int32_t t : e.tokens) {
+      if (t < 0 || t >= c.vocab_size) return absl::InvalidArgumentError(absl::StrCat("token ", t, " out of range"));
+    }
+    rows += static_cast<int64_t>(e.tokens.size());
+    total_pages += (len + page - 1) / page;
+    logit_rows += WantsToken(e);
+    if (e.tokens.size() == 1) {
+      ++step.decodes;
+      max_tokens = std::max(max_tokens, len);
+    } else {
+      step.max_new = std::max(step.max_new, static_cast<int>(e.tokens.size()));
+    }
+    graphable = graphable && e.tokens.size() == 1 && e.logits == nullptr && e.token != nullptr;
+  }
+  plan->rows = rows;
+  plan->logit_rows = logit_rows;
+  if (rows == 0) return absl::OkStatus();
+  step.rows = static_cast<int>(rows);
+  step.n_seq = static_cast<int>(batch.size());
+  step.logit_rows = static_cast<int>(logit_rows);
+  // See ContextBucket: decodes are shaped by (batch, context bucket), graph or not.
+  plan->graph = graphable && use_graphs;
+  step.max_tokens = ContextBucket(max_tokens);
+  const int64_t page_capacity = plan->graph ? step.n_seq * ((step.max_tokens + page - 1) / page) : total_pages;
+  step.meta = MetaLayout(rows, step.n_seq, logit_rows, page_capacity);
+  return absl::OkStatus();
+}
+
+std::vector<size_t> PackStep(absl::Span<const ForwardEntry> batch, const StepPlan& plan, const KvPool& pool,
+                             std::byte* hm) {
+  const Step& step = plan.step;
+  const int page = pool.page_tokens();
+  const std::vector<size_t>& order = plan.order;
+  const StepMeta& off = step.meta;
+  auto* ids = reinterpret_cast<int32_t*>(hm + off.ids);
+  auto* positions = reinterpret_cast<int32_t*>(hm + off.positions);
+  auto* slots = reinterpret_cast<int64_t*>(hm + off.slots);
+  auto* qo_prompt = reinterpret_cast<int32_t*>(hm + off.qo_prompt);
+  auto* kv_indptr = reinterpret_cast<int32_t*>(hm + off.kv_indptr);
+  auto* kv_indices = reinterpret_cast<int32_t*>(hm + off.kv_indices);
+  auto* last_page_len = reinterpret_cast<int32_t*>(hm + off.last_page_len);
+  auto* lrows = reinterpret_cast<int32_t*>(hm + off.logit_rows);
+  auto* temperature = reinterpret_cast<float*>(hm + off.temperature);
+  auto* top_p = reinterpret_cast<float*>(hm + off.top_p);
+  auto* u = reinterpret_cast<double*>(hm + off.u);
+  std::vector<size_t> token_entry;  // logit row -> entry
+  token_entry.reserve(static_cast<size_t>(plan.logit_rows));
+  int64_t row = 0, page_at = 0;
+  kv_indptr[0] = 0;
+  qo_prompt[0] = 0;
+  for (int k = 0; k < step.n_seq; ++k) {
+    const ForwardEntry& e = batch[order[static_cast<size_t>(k)]];
+    const auto& s = static_cast<const CudaSequence&>(*e.seq);
+    for (size_t i = 0; i < e.tokens.size(); ++i, ++row) {
+      ids[row] = e.tokens[i];
+      positions[row] = static_cast<int32_t>(e.start_pos + static_cast<int64_t>(i));
+      slots[row] = pool.Slot(s, positions[row]);
+    }
+    if (k >= step.decodes) qo_prompt[k - step.decodes + 1] = static_cast<int32_t>(row - step.decodes);
+    const int64_t len = e.start_pos + static_cast<int64_t>(e.tokens.size());
+    const int64_t used = (len + page - 1) / page;
+    for (int64_t p = 0; p < used; ++p) kv_indices[page_at++] = s.pages()[static_cast<size_t>(p)];
+    kv_indptr[k + 1] = static_cast<int32_t>(page_at);
+    last_page_len[k] = static_cast<int32_t>(len - (used - 1) * page);
+    if (WantsToken(e)) {
+      const size_t lr = token_entry.size();
+      temperature[lr] = e.sampling.temperature;
+      top_p[lr] = e.sampling.top_p;
+      u[lr] = e.sampling.u;
+      lrows[lr] = static_cast<int32_t>(row - 1);
+      token_entry.push_back(order[static_cast<size_t>(k)]);
+    }
+  }
+  return token_entry;
+}
+
+}  // namespace strata::model::cuda_internal

@@ -1,0 +1,77 @@
+// One forward step's plan: the batch checked and ordered, the step's shape, and its index
+// arrays (token ids, positions, KV slots, page lists as indptr/indices/last_page_len,
+// prompt qo_indptr, sampled rows and their sampling parameters) packed into one pinned
+// block that Enqueue copies to the device at once.
+//
+// Order: sequences (and their rows) go decodes first: the first `decodes` sequences have
+// one new row each (rows [0, decodes)), attended by the decode kernel; the others are
+// prompt chunks, attended by the tensor-core prefill kernel.
+//
+// Pure host code: nothing here touches the GPU or a stream. Not thread-safe only in that
+// the pool and the block written are the caller's.
+#ifndef STRATA_MODEL_CUDA_STEP_PLAN_H_
+#define STRATA_MODEL_CUDA_STEP_PLAN_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "model/cuda/kv_pool.h"
+#include "model/model_backend.h"
+#include "model/model_config.h"
+
+namespace strata::model::cuda_internal {
+
+// The step's index arrays: byte offsets into one block. Fixed-size arrays first and the
+// page list last, so that steps with the same batch shape keep every array at the same
+// address (what a captured graph needs).
+struct StepMeta {
+  int64_t ids, positions, slots, kv_indptr, last_page_len, logit_rows, temperature, top_p, u, kv_indices, qo_prompt,
+      bytes;
+};
+
+StepMeta MetaLayout(int64_t rows, int n_seq, int64_t logit_rows, int64_t pages);
+
+// Decodes are shaped by (batch, context bucket), graph or not: the decode kernel's split
+// along the sequence follows the bucket (parts past a sequence's end are empty), so a
+// graph replay and an eager step of one shape give the same bits. Buckets are 1/16 of the
+// next power of two (at least 256 tokens): fine enough that the split is not sized for
+// much more than the real length, coarse enough that graphs get reused.
+int64_t ContextBucket(int64_t tokens);
+
+// Whether the entry samples a token (or wants its logits).
+bool WantsToken(const ForwardEntry& e);
+
+// One step's shape: what the enqueued work depends on besides the metadata's contents.
+struct Step {
+  int rows = 0, n_seq = 0, logit_rows = 0;
+  int decodes = 0;
+  int max_new = 0;         // most new rows of one prompt sequence
+  int64_t max_tokens = 0;  // bounds every decode sequence's length (sets the decode kernel's split)
+  StepMeta meta{};
+};
+
+struct StepPlan {
+  Step step;
+  int64_t rows = 0, logit_rows = 0;  // the step's, before narrowing
+  bool graph = false;                // decodes only, no logits out, graphs on: a graph runs it
+  std::vector<size_t> order;         // entries of the batch in step order
+};
+
+// Checks `batch` (sequences of `pool`, tokens in the vocabulary and within each sequence's
+// capacity; InvalidArgument naming what is wrong otherwise), orders it and sizes the step.
+// A batch with no tokens leaves plan->rows 0: nothing to run. `use_graphs`: whether the
+// model may run a decode-only step as a graph (its page list is then sized for the bucket).
+absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& config, const KvPool& pool,
+                      bool use_graphs, StepPlan* plan);
+
+// Writes the plan's index arrays into `host_meta` (plan.step.meta.bytes of it). Returns,
+// for each sampled row in order, the batch entry it belongs to.
+std::vector<size_t> PackStep(absl::Span<const ForwardEntry> batch, const StepPlan& plan, const KvPool& pool,
+                             std::byte* host_meta);
+
+}  // namespace strata::model::cuda_internal
+
+#endif  // STRATA_MODEL_CUDA_STEP_PLAN_H_
