@@ -60,6 +60,8 @@ ABSL_FLAG(std::string, new_tokens, "64", "bench sweep: comma-separated new token
 ABSL_FLAG(std::string, concurrency, "1", "bench sweep: comma-separated numbers of sessions sending turn 2 at once");
 ABSL_FLAG(int, sweep_answer_tokens, 4, "bench sweep: answer tokens of turn 1");
 ABSL_FLAG(int, sweep_output_tokens, 8, "bench sweep: answer tokens of turn 2");
+ABSL_FLAG(int, sweep_repeats, 1,
+          "bench sweep: run each shape this many times, one after another (fresh sessions), as one sample set");
 ABSL_FLAG(int, max_output_tokens, 4096, "bench: cap on the answer tokens a turn asks for (server's limit)");
 ABSL_FLAG(std::string, json, "", "bench: also write the report as JSON to this file (-: stdout; the table goes to stderr)");
 ABSL_FLAG(bool, find_rate, false,
@@ -89,6 +91,7 @@ struct BenchConfig {
   RateSearchOptions rate_search;
   int client_threads = 64;
   absl::Duration request_timeout;
+  int sweep_repeats = 1;
 };
 
 absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag, const std::string& text) {
@@ -218,6 +221,8 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   const double timeout_s = absl::GetFlag(FLAGS_request_timeout_s);
   if (!(timeout_s > 0) || !std::isfinite(timeout_s)) return Bad("--request_timeout_s must be > 0");
   c.request_timeout = absl::Seconds(timeout_s);
+  c.sweep_repeats = absl::GetFlag(FLAGS_sweep_repeats);
+  if (c.sweep_repeats < 1) return Bad("--sweep_repeats must be >= 1");
   return c;
 }
 
@@ -337,6 +342,12 @@ class Bench {
 
   // Runs `workload` against `e`, with /metrics scraped around it.
   RunSummary RunOn(const Workload& workload, Endpoint& e, const std::string& tag, int min_threads = 1) {
+    return RunOn(std::vector<Workload>{workload}, e, tag, min_threads);
+  }
+
+  // Runs `workloads` one after the other (each with its own session IDs) and summarises
+  // them as one run.
+  RunSummary RunOn(const std::vector<Workload>& workloads, Endpoint& e, const std::string& tag, int min_threads) {
     std::optional<MetricsSample> before;
     if (!e.metrics_target.empty()) {
       absl::StatusOr<MetricsSample> s = ScrapeMetrics(e.metrics_target);
@@ -347,11 +358,28 @@ class Bench {
     RunnerOptions o;
     o.target = e.target;
     o.api_key = c_.api_key;
-    o.session_prefix = absl::StrCat(session_prefix_, tag, "-");
     o.client_threads = std::max(c_.client_threads, min_threads);
     o.request_timeout = c_.request_timeout;
-    o.on_progress = [&bar](int64_t done, int64_t total) { bar.Update(done, total); };
-    absl::StatusOr<RunResult> result = RunWorkload(workload, o);
+    absl::StatusOr<RunResult> result = RunResult{};
+    int64_t done_before = 0, total = 0, sessions_before = 0;
+    for (const Workload& w : workloads) total += w.TotalTurns();
+    for (size_t i = 0; i < workloads.size() && result.ok(); ++i) {
+      o.session_prefix = absl::StrCat(session_prefix_, tag, workloads.size() > 1 ? absl::StrCat("r", i) : "", "-");
+      o.on_progress = [&bar, done_before, total](int64_t done, int64_t) { bar.Update(done_before + done, total); };
+      absl::StatusOr<RunResult> part = RunWorkload(workloads[i], o);
+      if (!part.ok()) {
+        result = part.status();
+        break;
+      }
+      for (TurnRecord& t : part->turns) {
+        t.session += static_cast<int>(sessions_before);
+        result->turns.push_back(std::move(t));
+      }
+      result->not_sent_turns += part->not_sent_turns;
+      result->wall_s += part->wall_s;
+      done_before += workloads[i].TotalTurns();
+      sessions_before += static_cast<int64_t>(workloads[i].sessions.size());
+    }
     std::optional<ServerCounters> counters;
     if (before) {
       absl::StatusOr<MetricsSample> after = ScrapeMetrics(e.metrics_target);
@@ -393,10 +421,16 @@ class Bench {
     if (!ForEachEndpoint([&](size_t, Endpoint& e) {
           for (size_t i = 0; i < c_.shapes.size(); ++i) {
             const SweepShape& shape = c_.shapes[i];
-            const Workload w = *MakeSweepWorkload(shape);
+            // Repeats run one after another, each with its own sessions and token IDs.
+            std::vector<Workload> repeats;
+            for (int r = 0; r < c_.sweep_repeats; ++r) {
+              SweepShape repeat = shape;
+              repeat.seed = shape.seed + static_cast<uint64_t>(r);
+              repeats.push_back(*MakeSweepWorkload(repeat));
+            }
             const std::string tag =
                 absl::StrCat("h", shape.history_tokens, "n", shape.new_tokens, "c", shape.concurrency);
-            runs[i].push_back(RunOn(w, e, tag, shape.concurrency));
+            runs[i].push_back(RunOn(repeats, e, tag, shape.concurrency));
           }
         })) {
       return;
