@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# What one lease of the GPU machine runs (the `device` tool, from the repository root, with
+# devbundle.tar.xz from tests/gpu/make_bundle.sh carried). Phases, in the order given:
+#   tests     the GPU unit tests (kernels, CUDA backend, engine on CUDA) and engine/model
+#             tests, and the chat and bench e2e suites with `strata serve` on the GPU
+#   hf        tests/gpu/check_hf_logits.py, CPU and CUDA backends against HF transformers
+#   sanitize  compute-sanitizer racecheck and synccheck over the CUDA backend's tests
+#   bench     strata bench on random:llama3-8b: TTFT cached vs recomputed by history, at 32
+#             and 64 concurrent sessions, and the decode step seen end to end
+#   sharegpt  strata bench's ShareGPT-shaped workload at two rates, cache on vs off
+#   step      model_bench's decode step for llama3-8b (the peer of the end-to-end step)
+# Logs and JSON go to $OUT (or ./device-out); a short summary is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+[ -d devbundle ] || tar xJf devbundle.tar.xz
+export LD_LIBRARY_PATH="$PWD/devbundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+B=$PWD/devbundle/bin
+# The e2e tests start the server at the path the build gave them.
+for p in "$PWD/build/strata" /work/main/build/strata; do
+  mkdir -p "$(dirname "$p")" && cp -f "$B/strata" "$p" 2>/dev/null || true
+done
+summary=$OUT/summary.txt
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$summary"
+
+run_tests() {
+  for t in cuda_kernels_test cuda_prefill_attention_test cuda_model_kernels_test cuda_model_test cuda_engine_test \
+           engine_test model_test chat_e2e_test bench_e2e_test; do
+    timeout 900 "$B/$t" --gtest_brief=1 >"$OUT/test-$t.log" 2>&1
+    note "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test-$t.log" | tr '\n' ' ')"
+  done
+}
+
+run_hf() {
+  python3 tests/gpu/check_hf_logits.py strata --run devbundle/run >"$OUT/hf-cpu.log" 2>&1
+  note "check_hf_logits cpu: rc=$?"; tail -8 "$OUT/hf-cpu.log" >>"$summary"
+  python3 tests/gpu/check_hf_logits.py strata --run devbundle/run --device cuda >"$OUT/hf-cuda.log" 2>&1
+  note "check_hf_logits cuda: rc=$?"; tail -8 "$OUT/hf-cuda.log" >>"$summary"
+}
+
+run_sanitize() {
+  local cs=/usr/local/cuda/bin/compute-sanitizer
+  for tool in racecheck synccheck; do
+    for t in cuda_model_test cuda_engine_test; do
+      timeout 600 "$cs" --tool "$tool" --error-exitcode 9 "$B/$t" --gtest_brief=1 >"$OUT/san-$tool-$t.log" 2>&1
+      note "compute-sanitizer $tool $t: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san-$tool-$t.log" | tr '\n' ' ')"
+    done
+  done
+}
+
+SERVE8B="--model=random:llama3-8b --device=cuda"
+run_bench() {
+  "$B/strata" bench --sweep --history=1024,4096,16384,30720 --new_tokens=64 --concurrency=1 --sweep_repeats=3 \
+    --sweep_answer_tokens=16 --compare=cache_off --serve_flags="$SERVE8B --host_cache_bytes=$((16 << 30))" \
+    --json="$OUT/bench-history.json" >"$OUT/bench-history.txt" 2>"$OUT/bench-history.err"
+  note "bench history sweep: rc=$?"; cat "$OUT/bench-history.txt" >>"$summary"
+  "$B/strata" bench --sweep --history=2048,8192 --new_tokens=64 --concurrency=32,64 \
+    --sweep_answer_tokens=16 --compare=cache_off --serve_flags="$SERVE8B --host_cache_bytes=$((80 << 30))" \
+    --json="$OUT/bench-concurrent.json" >"$OUT/bench-concurrent.txt" 2>"$OUT/bench-concurrent.err"
+  note "bench concurrent sweep: rc=$?"; cat "$OUT/bench-concurrent.txt" >>"$summary"
+  "$B/strata" bench --sweep --history=1024 --new_tokens=64 --concurrency=64 --sweep_output_tokens=128 \
+    --serve_flags="$SERVE8B --host_cache_bytes=$((16 << 30))" \
+    --json="$OUT/bench-step.json" >"$OUT/bench-step.txt" 2>"$OUT/bench-step.err"
+  note "bench decode step (64 x 1K, 128 tokens): rc=$? inter-token p50/p99 ms: $(python3 -c "
+import json; r=json.load(open('$OUT/bench-step.json'))['sweep'][0]['runs'][0]['inter_token_ms']; print(round(r['p50'],2), round(r['p99'],2))")"
+}
+
+run_sharegpt() {
+  for rate in 1 4; do
+    "$B/strata" bench --sessions=96 --rate=$rate --turns=4 --prompt_tokens=200 --output_tokens=100 --think_s=2 \
+      --max_context_tokens=16384 --compare=cache_off --serve_flags="$SERVE8B --host_cache_bytes=$((32 << 30))" \
+      --json="$OUT/bench-sharegpt-$rate.json" >"$OUT/bench-sharegpt-$rate.txt" 2>"$OUT/bench-sharegpt-$rate.err"
+    note "bench sharegpt rate $rate: rc=$?"; cat "$OUT/bench-sharegpt-$rate.txt" >>"$summary"
+  done
+}
+
+run_step() {
+  "$B/model_bench" --models=llama3-8b >"$OUT/model_bench.txt" 2>&1
+  note "model_bench: rc=$?"; grep -iE 'device:|decode|batch|^\|' "$OUT/model_bench.txt" | head -30 >>"$summary"
+}
+
+for phase in "$@"; do
+  case $phase in
+    tests) run_tests ;; hf) run_hf ;; sanitize) run_sanitize ;; bench) run_bench ;;
+    sharegpt) run_sharegpt ;; step) run_step ;;
+    *) note "unknown phase $phase" ;;
+  esac
+done
+echo "==== summary"; cat "$summary"

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds what a GPU session runs and packs it for the `device` tool: devbundle.tar.xz (the
+# strata binary, the GPU and engine tests, the e2e suites that run there, model_bench),
+# with the shared libraries the GPU machine lacks. Ignored by git; name it in `carry`.
+#   bash tests/gpu/make_bundle.sh        then, there: bash tests/gpu/device_session.sh PHASE...
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+targets=(strata cuda_kernels_test cuda_prefill_attention_test cuda_model_kernels_test cuda_model_test
+  cuda_engine_test engine_test model_test chat_e2e_test bench_e2e_test model_bench kv_load_bench)
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/strata-ccache}
+cmake --build build -j "$(nproc)" --target "${targets[@]}"
+rm -rf devbundle devbundle.tar.xz
+progs=()
+for t in "${targets[@]}"; do progs+=("$(find build -name "$t" -type f -executable | head -1)"); done
+../shared/tools/bundle-for-device devbundle "${progs[@]}"
+strip --strip-debug devbundle/bin/* devbundle/lib/* 2>/dev/null || true
+tar cJf devbundle.tar.xz devbundle
+rm -rf devbundle
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+for pattern in devbundle.tar.xz devbundle/ device-out/; do
+  grep -qx "$pattern" "$exclude" 2>/dev/null || echo "$pattern" >>"$exclude"
+done
+ls -la devbundle.tar.xz
