@@ -53,6 +53,7 @@ struct Engine::Running {
   std::vector<int32_t> tokens;  // prompt, then every generated token
   int64_t computed = 0;         // tokens whose KV is in kv: [0, computed)
   int64_t reused = 0;           // of those, loaded from the session cache
+  int64_t keep = 0;             // leading tokens whose stored chunks stay as they are on save
   storage::Tier tier = storage::Tier::kNone;
   int64_t generated = 0;
   int32_t next_token = -1;  // drawn by the backend at the end of the turn's last step
@@ -106,6 +107,7 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend
     : options_(options), model_(std::move(model)), tokenizer_(tokenizer), store_(store) {
   if (registry != nullptr) metrics_ = std::make_unique<Metrics>(*registry);
   if (store_ != nullptr) {
+    hbm_ = std::make_unique<HbmTier>(options_.hbm, model_.get(), registry);
     if (absl::Status s = model_->RegisterHostMemory(store_->host_arena()); !s.ok()) {
       LOG(WARNING) << "the host tier could not be pinned for DMA; KV loads and saves go through staging copies: "
                    << s;
@@ -202,7 +204,8 @@ std::vector<Engine::Queued> Engine::AdmitLocked(std::vector<Promotion>* promote)
     }
     if (it->load == Queued::Load::kUnchecked) {
       it->load = Queued::Load::kReady;
-      if (store_ != nullptr) {
+      // A session resident in HBM needs nothing from the disk.
+      if (store_ != nullptr && !hbm_->Contains(it->request.key)) {
         auto info = store_->Get(it->request.key);
         if (info.ok() && info->tier == storage::Tier::kSsd && options_.fetch_or_recompute) {
           // Fetch or recompute, by measured cost.
@@ -242,6 +245,10 @@ void Engine::PublishLookAhead() {
     keys.reserve(queue_.size());
     for (const Queued& q : queue_) keys.push_back(q.request.key);
   }
+  std::vector<std::string> map_keys;
+  map_keys.reserve(keys.size());
+  for (const storage::SessionKey& k : keys) map_keys.push_back(storage::SessionMapKey(k));
+  hbm_->SetQueue(map_keys);
   store_->SetLookAhead(keys);
 }
 
@@ -261,6 +268,30 @@ void Engine::StartPromotions(std::vector<Promotion> promote) {
   }
 }
 
+absl::StatusOr<std::unique_ptr<model::SequenceState>> Engine::TakeSequence(const Queued& queued, int64_t capacity,
+                                                                           int64_t* hbm_tokens) {
+  *hbm_tokens = 0;
+  const storage::SessionKey& key = queued.request.key;
+  if (hbm_ != nullptr && !queued.recompute && hbm_->Contains(key)) {
+    if (!store_->Get(key).ok()) {
+      hbm_->Drop(key);  // dropped or expired meanwhile: the resident copy goes with it
+    } else {
+      const int64_t prompt = static_cast<int64_t>(queued.request.prompt.size());
+      auto taken = hbm_->Take(key, queued.request.prompt, prompt - 1, capacity);
+      if (!taken.ok()) return taken.status();
+      if (taken->has_value()) {
+        *hbm_tokens = (*taken)->tokens;
+        return std::move((*taken)->seq);
+      }
+    }
+  }
+  auto seq = model_->NewSequence(capacity);
+  while (!seq.ok() && absl::IsResourceExhausted(seq.status()) && hbm_ != nullptr && hbm_->EvictOne()) {
+    seq = model_->NewSequence(capacity);
+  }
+  return seq;
+}
+
 std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   const model::ModelConfig& c = config();
   const int64_t capacity = static_cast<int64_t>(queued.request.prompt.size()) + queued.request.max_new_tokens;
@@ -275,7 +306,8 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
                         model_->name(), " backend holds ", model_->kv_capacity_tokens())));
     return nullptr;
   }
-  auto seq = model_->NewSequence(capacity);
+  int64_t hbm_tokens = 0;
+  auto seq = TakeSequence(queued, capacity, &hbm_tokens);
   if (!seq.ok()) {
     if (absl::IsResourceExhausted(seq.status()) && !running_.empty()) return nullptr;  // waits for room
     Abandon(queued, seq.status());
@@ -294,7 +326,13 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
     if (metrics_) metrics_->lookups.Increment();
     // At least the last prompt token is computed: its logits give the first new token.
     storage::PrefixMatch match = store_->Match(r->request.key, r->tokens, prompt - 1);
-    if (match.tokens > 0) {
+    if (hbm_tokens > 0) {
+      // The KV is in the sequence already. The stored chunks hold what the store matched.
+      r->reused = hbm_tokens;
+      r->keep = std::min(hbm_tokens, match.tokens);
+      r->tier = storage::Tier::kHbm;
+      if (metrics_) metrics_->hits->WithLabels({{"tier", "hbm"}}).Increment();
+    } else if (match.tokens > 0) {
       const storage::ChunkLayout& layout = store_->layout();
       // Chunks arrive in order; a chunk the backend cannot place ends the reuse there.
       int64_t placed = 0;
@@ -307,6 +345,7 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
       });
       if (!load_status.ok()) LOG(WARNING) << "placing cached KV failed, recomputing from there: " << load_status;
       r->reused = read.ok() ? std::min(*read, placed) : 0;
+      r->keep = r->reused;
       if (r->reused > 0) {
         r->tier = queued.promoted ? storage::Tier::kSsd : match.tier;
         if (metrics_) metrics_->hits->WithLabels({{"tier", storage::TierName(r->tier)}}).Increment();
@@ -491,7 +530,7 @@ void Engine::End(Running& r, FinishReason reason) {
     absl::Status fill_status;
     absl::Status saved = store_->Save(
         r.request.key, absl::Span<const int32_t>(r.tokens.data(), static_cast<size_t>(r.computed)),
-        r.reused, [&](int64_t begin, int count, absl::Span<std::byte> payload) {
+        r.keep, [&](int64_t begin, int count, absl::Span<std::byte> payload) {
           absl::Status s = model_->SaveKv(*r.seq, begin, count, payload, layout);
           if (fill_status.ok()) fill_status = s;
         });
@@ -502,6 +541,10 @@ void Engine::End(Running& r, FinishReason reason) {
     }
     if (!saved.ok() && !absl::IsResourceExhausted(saved)) {
       LOG(WARNING) << "session cache save failed: " << saved;
+    }
+    // Saved to the host tier: the sequence may stay in HBM for the session's next turn.
+    if (saved.ok() && fill_status.ok()) {
+      hbm_->Keep(r.request.key, std::move(r.seq), std::vector<int32_t>(r.tokens.begin(), r.tokens.begin() + r.computed));
     }
   }
   TurnResult result;

@@ -24,6 +24,7 @@
 #include "base/metrics.h"
 #include "model/model_backend.h"
 #include "text/tokenizer.h"
+#include "engine/hbm_tier.h"
 #include "engine/turn.h"
 #include "storage/session_store.h"
 
@@ -39,6 +40,8 @@ struct EngineOptions {
   // A turn whose cached prefix is only on SSD recomputes it instead when the measured
   // prefill speed makes that faster than the measured SSD load.
   bool fetch_or_recompute = true;
+  // Finished turns' KV kept in the backend's KV memory (the HBM tier); with the cache on.
+  HbmTierOptions hbm;
 
   absl::Status Validate() const;
 };
@@ -108,6 +111,11 @@ class Engine {
   // Starts a turn: its sequence, and its cached prefix loaded. When the backend has no
   // KV memory for it now, returns null and hands the turn back in `queued`.
   std::unique_ptr<Running> Start(Queued& queued);
+  // The turn's sequence: its session's resident one from the HBM tier when that shares a
+  // prefix with the prompt (`*hbm_tokens` says how long), else a new one, making room
+  // from the HBM tier as needed. ResourceExhausted when the memory is not there now.
+  absl::StatusOr<std::unique_ptr<model::SequenceState>> TakeSequence(const Queued& queued, int64_t capacity,
+                                                                     int64_t* hbm_tokens);
   // Puts turns that could not start back at the head of the queue, in order.
   void Requeue(std::vector<Queued> turns);
   // Ends a turn that will not start: fails its stream with `why` and frees its session.
@@ -122,6 +130,9 @@ class Engine {
   const text::Tokenizer* tokenizer_;
   storage::SessionStore* store_;
   std::unique_ptr<Metrics> metrics_;
+  // The HBM tier (engine loop only); null with the cache off. Declared after model_: its
+  // sequences go before the backend does.
+  std::unique_ptr<HbmTier> hbm_;
 
   mutable Mutex mu_;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);

@@ -1,6 +1,7 @@
 #include "model/backend.h"
 #include "model/cpu/cpu_model.h"
 #include "engine/engine.h"
+#include "engine/testing/engine_testing.h"
 
 #include <atomic>
 #include <thread>
@@ -10,36 +11,10 @@
 namespace strata::engine {
 namespace {
 
-struct TurnOutput {
-  std::vector<int32_t> tokens;
-  std::string text;
-  TurnResult result;
-  absl::Status status;
-};
-
-TurnOutput Collect(std::shared_ptr<TurnStream> stream) {
-  TurnOutput out;
-  TurnStream::Event e;
-  while (stream->Next(&e, absl::Seconds(60))) {
-    out.tokens.insert(out.tokens.end(), e.token_ids.begin(), e.token_ids.end());
-    out.text += e.text;
-    if (!e.error.ok()) out.status = e.error;
-    if (e.done) out.result = *e.done;
-  }
-  return out;
-}
-
-model::ModelConfig SmallConfig() {
-  model::ModelConfig c = model::ModelConfig::Builtin();
-  c.hidden_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
-  c.intermediate_size = 128;
-  c.max_context = 512;
-  return c;
-}
+using testing::Collect;
+using testing::LimitedBackend;
+using testing::SmallConfig;
+using testing::TurnOutput;
 
 class EngineTest : public ::testing::Test {
  protected:
@@ -87,56 +62,6 @@ class EngineTest : public ::testing::Test {
   std::unique_ptr<Engine> engine_;
 };
 
-// A CPU backend whose KV memory holds at most `limit` sequences and `max_tokens` tokens
-// each, as a GPU pool does: NewSequence says ResourceExhausted past that.
-class LimitedBackend final : public model::ModelBackend {
- public:
-  LimitedBackend(std::unique_ptr<model::CpuModel> inner, int limit, int64_t max_tokens, bool says_capacity = false)
-      : inner_(std::move(inner)), limit_(limit), max_tokens_(max_tokens), says_capacity_(says_capacity) {}
-  int64_t kv_capacity_tokens() const override {
-    return says_capacity_ ? max_tokens_ : model::ModelBackend::kv_capacity_tokens();
-  }
-  const model::ModelConfig& config() const override { return inner_->config(); }
-  std::string name() const override { return "limited-cpu"; }
-  uint64_t fingerprint() const override { return inner_->fingerprint(); }
-  int64_t kv_row_bytes() const override { return inner_->kv_row_bytes(); }
-  absl::StatusOr<std::unique_ptr<model::SequenceState>> NewSequence(int64_t capacity) override {
-    if (*live_ >= limit_ || capacity > max_tokens_) return absl::ResourceExhaustedError("KV memory is full");
-    auto seq = inner_->NewSequence(capacity);
-    if (!seq.ok()) return seq.status();
-    ++*live_;
-    *peak_ = std::max(*peak_, *live_);
-    return std::unique_ptr<model::SequenceState>(std::make_unique<Seq>(*std::move(seq), live_));
-  }
-  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
-    std::vector<model::ForwardEntry> inner(batch.begin(), batch.end());
-    for (model::ForwardEntry& e : inner) e.seq = static_cast<Seq*>(e.seq)->inner.get();
-    return inner_->Forward(inner);
-  }
-  absl::Status LoadKv(model::SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
-                      const storage::ChunkLayout& layout) override {
-    return inner_->LoadKv(*static_cast<Seq&>(seq).inner, begin, count, payload, layout);
-  }
-  absl::Status SaveKv(const model::SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
-                      const storage::ChunkLayout& layout) override {
-    return inner_->SaveKv(*static_cast<const Seq&>(seq).inner, begin, count, payload, layout);
-  }
-  std::shared_ptr<int> peak() const { return peak_; }
-
- private:
-  struct Seq : model::SequenceState {
-    Seq(std::unique_ptr<model::SequenceState> s, std::shared_ptr<int> live) : inner(std::move(s)), live(std::move(live)) {}
-    ~Seq() override { --*live; }
-    std::unique_ptr<model::SequenceState> inner;
-    std::shared_ptr<int> live;
-  };
-  std::unique_ptr<model::CpuModel> inner_;
-  int limit_;
-  int64_t max_tokens_;
-  bool says_capacity_;
-  std::shared_ptr<int> live_ = std::make_shared<int>(0);
-  std::shared_ptr<int> peak_ = std::make_shared<int>(0);
-};
 
 // --device: auto serves a model the CUDA kernels cannot take (head_dim 16 here) on the CPU
 // backend; cuda refuses it (or, without a GPU, refuses to start); a bad name is refused.
@@ -270,18 +195,24 @@ TEST(EngineTextTest, AnAnswerDropsItsFirstSpaceWhenTheTokenizerSaysSo) {
 }
 
 TEST_F(EngineTest, LaterTurnsComputeOnlyNewTokens) {
-  Build(/*cache=*/true);
-  auto outs = ThreeTurns("s");
-  EXPECT_EQ(outs[0].result.usage.cached_tokens, 0);
-  EXPECT_EQ(outs[0].result.cache_tier, storage::Tier::kNone);
-  for (int t = 1; t < 3; ++t) {
-    const TurnUsage& u = outs[t].result.usage;
-    const TurnUsage& prev = outs[t - 1].result.usage;
-    // Everything of the previous turn whose KV was computed is reused: its prompt and
-    // every answer token but the last (which was sampled, never fed).
-    EXPECT_EQ(u.cached_tokens, prev.prompt_tokens + prev.completion_tokens - 1) << "turn " << t + 1;
-    EXPECT_EQ(u.computed_tokens, u.prompt_tokens - u.cached_tokens);
-    EXPECT_EQ(outs[t].result.cache_tier, storage::Tier::kHost);
+  for (bool hbm : {true, false}) {
+    EngineOptions options;
+    options.hbm.capacity_bytes = hbm ? -1 : 0;
+    Build(/*cache=*/true, options);
+    auto outs = ThreeTurns("s");
+    EXPECT_EQ(outs[0].result.usage.cached_tokens, 0);
+    EXPECT_EQ(outs[0].result.cache_tier, storage::Tier::kNone);
+    for (int t = 1; t < 3; ++t) {
+      const TurnUsage& u = outs[t].result.usage;
+      const TurnUsage& prev = outs[t - 1].result.usage;
+      // Everything of the previous turn whose KV was computed is reused: its prompt and
+      // every answer token but the last (which was sampled, never fed).
+      EXPECT_EQ(u.cached_tokens, prev.prompt_tokens + prev.completion_tokens - 1) << "turn " << t + 1;
+      EXPECT_EQ(u.computed_tokens, u.prompt_tokens - u.cached_tokens);
+      // With the HBM tier the previous turn's sequence is still in memory; without, the
+      // KV comes from the host tier.
+      EXPECT_EQ(outs[t].result.cache_tier, hbm ? storage::Tier::kHbm : storage::Tier::kHost) << "turn " << t + 1;
+    }
   }
 }
 

@@ -67,6 +67,16 @@ class ModelBackend {
   // backend's KV memory has no room for it now (it may once running sequences end).
   virtual absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity_tokens) = 0;
 
+  // Changes `seq`'s capacity to `capacity_tokens`, keeping the KV of its first
+  // min(old, new capacity) tokens: a finished turn's sequence shrinks to what it holds
+  // while it waits in the HBM tier, and grows again when its session returns.
+  // ResourceExhausted (nothing changed) when the backend's KV memory has no room for the
+  // growth now; InvalidArgument for a sequence of another backend or a capacity outside
+  // 1..max_context.
+  virtual absl::Status ResizeSequence(SequenceState& seq, int64_t capacity_tokens) = 0;
+  // Bytes of KV memory one token of a sequence's capacity takes (every layer and plane).
+  virtual int64_t kv_bytes_per_token() const = 0;
+
   // Runs one step over all entries (each sequence at most once). InvalidArgument for a
   // sequence from another backend or tokens past its capacity; Internal for a device fault.
   virtual absl::Status Forward(absl::Span<const ForwardEntry> batch) = 0;

@@ -51,9 +51,7 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
             .Observe(io.seconds);
       }
     }
-    tier_bytes.WithLabels({{"tier", "hbm"}}).Set(0);
-    tier_capacity.WithLabels({{"tier", "hbm"}}).Set(0);
-    sessions.WithLabels({{"tier", "hbm"}}).Set(0);
+    // The hbm series are the engine's (engine/hbm_tier.h).
     tier_bytes.WithLabels({{"tier", "host"}}).Set(static_cast<double>(s.host_used_bytes));
     tier_capacity.WithLabels({{"tier", "host"}}).Set(static_cast<double>(s.host_capacity_bytes));
     sessions.WithLabels({{"tier", "host"}}).Set(static_cast<double>(s.host_sessions));

@@ -49,6 +49,17 @@ absl::StatusOr<std::unique_ptr<SequenceState>> CpuModel::NewSequence(int64_t cap
   return std::make_unique<SequenceKv>(config().num_layers, config().kv_dim(), capacity_tokens);
 }
 
+absl::Status CpuModel::ResizeSequence(SequenceState& seq, int64_t capacity_tokens) {
+  auto* kv = dynamic_cast<SequenceKv*>(&seq);
+  if (kv == nullptr) return absl::InvalidArgumentError("a sequence of another backend");
+  if (capacity_tokens <= 0 || capacity_tokens > config().max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("a sequence of ", capacity_tokens, " tokens does not fit the context of ",
+                                                   config().max_context));
+  }
+  kv->Resize(capacity_tokens);
+  return absl::OkStatus();
+}
+
 namespace {
 
 absl::Status CheckRows(const ModelBackend& m, const SequenceKv& kv, int64_t begin, int count, size_t payload_bytes,

@@ -6,6 +6,7 @@
 #ifndef STRATA_MODEL_CPU_SEQUENCE_KV_H_
 #define STRATA_MODEL_CPU_SEQUENCE_KV_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -18,6 +19,19 @@ class SequenceKv final : public SequenceState {
   SequenceKv(int layers, int kv_dim, int64_t capacity_tokens)
       : layers_(layers), kv_dim_(kv_dim), capacity_(capacity_tokens),
         k_rot_(Size()), k_raw_(Size()), v_(Size()) {}
+
+  // Reallocates for `capacity_tokens`, keeping the rows of the first min(old, new) tokens.
+  void Resize(int64_t capacity_tokens) {
+    const int64_t keep = std::min(capacity_, capacity_tokens);
+    SequenceKv resized(layers_, kv_dim_, capacity_tokens);
+    for (int l = 0; l < layers_; ++l) {
+      const size_t from = Index(l, 0), to = resized.Index(l, 0), n = static_cast<size_t>(keep) * kv_dim_;
+      std::copy_n(k_rot_.data() + from, n, resized.k_rot_.data() + to);
+      std::copy_n(k_raw_.data() + from, n, resized.k_raw_.data() + to);
+      std::copy_n(v_.data() + from, n, resized.v_.data() + to);
+    }
+    *this = std::move(resized);
+  }
 
   int layers() const { return layers_; }
   int kv_dim() const { return kv_dim_; }

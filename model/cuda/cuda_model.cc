@@ -179,6 +179,17 @@ absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequence(int64_t ca
   return m.pool.NewSequence(capacity_tokens);
 }
 
+absl::Status CudaModel::ResizeSequence(SequenceState& seq, int64_t capacity_tokens) {
+  Impl& m = *impl_;
+  auto* s = dynamic_cast<CudaSequence*>(&seq);
+  if (s == nullptr || s->pool() != &m.pool) return absl::InvalidArgumentError("a sequence of another backend");
+  if (capacity_tokens <= 0 || capacity_tokens > m.config.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("a sequence of ", capacity_tokens,
+                                                   " tokens does not fit the context of ", m.config.max_context));
+  }
+  return m.pool.Resize(*s, capacity_tokens);
+}
+
 absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   Impl& m = *impl_;
   if (absl::Status s = m.UseDevice(); !s.ok()) return s;

@@ -47,6 +47,26 @@ absl::StatusOr<std::unique_ptr<SequenceState>> KvPool::NewSequence(int64_t capac
   return std::unique_ptr<SequenceState>(std::make_unique<CudaSequence>(this, std::move(pages), capacity_tokens));
 }
 
+absl::Status KvPool::Resize(CudaSequence& seq, int64_t capacity_tokens) {
+  const int64_t need = (capacity_tokens + page_tokens_ - 1) / page_tokens_;
+  int64_t have = static_cast<int64_t>(seq.pages_.size());
+  if (need - have > static_cast<int64_t>(free_pages_.size())) {
+    return absl::ResourceExhaustedError(absl::StrCat("the GPU KV pool has ", free_pages_.size(), " free pages of ",
+                                                     pages_, "; growing a sequence to ", capacity_tokens,
+                                                     " tokens needs ", need - have, " more"));
+  }
+  for (; have < need; ++have) {
+    seq.pages_.push_back(free_pages_.back());
+    free_pages_.pop_back();
+  }
+  while (static_cast<int64_t>(seq.pages_.size()) > need) {
+    free_pages_.push_back(seq.pages_.back());
+    seq.pages_.pop_back();
+  }
+  seq.capacity_ = capacity_tokens;
+  return absl::OkStatus();
+}
+
 absl::Status KvPool::Randomize(uint64_t seed, cudaStream_t stream) {
   const int64_t n = layer_stride_ * num_layers_;
   for (DeviceBuffer* plane : {&k_rot_, &k_raw_, &v_}) {

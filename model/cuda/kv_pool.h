@@ -44,6 +44,7 @@ class CudaSequence final : public SequenceState {
 
  private:
   KvPool* pool_;
+  friend class KvPool;
   std::vector<int32_t> pages_;
   int64_t capacity_;
 };
@@ -58,6 +59,10 @@ class KvPool {
   // A sequence holding the pages for `capacity_tokens` tokens. ResourceExhausted when
   // fewer pages are free.
   absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity_tokens);
+
+  // Gives `seq` the pages for `capacity_tokens` tokens: takes more from the free list or
+  // returns its last ones. ResourceExhausted (nothing changed) when too few are free.
+  absl::Status Resize(CudaSequence& seq, int64_t capacity_tokens);
 
   // Enqueues on `stream` a fill of every page of every plane with random bf16 values.
   absl::Status Randomize(uint64_t seed, cudaStream_t stream);

@@ -28,6 +28,9 @@ ABSL_FLAG(std::string, placement, "scheduler-aware",
           "serve: placement policy: scheduler-aware (prefetch from the queue, never evict it), lru, fifo");
 ABSL_FLAG(bool, fetch_or_recompute, true,
           "serve: recompute a prefix held only on SSD when that is measured to be faster than loading it");
+ABSL_FLAG(int64_t, hbm_cache_bytes, -1,
+          "serve: KV memory finished turns may keep for their session's next turn (the HBM tier); -1: the whole GPU "
+          "KV pool (resident sessions give way to running turns) or 256 MiB on the CPU backend; 0: off");
 ABSL_FLAG(int, max_batch, 64, "serve: most turns in one decode batch");
 ABSL_FLAG(int, max_step_tokens, 512, "serve: most tokens in one forward step");
 ABSL_FLAG(int, max_new_tokens_limit, 4096, "serve: largest max_new_tokens a request may ask for");
@@ -67,6 +70,8 @@ bool OptionsFromFlags(ServerOptions& o) {
     return false;
   }
   o.store.placement = *placement;
+  o.engine.hbm.placement = *placement;
+  o.engine.hbm.capacity_bytes = absl::GetFlag(FLAGS_hbm_cache_bytes);
   o.model = ServedModelFromFlags();
   o.engine.fetch_or_recompute = absl::GetFlag(FLAGS_fetch_or_recompute);
   o.engine.max_running = absl::GetFlag(FLAGS_max_batch);

@@ -130,14 +130,17 @@ TEST(BenchE2eTest, ReportedReuseAndHitsEqualTheServersMetrics) {
 
   const double reused = Moved(before, after, "strata_prefill_tokens_total{source=\"reused\"}");
   const double computed = Moved(before, after, "strata_prefill_tokens_total{source=\"computed\"}");
-  const double hits = Moved(before, after, "strata_cache_hits_total{tier=\"host\"}");
+  const double hbm_hits = Moved(before, after, "strata_cache_hits_total{tier=\"hbm\"}");
+  const double host_hits = Moved(before, after, "strata_cache_hits_total{tier=\"host\"}");
+  const double hits = hbm_hits + host_hits;
   const double ok = Moved(before, after, "strata_requests_total{code=\"ok\"}");
   EXPECT_GT(reused, 0) << "later turns must reuse the session cache";
   EXPECT_GT(hits, 0);
   // Client-side sums of ChatDone against the server's own counters.
   EXPECT_EQ(run["cached_tokens"].get<double>(), reused) << "reused tokens reported vs /metrics";
   EXPECT_EQ(run["computed_tokens"].get<double>(), computed) << "computed tokens reported vs /metrics";
-  EXPECT_EQ(run["hits_by_tier"].value("host", 0.0), hits) << "host hits reported vs /metrics";
+  EXPECT_EQ(run["hits_by_tier"].value("hbm", 0.0), hbm_hits) << "HBM hits reported vs /metrics";
+  EXPECT_EQ(run["hits_by_tier"].value("host", 0.0), host_hits) << "host hits reported vs /metrics";
   EXPECT_EQ(run["hits"].get<double>(), hits);
   EXPECT_EQ(run["turns_ok"].get<double>(), ok) << "successful turns reported vs strata_requests_total";
   EXPECT_EQ(run["turns_failed"].get<int>(), 0);
@@ -148,7 +151,8 @@ TEST(BenchE2eTest, ReportedReuseAndHitsEqualTheServersMetrics) {
   ASSERT_TRUE(run.contains("metrics")) << run.dump(2);
   EXPECT_EQ(run["metrics"]["prefill_reused_tokens"].get<double>(), reused);
   EXPECT_EQ(run["metrics"]["prefill_computed_tokens"].get<double>(), computed);
-  EXPECT_EQ(run["metrics"]["hits_by_tier"]["host"].get<double>(), hits);
+  EXPECT_EQ(run["metrics"]["hits_by_tier"]["hbm"].get<double>(), hbm_hits);
+  EXPECT_EQ(run["metrics"]["hits_by_tier"]["host"].get<double>(), host_hits);
   EXPECT_NE(bench.Stdout().find("TTFT (client)"), std::string::npos) << "no table on stdout:\n" << bench.Stdout();
 }
 

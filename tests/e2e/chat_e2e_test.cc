@@ -180,7 +180,8 @@ TEST_F(ChatE2eTest, LaterTurnsComputeExactlyTheNewTokens) {
     const uint32_t known = prev.prompt_tokens() + prev.completion_tokens() - 1;
     EXPECT_EQ(u.cached_tokens(), known) << "turn " << t + 1;
     EXPECT_EQ(u.computed_tokens(), u.prompt_tokens() - known) << "turn " << t + 1;
-    EXPECT_EQ(outs[t].done.cache_tier(), v1::TIER_HOST);
+    // The previous turn's KV stayed in the backend's memory (the HBM tier).
+    EXPECT_EQ(outs[t].done.cache_tier(), v1::TIER_HBM);
     EXPECT_GT(outs[t].done.ttft_ms(), 0.0);
   }
   auto info = client.GetSession("three-turns");
@@ -232,7 +233,10 @@ TEST_F(ChatE2eTest, MetricsShowTheReuse) {
   };
   EXPECT_GT(value("strata_prefill_tokens_total{source=\"reused\"}"), 0);
   EXPECT_GT(value("strata_prefill_tokens_total{source=\"computed\"}"), 0);
-  EXPECT_GE(value("strata_cache_hits_total{tier=\"host\"}"), 2);
+  // Returning turns find their KV still in the backend's memory (the HBM tier).
+  EXPECT_GE(value("strata_cache_hits_total{tier=\"hbm\"}"), 2);
+  EXPECT_GE(value("strata_sessions{tier=\"hbm\"}"), 1);
+  EXPECT_GT(value("strata_tier_bytes{tier=\"hbm\"}"), 0);
   EXPECT_GE(value("strata_cache_lookups_total"), 3);
   EXPECT_GE(value("strata_requests_total{code=\"ok\"}"), 3);
   EXPECT_GE(value("strata_ttft_seconds_count"), 3);

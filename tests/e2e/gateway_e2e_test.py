@@ -112,7 +112,7 @@ class GatewayE2eTest(unittest.TestCase):
             known = prev.prompt_tokens + prev.completion_tokens - 1
             self.assertEqual(usage.cached_tokens, known, "turn %d" % (t + 1))
             self.assertEqual(usage.computed_tokens, usage.prompt_tokens - known)
-            self.assertEqual(outs[t][2].cache_tier, chat_pb2.TIER_HOST)
+            self.assertEqual(outs[t][2].cache_tier, chat_pb2.TIER_HBM)
 
     def test_cache_on_equals_cache_off(self):
         on = three_turns(self.on, "py-equal")
@@ -132,7 +132,7 @@ class GatewayE2eTest(unittest.TestCase):
         three_turns(self.on, "py-metrics")
         m = self.on.metrics()
         self.assertGreater(m['strata_prefill_tokens_total{source="reused"}'], 0)
-        self.assertGreaterEqual(m['strata_cache_hits_total{tier="host"}'], 2)
+        self.assertGreaterEqual(m['strata_cache_hits_total{tier="hbm"}'], 2)
         self.assertGreaterEqual(m['strata_requests_total{code="ok"}'], 3)
 
     def test_bad_input_gets_invalid_argument_and_changes_nothing(self):

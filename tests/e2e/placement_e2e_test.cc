@@ -46,7 +46,7 @@ void ReplayAndCompare(const std::string& policy_name) {
   storage::testing::TempDir dir("strata-placement-e2e");
   auto server = testing::ServerProcess::Start(
       // Tier sizes are counted in the CPU backend's chunks (fp32 rows): the test pins it.
-      {"--device=cpu", "--chunk_tokens=" + std::to_string(kChunkTokens),
+      {"--device=cpu", "--hbm_cache_bytes=0", "--chunk_tokens=" + std::to_string(kChunkTokens),
        "--host_cache_bytes=" + std::to_string(kHostBlocks * block_bytes),
        "--ssd_dirs=" + dir.path() + "/ssd", "--ssd_capacity_bytes=" + std::to_string(kSsdBlocks * block_bytes),
        "--placement=" + policy_name, "--fetch_or_recompute=false", "--pin_host_memory=false"});

@@ -52,7 +52,7 @@ class SsdE2eTest : public ::testing::Test {
   std::unique_ptr<ServerProcess> StartTiered() {
     // Room for 3 chunks of the built-in model on the host: less than the working set.
     // Tier sizes are counted in the CPU backend's chunks (fp32 rows): the tests pin it.
-    auto s = ServerProcess::Start({"--device=cpu", "--host_cache_bytes=" + std::to_string(3 * 1052672),
+    auto s = ServerProcess::Start({"--device=cpu", "--hbm_cache_bytes=0", "--host_cache_bytes=" + std::to_string(3 * 1052672),
                                    "--ssd_dirs=" + dir_ + "/ssd", "--ssd_capacity_bytes=67108864",
                                    "--index_dir=" + dir_ + "/index"});
     EXPECT_TRUE(s.ok()) << s.status();
@@ -180,7 +180,7 @@ TEST_F(SsdE2eTest, FullDiskDegradesToHostOnlyAndEveryAnswerStaysCorrect) {
   {
     // 64 MiB of SSD tier asked for on a file system of 8: it fills up after a few chunks.
     // Tier sizes are counted in the CPU backend's chunks (fp32 rows): the tests pin it.
-    auto s = ServerProcess::Start({"--device=cpu", "--host_cache_bytes=" + std::to_string(3 * 1052672),
+    auto s = ServerProcess::Start({"--device=cpu", "--hbm_cache_bytes=0", "--host_cache_bytes=" + std::to_string(3 * 1052672),
                                    "--ssd_dirs=" + fs.path() + "/ssd", "--ssd_capacity_bytes=67108864",
                                    "--index_dir=" + dir_ + "/index"});
     ASSERT_TRUE(s.ok()) << s.status();

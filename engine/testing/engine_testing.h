@@ -1,0 +1,107 @@
+// Helpers for the engine's tests: collecting a turn's stream, a small model shape, and a
+// CPU backend with a bounded KV memory (as a GPU pool is).
+#ifndef STRATA_ENGINE_TESTING_ENGINE_TESTING_H_
+#define STRATA_ENGINE_TESTING_ENGINE_TESTING_H_
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/turn.h"
+#include "model/cpu/cpu_model.h"
+#include "model/model_backend.h"
+
+namespace strata::engine::testing {
+
+struct TurnOutput {
+  std::vector<int32_t> tokens;
+  std::string text;
+  TurnResult result;
+  absl::Status status;
+};
+
+inline TurnOutput Collect(std::shared_ptr<TurnStream> stream) {
+  TurnOutput out;
+  TurnStream::Event e;
+  while (stream->Next(&e, absl::Seconds(60))) {
+    out.tokens.insert(out.tokens.end(), e.token_ids.begin(), e.token_ids.end());
+    out.text += e.text;
+    if (!e.error.ok()) out.status = e.error;
+    if (e.done) out.result = *e.done;
+  }
+  return out;
+}
+
+inline model::ModelConfig SmallConfig() {
+  model::ModelConfig c = model::ModelConfig::Builtin();
+  c.hidden_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.intermediate_size = 128;
+  c.max_context = 512;
+  return c;
+}
+
+// A CPU backend whose KV memory holds at most `limit` sequences and `max_tokens` tokens
+// each, as a GPU pool does: NewSequence says ResourceExhausted past that.
+class LimitedBackend final : public model::ModelBackend {
+ public:
+  LimitedBackend(std::unique_ptr<model::CpuModel> inner, int limit, int64_t max_tokens, bool says_capacity = false)
+      : inner_(std::move(inner)), limit_(limit), max_tokens_(max_tokens), says_capacity_(says_capacity) {}
+  int64_t kv_capacity_tokens() const override {
+    return says_capacity_ ? max_tokens_ : model::ModelBackend::kv_capacity_tokens();
+  }
+  const model::ModelConfig& config() const override { return inner_->config(); }
+  std::string name() const override { return "limited-cpu"; }
+  uint64_t fingerprint() const override { return inner_->fingerprint(); }
+  int64_t kv_row_bytes() const override { return inner_->kv_row_bytes(); }
+  absl::StatusOr<std::unique_ptr<model::SequenceState>> NewSequence(int64_t capacity) override {
+    if (*live_ >= limit_ || capacity > max_tokens_) return absl::ResourceExhaustedError("KV memory is full");
+    auto seq = inner_->NewSequence(capacity);
+    if (!seq.ok()) return seq.status();
+    ++*live_;
+    *peak_ = std::max(*peak_, *live_);
+    return std::unique_ptr<model::SequenceState>(std::make_unique<Seq>(*std::move(seq), live_));
+  }
+  absl::Status ResizeSequence(model::SequenceState& seq, int64_t capacity) override {
+    if (capacity > max_tokens_) return absl::ResourceExhaustedError("KV memory is full");
+    return inner_->ResizeSequence(*static_cast<Seq&>(seq).inner, capacity);
+  }
+  int64_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
+  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
+    std::vector<model::ForwardEntry> inner(batch.begin(), batch.end());
+    for (model::ForwardEntry& e : inner) e.seq = static_cast<Seq*>(e.seq)->inner.get();
+    return inner_->Forward(inner);
+  }
+  absl::Status LoadKv(model::SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                      const storage::ChunkLayout& layout) override {
+    return inner_->LoadKv(*static_cast<Seq&>(seq).inner, begin, count, payload, layout);
+  }
+  absl::Status SaveKv(const model::SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+                      const storage::ChunkLayout& layout) override {
+    return inner_->SaveKv(*static_cast<const Seq&>(seq).inner, begin, count, payload, layout);
+  }
+  std::shared_ptr<int> peak() const { return peak_; }
+
+ private:
+  struct Seq : model::SequenceState {
+    Seq(std::unique_ptr<model::SequenceState> s, std::shared_ptr<int> live) : inner(std::move(s)), live(std::move(live)) {}
+    ~Seq() override { --*live; }
+    std::unique_ptr<model::SequenceState> inner;
+    std::shared_ptr<int> live;
+  };
+  std::unique_ptr<model::CpuModel> inner_;
+  int limit_;
+  int64_t max_tokens_;
+  bool says_capacity_;
+  std::shared_ptr<int> live_ = std::make_shared<int>(0);
+  std::shared_ptr<int> peak_ = std::make_shared<int>(0);
+};
+
+}  // namespace strata::engine::testing
+
+#endif  // STRATA_ENGINE_TESTING_ENGINE_TESTING_H_
