@@ -191,7 +191,7 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
   for (size_t c = 0; c < blocks.size(); ++c) {
     ChunkHeaderFacts facts;
     why = VerifyChunkHeader(layout, options_.model_fingerprint, blocks[c], &facts);
-    checksums[c] = ChunkPayloadChecksum(layout, blocks[c]);
+    if (why.ok()) checksums[c] = ChunkPayloadChecksum(layout, blocks[c]);
     if (why.ok() && sealed[c].has_value()) {
       if (!facts.sealed || facts.payload_checksum != *sealed[c]) {
         why = absl::DataLossError("chunk header does not hold the checksum it was sealed with");

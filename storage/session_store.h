@@ -120,7 +120,7 @@ struct SessionStoreStats {
   int64_t prefetch_wasted = 0;     // prefetched host copies that left before use
   int64_t lookahead_sessions = 0;  // queued + hinted sessions the policy sees now
   int64_t save_rejected = 0;   // saves that did not fit even after eviction
-  int64_t corrupt_chunks = 0;  // chunks that failed verification on read
+  int64_t corrupt_chunks = 0;  // chunks that failed verification (read, promotion, write-back)
   int64_t expired = 0;         // sessions dropped by TTL
   int64_t persisted_saves = 0; // write-backs that committed an index record
   int64_t ssd_write_errors = 0;

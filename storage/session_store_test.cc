@@ -55,10 +55,10 @@ class SessionStoreTest : public ::testing::Test {
     for (int i = 0; i < c.count; ++i)
       for (int l = 0; l < layout.layers; ++l)
         for (int kv = 0; kv < 2; ++kv)
-          for (int64_t b = 0; b < layout.row_bytes; ++b)
-            if (c.payload[static_cast<size_t>(layout.RowOffset(l, kv, i) + b)] != RowByte(c.token_begin + i, l, kv, salt)) {
-              return false;
-            }
+          for (int64_t b = 0; b < layout.row_bytes; ++b) {
+            const std::byte want = RowByte(c.token_begin + i, l, kv, salt);
+            if (c.payload[static_cast<size_t>(layout.RowOffset(l, kv, i) + b)] != want) return false;
+          }
     return true;
   }
 
