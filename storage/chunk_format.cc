@@ -30,24 +30,44 @@ int64_t ChunkLayout::BlockBytes() const {
   return (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
 }
 
-void SealChunk(const ChunkLayout& layout, uint64_t model_fingerprint, int tokens,
-               absl::Span<std::byte> block) {
+void WriteChunkHeader(const ChunkLayout& layout, uint64_t model_fingerprint, int tokens,
+                      absl::Span<std::byte> block) {
   ChunkHeader h{};
   h.magic = kChunkMagic;
   h.version = kChunkFormatVersion;
+  h.flags = kChunkUnsealed;
   h.model_fingerprint = model_fingerprint;
   h.tokens = static_cast<uint32_t>(tokens);
   h.layers = static_cast<uint32_t>(layout.layers);
   h.chunk_tokens = static_cast<uint32_t>(layout.chunk_tokens);
   h.row_bytes = static_cast<uint64_t>(layout.row_bytes);
-  h.payload_checksum = XXH3_64bits(ChunkPayload(block), layout.PayloadBytes());
+  h.payload_checksum = 0;
   h.header_checksum = HeaderChecksum(h);
   std::memset(block.data(), 0, kChunkHeaderBytes);
   std::memcpy(block.data(), &h, sizeof(h));
 }
 
-absl::Status VerifyChunk(const ChunkLayout& layout, uint64_t model_fingerprint,
-                         absl::Span<const std::byte> block, int* tokens) {
+uint64_t ChunkPayloadChecksum(const ChunkLayout& layout, absl::Span<const std::byte> block) {
+  return XXH3_64bits(ChunkPayload(block), static_cast<size_t>(layout.PayloadBytes()));
+}
+
+void SealChunkHeader(absl::Span<std::byte> block, uint64_t payload_checksum) {
+  ChunkHeader h;
+  std::memcpy(&h, block.data(), sizeof(h));
+  h.flags = static_cast<uint16_t>(h.flags & ~kChunkUnsealed);
+  h.payload_checksum = payload_checksum;
+  h.header_checksum = HeaderChecksum(h);
+  std::memcpy(block.data(), &h, sizeof(h));
+}
+
+void SealChunk(const ChunkLayout& layout, uint64_t model_fingerprint, int tokens,
+               absl::Span<std::byte> block) {
+  WriteChunkHeader(layout, model_fingerprint, tokens, block);
+  SealChunkHeader(block, ChunkPayloadChecksum(layout, block));
+}
+
+absl::Status VerifyChunkHeader(const ChunkLayout& layout, uint64_t model_fingerprint,
+                               absl::Span<const std::byte> block, ChunkHeaderFacts* facts) {
   if (static_cast<int64_t>(block.size()) < kChunkHeaderBytes + layout.PayloadBytes()) {
     return absl::DataLossError("chunk block is shorter than its layout");
   }
@@ -61,6 +81,9 @@ absl::Status VerifyChunk(const ChunkLayout& layout, uint64_t model_fingerprint,
     return absl::FailedPreconditionError(
         absl::StrCat("chunk format version ", h.version, " is not ", kChunkFormatVersion));
   }
+  if ((h.flags & ~kChunkUnsealed) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("chunk carries unknown flags ", h.flags));
+  }
   if (h.model_fingerprint != model_fingerprint) {
     return absl::FailedPreconditionError("chunk was written by another model (fingerprint)");
   }
@@ -72,10 +95,23 @@ absl::Status VerifyChunk(const ChunkLayout& layout, uint64_t model_fingerprint,
   if (h.tokens == 0 || h.tokens > h.chunk_tokens) {
     return absl::DataLossError(absl::StrCat("chunk claims ", h.tokens, " tokens"));
   }
-  if (XXH3_64bits(ChunkPayload(block), layout.PayloadBytes()) != h.payload_checksum) {
+  if (facts != nullptr) {
+    facts->tokens = static_cast<int>(h.tokens);
+    facts->sealed = (h.flags & kChunkUnsealed) == 0;
+    facts->payload_checksum = h.payload_checksum;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VerifyChunk(const ChunkLayout& layout, uint64_t model_fingerprint,
+                         absl::Span<const std::byte> block, int* tokens) {
+  ChunkHeaderFacts facts;
+  if (absl::Status s = VerifyChunkHeader(layout, model_fingerprint, block, &facts); !s.ok()) return s;
+  if (!facts.sealed) return absl::DataLossError("chunk payload was never sealed");
+  if (ChunkPayloadChecksum(layout, block) != facts.payload_checksum) {
     return absl::DataLossError("chunk payload checksum mismatch");
   }
-  if (tokens != nullptr) *tokens = static_cast<int>(h.tokens);
+  if (tokens != nullptr) *tokens = facts.tokens;
   return absl::OkStatus();
 }
 

@@ -70,6 +70,78 @@ TEST(ChunkFormatTest, OtherLayoutIsRefused) {
   EXPECT_TRUE(absl::IsFailedPrecondition(VerifyChunk(other, 42, block, nullptr)));
 }
 
+TEST(ChunkFormatTest, HeaderCheckDoesNotReadThePayload) {
+  ChunkLayout layout = SmallLayout();
+  auto block = FilledBlock(layout, 42, 16);
+  block[kChunkHeaderBytes + 100] ^= std::byte{1};
+  ChunkHeaderFacts facts;
+  absl::Status s = VerifyChunkHeader(layout, 42, block, &facts);
+  EXPECT_TRUE(s.ok()) << "a header check must pass a payload it does not read: " << s;
+  EXPECT_EQ(facts.tokens, 16);
+  EXPECT_TRUE(facts.sealed);
+  EXPECT_TRUE(absl::IsDataLoss(VerifyChunk(layout, 42, block, nullptr)));
+}
+
+TEST(ChunkFormatTest, HeaderCheckCatchesWhatTheFullCheckCatchesInTheHeader) {
+  ChunkLayout layout = SmallLayout();
+  auto block = FilledBlock(layout, 42, 16);
+  EXPECT_TRUE(absl::IsFailedPrecondition(VerifyChunkHeader(layout, 43, block, nullptr)));
+  ChunkLayout other = layout;
+  other.layers = 4;
+  EXPECT_TRUE(absl::IsFailedPrecondition(VerifyChunkHeader(other, 42, block, nullptr)));
+  block[offsetof(ChunkHeader, tokens)] ^= std::byte{2};
+  EXPECT_TRUE(absl::IsDataLoss(VerifyChunkHeader(layout, 42, block, nullptr)));
+}
+
+TEST(ChunkFormatTest, UnsealedChunkPassesTheHeaderCheckOnlyUntilSealed) {
+  ChunkLayout layout = SmallLayout();
+  std::vector<std::byte> block(static_cast<size_t>(layout.BlockBytes()), std::byte{9});
+  WriteChunkHeader(layout, 42, 5, absl::Span<std::byte>(block));
+  ChunkHeaderFacts facts;
+  ASSERT_TRUE(VerifyChunkHeader(layout, 42, block, &facts).ok());
+  EXPECT_FALSE(facts.sealed);
+  EXPECT_EQ(facts.tokens, 5);
+  absl::Status s = VerifyChunk(layout, 42, block, nullptr);
+  EXPECT_TRUE(absl::IsDataLoss(s)) << "an unsealed chunk must never verify as a disk chunk: " << s;
+  const uint64_t checksum = ChunkPayloadChecksum(layout, block);
+  SealChunkHeader(absl::Span<std::byte>(block), checksum);
+  int tokens = 0;
+  ASSERT_TRUE(VerifyChunk(layout, 42, block, &tokens).ok());
+  EXPECT_EQ(tokens, 5);
+  ASSERT_TRUE(VerifyChunkHeader(layout, 42, block, &facts).ok());
+  EXPECT_TRUE(facts.sealed);
+  EXPECT_EQ(facts.payload_checksum, checksum);
+}
+
+TEST(ChunkFormatTest, SealedChunkIsTheVersionOneFormatWithFlagsZero) {
+  // Chunks on disk from before the unsealed flag had a zero reserved field here; a sealed
+  // chunk must be byte for byte what that writer wrote.
+  ChunkLayout layout = SmallLayout();
+  auto block = FilledBlock(layout, 42, 7);
+  ChunkHeader h;
+  std::memcpy(&h, block.data(), sizeof(h));
+  EXPECT_EQ(h.version, 1);
+  EXPECT_EQ(h.flags, 0);
+  EXPECT_EQ(h.payload_checksum, ChunkPayloadChecksum(layout, block));
+  // Sealing two-step gives the same bytes as SealChunk.
+  std::vector<std::byte> two_step = block;
+  std::memset(two_step.data(), 0x5a, static_cast<size_t>(kChunkHeaderBytes));
+  WriteChunkHeader(layout, 42, 7, absl::Span<std::byte>(two_step));
+  SealChunkHeader(absl::Span<std::byte>(two_step), ChunkPayloadChecksum(layout, two_step));
+  EXPECT_TRUE(two_step == block);
+}
+
+TEST(ChunkFormatTest, UnknownFlagsAreRefused) {
+  ChunkLayout layout = SmallLayout();
+  auto block = FilledBlock(layout, 42, 16);
+  ChunkHeader h;
+  std::memcpy(&h, block.data(), sizeof(h));
+  h.flags = 4;
+  std::memcpy(block.data(), &h, sizeof(h));
+  SealChunkHeader(absl::Span<std::byte>(block), h.payload_checksum);  // a valid header checksum
+  EXPECT_TRUE(absl::IsFailedPrecondition(VerifyChunkHeader(layout, 42, block, nullptr)));
+}
+
 TEST(ChunkFormatTest, InvalidLayoutIsRejected) {
   EXPECT_FALSE((ChunkLayout{.layers = 0, .chunk_tokens = 16, .row_bytes = 8}).Validate().ok());
   EXPECT_TRUE(SmallLayout().Validate().ok());

@@ -1,6 +1,7 @@
 // SessionStoreImpl, the SSD half: recovery, write-back and index commits, flush, TTL sweeps,
 // degraded mode.
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -8,7 +9,6 @@
 #include "base/mutex.h"
 #include "storage/io_batch.h"
 #include "storage/session_store_impl.h"
-#include "xxhash.h"
 
 namespace strata::storage {
 namespace {
@@ -42,7 +42,7 @@ absl::Status SessionStoreImpl::Recover() {
           SsdLocation loc{c.file, c.offset};
           ssd_->MarkAllocated(loc);
           s->ssd.push_back(loc);
-          s->checksums.push_back(c.checksum);
+          s->checksums.push_back(c.checksum);  // checked against the chunk at its first promotion
         }
         s->persisted = true;
         s->last_access_unix_ms = r.last_access_unix_ms;
@@ -108,9 +108,11 @@ void SessionStoreImpl::RunPersistJob(PersistJob job) {
 }
 
 void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
+  const ChunkLayout& layout = options_.layout;
   SessionRecord record;
   std::vector<uint32_t> host_blocks;
-  std::vector<const std::byte*> sources;
+  std::vector<absl::Span<std::byte>> blocks;
+  std::vector<std::optional<uint64_t>> sealed;  // checksums known when the job started
   std::vector<SsdLocation> targets;
   std::vector<std::pair<SessionKey, std::vector<SsdLocation>>> evicted;
   {
@@ -159,9 +161,12 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
     if (ssd_->free_blocks() < n) return;  // stays host-only until room appears
     for (int64_t c = 0; c < n; ++c) {
       targets.push_back(*ssd_->Allocate());
+      // The reference keeps the block's bytes unchanged until the write ends (nothing
+      // writes an allocated block but Save's fill, into blocks it has just allocated).
       host_->Ref(cur.host[c]);
       host_blocks.push_back(cur.host[c]);
-      sources.push_back(host_->Block(cur.host[c]).data());
+      blocks.push_back(host_->Block(cur.host[c]));
+      sealed.push_back(cur.checksums[c]);
     }
     record.tenant = cur.tenant;
     record.session_id = cur.session_id;
@@ -171,15 +176,61 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
     for (int64_t c = 0; c < n; ++c) {
       record.chunks.push_back(IndexedChunk{targets[c].file, targets[c].offset,
                                            static_cast<uint32_t>(std::min<int64_t>(
-                                               options_.layout.chunk_tokens,
-                                               static_cast<int64_t>(cur.tokens.size()) - c * options_.layout.chunk_tokens)),
-                                           cur.checksums[c]});
+                                               layout.chunk_tokens,
+                                               static_cast<int64_t>(cur.tokens.size()) - c * layout.chunk_tokens)),
+                                           0});  // the checksum is filled in below
+    }
+  }
+
+  // Hash every payload here, outside the lock and off the thread that saved it: an
+  // unsealed chunk gets its checksum; a sealed one (kept from an earlier version, or
+  // promoted from SSD) must still match it, or it is not persisted.
+  size_t bad = blocks.size();
+  absl::Status why;
+  std::vector<uint64_t> checksums(blocks.size());
+  for (size_t c = 0; c < blocks.size(); ++c) {
+    ChunkHeaderFacts facts;
+    why = VerifyChunkHeader(layout, options_.model_fingerprint, blocks[c], &facts);
+    if (why.ok()) checksums[c] = ChunkPayloadChecksum(layout, blocks[c]);
+    if (why.ok() && sealed[c].has_value()) {
+      if (!facts.sealed || facts.payload_checksum != *sealed[c]) {
+        why = absl::DataLossError("chunk header does not hold the checksum it was sealed with");
+      } else if (checksums[c] != *sealed[c]) {
+        why = absl::DataLossError("chunk payload no longer matches its sealed checksum");
+      }
+    }
+    if (!why.ok()) {
+      bad = c;
+      break;
+    }
+    record.chunks[c].checksum = checksums[c];
+  }
+
+  {
+    MutexLock lock(&mu_);
+    auto it = sessions_.find(map_key);
+    Session* s = it == sessions_.end() ? nullptr : it->second.get();
+    // Seal the headers before the blocks go to SSD (under the lock: Lease reads headers).
+    for (size_t c = 0; c < bad; ++c) {
+      if (sealed[c].has_value()) continue;
+      SealChunkHeader(blocks[c], checksums[c]);
+      if (s != nullptr && c < s->host.size() && s->host[c] == host_blocks[c]) s->checksums[c] = checksums[c];
+    }
+    if (bad < blocks.size()) {
+      // Cut the session there if it still holds those bytes; a newer version holding
+      // others has its own write-back coming.
+      if (s != nullptr && bad < s->host.size() && s->host[bad] == host_blocks[bad]) {
+        CutCorruptLocked(map_key, *s, bad, why);
+      }
+      for (uint32_t b : host_blocks) host_->Free(b);
+      for (const SsdLocation& loc : targets) ssd_->Free(loc);
+      return;
     }
   }
 
   // Chunks first, then the durability point, then the record that names them.
   IoBatch batch;
-  for (size_t c = 0; c < targets.size(); ++c) ssd_->Write(targets[c], sources[c], batch.Callback());
+  for (size_t c = 0; c < targets.size(); ++c) ssd_->Write(targets[c], blocks[c].data(), batch.Callback());
   absl::Status status = batch.Wait();
   if (status.ok()) status = ssd_->Sync();
   if (status.ok()) status = index_->Put(record);
@@ -191,7 +242,7 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
     EnterDegradedLocked(status);
     return;
   }
-  stats_.ssd_bytes_written += static_cast<int64_t>(targets.size()) * options_.layout.BlockBytes();
+  stats_.ssd_bytes_written += static_cast<int64_t>(targets.size()) * layout.BlockBytes();
   ++stats_.persisted_saves;
   auto it = sessions_.find(map_key);
   if (it == sessions_.end()) {

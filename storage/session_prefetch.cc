@@ -2,6 +2,7 @@
 // scheduler-aware look-ahead that starts promotions before a queued turn needs them
 // (prefetch window) and keeps queued sessions from being evicted (eviction window).
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -9,7 +10,6 @@
 #include "base/mutex.h"
 #include "storage/io_batch.h"
 #include "storage/session_store_impl.h"
-#include "xxhash.h"
 
 namespace strata::storage {
 
@@ -53,6 +53,8 @@ void SessionStoreImpl::PromoteFor(const SessionKey& key, PromoteDone done, bool 
           promotion->blocks.push_back(*host_->Allocate());
           targets.push_back(host_->Block(promotion->blocks.back()).data());
         }
+        promotion->targets = targets;
+        promotion->checksums = s->checksums;  // the committed record's: the session is persisted
         sources = s->ssd;
         s->promotion = promotion;
         ++s->readers;  // keeps the SSD copy from being evicted while it is read
@@ -91,6 +93,28 @@ void SessionStoreImpl::PromoteFor(const SessionKey& key, PromoteDone done, bool 
 
 void SessionStoreImpl::FinishPromotion(const std::string& map_key, const std::shared_ptr<Promotion>& promotion,
                                    absl::Status io) {
+  const absl::Time io_done = absl::Now();
+  const ChunkLayout& layout = options_.layout;
+  // Verify in full, outside the lock (the blocks are this promotion's alone until it is
+  // applied below), against the checksums the committed record holds: a block that holds
+  // anything else (a torn write, another session's chunk) is cut off with what follows.
+  size_t good = 0;
+  absl::Status bad;
+  if (io.ok()) {
+    for (; good < promotion->targets.size(); ++good) {
+      absl::Span<const std::byte> block(promotion->targets[good], static_cast<size_t>(layout.BlockBytes()));
+      ChunkHeaderFacts facts;
+      bad = VerifyChunkHeader(layout, options_.model_fingerprint, block, &facts);
+      const std::optional<uint64_t>& named = promotion->checksums[good];
+      if (bad.ok() && (!facts.sealed || !named.has_value() || facts.payload_checksum != *named)) {
+        bad = absl::DataLossError("chunk is not the one the index record names");
+      }
+      if (bad.ok() && ChunkPayloadChecksum(layout, block) != facts.payload_checksum) {
+        bad = absl::DataLossError("chunk payload checksum mismatch");
+      }
+      if (!bad.ok()) break;
+    }
+  }
   std::vector<PromoteDone> waiters;
   absl::Status result;
   {
@@ -109,36 +133,24 @@ void SessionStoreImpl::FinishPromotion(const std::string& map_key, const std::sh
       result = io.ok() ? absl::AbortedError("the session was saved or dropped during its promotion") : io;
       if (!io.ok()) ++stats_.promotion_failures;
     } else {
-      const int64_t bytes = static_cast<int64_t>(blocks.size()) * options_.layout.BlockBytes();
+      const int64_t bytes = static_cast<int64_t>(blocks.size()) * layout.BlockBytes();
       stats_.ssd_bytes_read += bytes;
-      const double seconds = absl::ToDoubleSeconds(absl::Now() - promotion->start);
+      const double seconds = absl::ToDoubleSeconds(io_done - promotion->start);
       if (seconds > 0) {
         const double rate = static_cast<double>(bytes) / seconds;
         ssd_read_bytes_per_second_ =
             ssd_read_bytes_per_second_ == 0 ? rate : 0.8 * ssd_read_bytes_per_second_ + 0.2 * rate;
       }
-      // Verify here, against the checksums the committed record holds: a block that holds
-      // anything else (a torn write, another session's chunk) is cut off with what follows.
-      size_t good = 0;
-      for (; good < blocks.size(); ++good) {
-        absl::Span<std::byte> block = host_->Block(blocks[good]);
-        int held = 0;
-        absl::Status ok = VerifyChunk(options_.layout, options_.model_fingerprint, block, &held);
-        if (ok.ok() && XXH3_64bits(ChunkPayload(block), options_.layout.PayloadBytes()) != s->checksums[good]) {
-          ok = absl::DataLossError("chunk is not the one the index record names");
-        }
-        if (!ok.ok()) {
-          ++stats_.corrupt_chunks;
-          LOG(WARNING) << "session '" << s->session_id << "' SSD chunk " << good << " is not served: " << ok;
-          break;
-        }
-      }
       const size_t n = blocks.size();
+      if (good < n) {
+        ++stats_.corrupt_chunks;
+        LOG(WARNING) << "session '" << s->session_id << "' SSD chunk " << good << " is not served: " << bad;
+      }
       for (size_t c = good; c < n; ++c) host_->Free(blocks[c]);
       blocks.resize(good);
       s->host = std::move(blocks);
       if (good < n) {
-        s->tokens.resize(std::min(s->tokens.size(), good * static_cast<size_t>(options_.layout.chunk_tokens)));
+        s->tokens.resize(std::min(s->tokens.size(), good * static_cast<size_t>(layout.chunk_tokens)));
         s->checksums.resize(good);
         s->persisted = false;  // the record names bytes that are gone
         ++s->version;
@@ -167,7 +179,7 @@ std::vector<SessionKey> SessionStoreImpl::PrefetchCandidatesLocked() {
   int64_t prefetch_room = host_->free_blocks();
   for (const auto& [k, s] : sessions_) {
     chunks += static_cast<int64_t>(std::max(s->host.size(), s->ssd.size()));
-    if (!s->host.empty() && s->persisted && s->readers == 0 && !placement_.InLookAhead(k)) {
+    if (!s->host.empty() && s->persisted && s->readers == 0 && !placement_.InLookAhead(k) && !LeasedLocked(*s)) {
       prefetch_room += static_cast<int64_t>(s->host.size());
     }
   }

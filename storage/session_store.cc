@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/log.h"
 #include "base/mutex.h"
-#include "xxhash.h"
 
 namespace strata::storage {
 
@@ -64,13 +64,50 @@ absl::StatusOr<std::unique_ptr<SessionStore>> SessionStore::Create(
   return store;
 }
 
+ChunkLease::ChunkLease(SessionStore* store, std::vector<LeasedChunk> chunks, std::vector<uint32_t> blocks)
+    : store_(store), chunks_(std::move(chunks)), blocks_(std::move(blocks)) {
+  for (const LeasedChunk& c : chunks_) tokens_ += c.count;
+}
+
+ChunkLease::ChunkLease(ChunkLease&& other) noexcept
+    : store_(std::exchange(other.store_, nullptr)),
+      chunks_(std::move(other.chunks_)),
+      blocks_(std::move(other.blocks_)),
+      tokens_(std::exchange(other.tokens_, 0)) {
+  other.chunks_.clear();
+  other.blocks_.clear();
+}
+
+ChunkLease& ChunkLease::operator=(ChunkLease&& other) noexcept {
+  if (this != &other) {
+    Release();
+    store_ = std::exchange(other.store_, nullptr);
+    chunks_ = std::move(other.chunks_);
+    blocks_ = std::move(other.blocks_);
+    tokens_ = std::exchange(other.tokens_, 0);
+    other.chunks_.clear();
+    other.blocks_.clear();
+  }
+  return *this;
+}
+
+void ChunkLease::Release() {
+  chunks_.clear();
+  tokens_ = 0;
+  if (store_ == nullptr) return;
+  std::exchange(store_, nullptr)->ReleaseLease(std::move(blocks_));
+  blocks_.clear();
+}
+
 SessionStoreImpl::SessionStoreImpl(const SessionStoreOptions& options, std::unique_ptr<HostTier> host,
                                    std::unique_ptr<SsdTier> ssd, std::unique_ptr<SessionIndex> index)
     : options_(options),
       host_(std::move(host)),
       ssd_(std::move(ssd)),
       index_(std::move(index)),
-      placement_(options.placement) {}
+      placement_(options.placement) {
+  lease_pins_.assign(static_cast<size_t>(host_->total_blocks()), 0);
+}
 
 absl::Status SessionStoreImpl::Start() {
   if (ssd_ == nullptr) return absl::OkStatus();
@@ -83,8 +120,11 @@ SessionStoreImpl::~SessionStoreImpl() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
-    // Promotions finish on the SSD completion thread and touch the sessions.
-    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return promotions_in_flight_ == 0; });
+    // Promotions finish on the SSD completion thread and touch the sessions; leases hold
+    // host blocks until their holders release them.
+    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return promotions_in_flight_ == 0 && leases_out_ == 0;
+    });
   }
   if (persist_thread_.joinable()) persist_thread_.join();
 }
@@ -139,8 +179,7 @@ PrefixMatch SessionStoreImpl::Match(const SessionKey& key, absl::Span<const int3
   return {n, on_host ? Tier::kHost : Tier::kSsd};
 }
 
-absl::StatusOr<int64_t> SessionStoreImpl::Read(const SessionKey& key, int64_t tokens,
-                                           VisitFn visit) {
+absl::StatusOr<ChunkLease> SessionStoreImpl::Lease(const SessionKey& key, int64_t tokens) {
   MutexLock lock(&mu_);
   const std::string map_key = SessionMapKey(key);
   auto it = sessions_.find(map_key);
@@ -149,7 +188,7 @@ absl::StatusOr<int64_t> SessionStoreImpl::Read(const SessionKey& key, int64_t to
   }
   Session* s = it->second.get();
   if (s->host.empty()) {
-    if (!s->persisted) return int64_t{0};
+    if (!s->persisted) return ChunkLease();
     // Promote, waiting (this caller only) for the SSD reads with the lock released.
     Notification promoted;
     absl::Status status;
@@ -163,46 +202,94 @@ absl::StatusOr<int64_t> SessionStoreImpl::Read(const SessionKey& key, int64_t to
         /*prefetch=*/false);
     promoted.WaitForNotification();
     mu_.Lock();
-    if (!status.ok()) return int64_t{0};  // a miss; FinishPromotion counted and logged it
+    if (!status.ok()) return ChunkLease();  // a miss; FinishPromotion counted and logged it
     it = sessions_.find(map_key);
-    if (it == sessions_.end() || it->second->host.empty()) return int64_t{0};
+    if (it == sessions_.end() || it->second->host.empty()) return ChunkLease();
     s = it->second.get();
   }
   tokens = std::min<int64_t>(tokens, static_cast<int64_t>(s->tokens.size()));
-  const int chunk_tokens = options_.layout.chunk_tokens;
-  const absl::Time start = absl::Now();
-  int64_t delivered = 0;
-  int64_t chunks_read = 0;
-  for (size_t c = 0; c < s->host.size() && delivered < tokens; ++c) {
-    absl::Span<std::byte> block = host_->Block(s->host[c]);
-    int held = 0;
-    absl::Status ok = VerifyChunk(options_.layout, options_.model_fingerprint, block, &held);
-    int64_t begin = static_cast<int64_t>(c) * chunk_tokens;
-    int64_t expected = std::min<int64_t>(chunk_tokens, static_cast<int64_t>(s->tokens.size()) - begin);
-    if (ok.ok() && held != expected) ok = absl::DataLossError("chunk token count mismatch");
+  const ChunkLayout& layout = options_.layout;
+  std::vector<LeasedChunk> chunks;
+  std::vector<uint32_t> blocks;
+  int64_t leased = 0;
+  for (size_t c = 0; c < s->host.size() && leased < tokens; ++c) {
+    const uint32_t b = s->host[c];
+    absl::Span<std::byte> block = host_->Block(b);
+    // The header only: the payload was checked when it came from SSD and is checked again
+    // before it goes there; a pass over it here would be on the turn's critical path.
+    ChunkHeaderFacts facts;
+    absl::Status ok = VerifyChunkHeader(layout, options_.model_fingerprint, block, &facts);
+    const int64_t begin = static_cast<int64_t>(c) * layout.chunk_tokens;
+    const int64_t expected =
+        std::min<int64_t>(layout.chunk_tokens, static_cast<int64_t>(s->tokens.size()) - begin);
+    if (ok.ok() && facts.tokens != expected) ok = absl::DataLossError("chunk token count mismatch");
+    if (ok.ok() && facts.sealed && s->checksums[c].has_value() && facts.payload_checksum != *s->checksums[c]) {
+      ok = absl::DataLossError("chunk header names another payload than the one sealed");
+    }
     if (!ok.ok()) {
-      ++stats_.corrupt_chunks;
-      LOG(WARNING) << "session '" << key.session_id << "' chunk " << c << " is not served: " << ok;
-      // Cut the session before the bad chunk; its SSD copy named the bad bytes too.
-      DropHostLocked(*s, c);
-      s->tokens.resize(static_cast<size_t>(begin));
-      s->checksums.resize(c);
-      s->persisted = false;
-      ++s->version;
-      if (s->tokens.empty()) {
-        RemoveLocked(map_key);  // its index record goes too
-      } else {
-        EnqueueWriteBackLocked(map_key, *s);  // the record is replaced by the cut version
-      }
+      CutCorruptLocked(map_key, *s, c, ok);  // may remove the session: `s` is not used again
       break;
     }
-    ++chunks_read;
-    int count = static_cast<int>(std::min<int64_t>(held, tokens - delivered));
-    visit(begin, count, absl::Span<const std::byte>(ChunkPayload(block), options_.layout.PayloadBytes()));
-    delivered += count;
+    host_->Ref(b);
+    ++lease_pins_[b];
+    blocks.push_back(b);
+    const int count = static_cast<int>(std::min<int64_t>(facts.tokens, tokens - leased));
+    chunks.push_back(LeasedChunk{begin, count,
+                                 absl::Span<const std::byte>(ChunkPayload(block),
+                                                             static_cast<size_t>(layout.PayloadBytes()))});
+    leased += count;
   }
-  if (chunks_read > 0) AddHostSampleLocked(false, chunks_read * options_.layout.BlockBytes(), absl::Now() - start);
-  return delivered;
+  if (!blocks.empty()) ++leases_out_;
+  return MakeLease(std::move(chunks), std::move(blocks));
+}
+
+void SessionStoreImpl::ReleaseLease(std::vector<uint32_t> blocks) {
+  MutexLock lock(&mu_);
+  for (uint32_t b : blocks) {
+    --lease_pins_[b];
+    host_->Free(b);  // the session's own reference (if it still has the block) remains
+  }
+  --leases_out_;
+}
+
+bool SessionStoreImpl::LeasedLocked(const Session& s) const {
+  return std::any_of(s.host.begin(), s.host.end(), [this](uint32_t b) {
+    mu_.AssertHeld();
+    return lease_pins_[b] > 0;
+  });
+}
+
+absl::StatusOr<int64_t> SessionStoreImpl::Read(const SessionKey& key, int64_t tokens, VisitFn visit) {
+  absl::StatusOr<ChunkLease> lease = Lease(key, tokens);
+  if (!lease.ok()) return lease.status();
+  const absl::Time start = absl::Now();
+  for (const LeasedChunk& c : lease->chunks()) visit(c.token_begin, c.count, c.payload);
+  if (!lease->empty()) {
+    const int64_t bytes = static_cast<int64_t>(lease->chunks().size()) * options_.layout.BlockBytes();
+    MutexLock lock(&mu_);
+    AddHostSampleLocked(false, bytes, absl::Now() - start);
+  }
+  return lease->tokens();  // the lease is released on return
+}
+
+void SessionStoreImpl::CutCorruptLocked(const std::string& map_key, Session& s, size_t chunk,
+                                        const absl::Status& why) {
+  ++stats_.corrupt_chunks;
+  const size_t begin = chunk * static_cast<size_t>(options_.layout.chunk_tokens);
+  LOG(WARNING) << "session '" << s.session_id << "' chunk " << chunk << " failed verification (" << why
+               << "); it is neither served nor persisted, and the session is cut to its first " << begin
+               << " tokens";
+  // Its SSD copy (if any) is replaced by the cut version's, or deleted with the session.
+  DropHostLocked(s, chunk);
+  s.tokens.resize(std::min(begin, s.tokens.size()));
+  s.checksums.resize(std::min(chunk, s.checksums.size()));
+  s.persisted = false;
+  ++s.version;
+  if (s.tokens.empty()) {
+    RemoveLocked(map_key);
+  } else {
+    EnqueueWriteBackLocked(map_key, s);
+  }
 }
 
 void SessionStoreImpl::AddHostSampleLocked(bool write, int64_t bytes, absl::Duration d) {
@@ -261,7 +348,8 @@ bool SessionStoreImpl::MakeHostRoomLocked(int64_t blocks, const Session* keep, R
   if (host_->free_blocks() >= blocks) return true;
   std::vector<PlacementCandidate> candidates;
   for (auto& [k, s] : sessions_) {
-    if (s.get() == keep || s->host.empty() || s->readers > 0) continue;
+    // A leased session's blocks would not come free: taking it would only cost its host copy.
+    if (s.get() == keep || s->host.empty() || s->readers > 0 || LeasedLocked(*s)) continue;
     candidates.push_back({k, s->last_use, s->inserted});
   }
   placement_.OrderVictims(candidates, purpose);
@@ -349,11 +437,10 @@ absl::Status SessionStoreImpl::Save(const SessionKey& key, absl::Span<const int3
     // full chunk is wholly overwritten by `fill`.
     if (count < layout.chunk_tokens) std::memset(payload.data(), 0, payload.size());
     fill(begin, count, payload);
-    SealChunk(layout, options_.model_fingerprint, count, block);
+    // Unsealed: the write-back hashes the payload off this thread, and only if it goes to SSD.
+    WriteChunkHeader(layout, options_.model_fingerprint, count, block);
     s.host.push_back(b);
-    ChunkHeader header;
-    std::memcpy(&header, block.data(), sizeof(header));
-    s.checksums.push_back(header.payload_checksum);  // hashed once, by SealChunk
+    s.checksums.push_back(std::nullopt);
   }
   if (needed > 0) AddHostSampleLocked(true, needed * layout.BlockBytes(), absl::Now() - start);
   s.tokens.assign(tokens.begin(), tokens.end());

@@ -15,17 +15,34 @@
 // always in a place the in-memory state names; SSD blocks an index record names are
 // never reused until a newer record has replaced it or the record is deleted.
 //
-// Faults. An SSD write error (ENOSPC, EIO) switches the store to host-only caching
-// (degraded(), logged once) and nothing is lost that was acknowledged as persisted. A
-// chunk that fails its checks on read is a miss: never served, and the session is cut
-// before it.
+// Verification, where corruption can enter (chunk_format.h). A chunk's payload checksum
+// is checked in full where its bytes cross the disk: when a session is promoted from SSD
+// (which is also how a session recovered at restart is first read: recovery reads only
+// the index, and the first promotion checks every chunk against the record's checksums),
+// and by the write-back before a chunk is written to SSD. A chunk served from host memory
+// (Read(), Lease()) has only its header checked: magic, version, layout, fingerprint,
+// header checksum and token count, with no pass over the payload. A chunk that fails a
+// check is a miss: never served, never persisted; the session is cut before it, the chunk
+// counted in corrupt_chunks and logged. (A payload damaged in host memory after it was
+// sealed is caught when it next heads for the disk; one that is never written to SSD is
+// not checked.)
 //
-// Thread-safety: every method may be called from any thread. Read() and Save() run the
-// caller's callback under the store's lock; callbacks must only copy bytes. Promote()
-// moves a session from SSD to host without blocking anyone; Read() of a session held only
-// on SSD promotes it and blocks its caller (only) on those reads, so the engine promotes
-// before admission; Flush() blocks until the session is persisted. Nothing else waits on
-// the disk.
+// Sealing. Save() writes each new chunk's header without its payload checksum ("unsealed",
+// no pass over the payload on the caller's thread). The write-back computes the checksum
+// (on its own thread, outside the store's lock), records it in the header and in the
+// session (the checksums the index record commits) and only then writes the chunk to SSD.
+// Without an SSD tier no payload is ever hashed.
+//
+// Faults. An SSD write error (ENOSPC, EIO) switches the store to host-only caching
+// (degraded(), logged once) and nothing is lost that was acknowledged as persisted.
+//
+// Thread-safety: every method may be called from any thread. Save() runs the caller's
+// `fill` under the store's lock; it must only copy bytes. Lease() hands out pinned chunk
+// payloads that the caller reads with no lock held, and Read() runs its `visit` that way
+// too (on a lease). Promote() moves a session from SSD to host without blocking anyone;
+// Lease() and Read() of a session held only on SSD promote it and block their caller
+// (only) on those reads, so the engine promotes before admission; Flush() blocks until
+// the session is persisted. Nothing else waits on the disk.
 //
 // This header is the contract; the machinery is SessionStoreImpl (session_store_impl.h),
 // which only storage/ includes.
@@ -37,6 +54,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -102,7 +120,7 @@ struct SessionStoreStats {
   int64_t prefetch_wasted = 0;     // prefetched host copies that left before use
   int64_t lookahead_sessions = 0;  // queued + hinted sessions the policy sees now
   int64_t save_rejected = 0;   // saves that did not fit even after eviction
-  int64_t corrupt_chunks = 0;  // chunks that failed verification on read
+  int64_t corrupt_chunks = 0;  // chunks that failed verification (read, promotion, write-back)
   int64_t expired = 0;         // sessions dropped by TTL
   int64_t persisted_saves = 0; // write-backs that committed an index record
   int64_t ssd_write_errors = 0;
@@ -120,13 +138,65 @@ struct SessionStoreStats {
 };
 
 // One timed tier operation, for the per-tier I/O latency histograms. Host samples time
-// a session's chunk copies in Read() (read) and Save() (write); SSD samples time one
+// a session's chunk copies in Read()'s visits (read) and Save() (write); SSD samples time one
 // block request from submission to completion.
 struct TierIoSample {
   Tier tier = Tier::kNone;
   bool write = false;
   int64_t bytes = 0;
   double seconds = 0;
+};
+
+class SessionStore;
+
+// One chunk of a lease: its payload (laid out as chunk_format.h says: the row of token
+// token_begin + i at RowOffset(l, kv, i)) holding tokens [token_begin, token_begin + count)
+// of the session. Rows past `count` may hold later tokens of the session (the lease ends
+// mid-chunk) or zeros.
+struct LeasedChunk {
+  int64_t token_begin = 0;
+  int count = 0;
+  absl::Span<const std::byte> payload;
+};
+
+// A read lease on chunks of a session (SessionStore::Lease). The chunks' host blocks are
+// pinned: their payload bytes stay where they are and unchanged until the lease is
+// released, whatever happens to the session meanwhile (eviction, demotion, Drop(), a new
+// Save(), the TTL sweep: the session may lose the blocks, but they are not freed or
+// reused). Pinned blocks count as used host memory. The payload must not be written.
+//
+// Released by Release() or by the destructor, whichever comes first; move-only. A lease
+// object has one owner (it is not safe to use from two threads at once), but it may be
+// released on any thread, e.g. a CUDA host-callback thread once the copies that read it
+// have completed, provided that thread is not inside a store callback (FillFn,
+// PromoteDone). Release takes the store's lock briefly and never waits on the disk. Every
+// lease must be released before the store is destroyed: the store's destructor waits for
+// them.
+class ChunkLease {
+ public:
+  ChunkLease() = default;  // empty: no chunks, nothing to release
+  ChunkLease(ChunkLease&& other) noexcept;
+  ChunkLease& operator=(ChunkLease&& other) noexcept;
+  ChunkLease(const ChunkLease&) = delete;
+  ChunkLease& operator=(const ChunkLease&) = delete;
+  ~ChunkLease() { Release(); }
+
+  // The leased chunks, in token order, the first at token 0.
+  absl::Span<const LeasedChunk> chunks() const { return chunks_; }
+  // Tokens the chunks cover (the sum of their counts).
+  int64_t tokens() const { return tokens_; }
+  bool empty() const { return chunks_.empty(); }
+  // Unpins the blocks; chunks() is empty afterwards. Idempotent.
+  void Release();
+
+ private:
+  friend class SessionStore;
+  ChunkLease(SessionStore* store, std::vector<LeasedChunk> chunks, std::vector<uint32_t> blocks);
+
+  SessionStore* store_ = nullptr;  // null: nothing to release
+  std::vector<LeasedChunk> chunks_;
+  std::vector<uint32_t> blocks_;   // the pinned host blocks, opaque to the holder
+  int64_t tokens_ = 0;
 };
 
 class SessionStore {
@@ -150,11 +220,21 @@ class SessionStore {
   // last access. The tier is host when a host copy exists, else SSD.
   virtual PrefixMatch Match(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t max_tokens) = 0;
 
+  // Leases the chunks holding the first `tokens` tokens of the session (all it holds when
+  // it holds fewer), promoting the session from SSD first if it has no host copy
+  // (blocking this caller only). Each chunk's header is checked (see Verification above);
+  // at the first chunk that fails, the session is truncated to the tokens before it (the
+  // bad chunk is never served) and the lease ends before it. The caller reads the payloads
+  // with no lock held, beside other sessions' store operations, and releases the lease
+  // when done (see ChunkLease). Returns NotFound when the session is gone; an empty lease
+  // when nothing of it can be served (held only on SSD and the promotion failed, or its
+  // first chunk failed its check).
+  virtual absl::StatusOr<ChunkLease> Lease(const SessionKey& key, int64_t tokens) = 0;
+
   // Delivers the KV of the first `tokens` tokens of the session to `visit`, chunk by
-  // chunk, in order, promoting the session from SSD first if it has no host copy. Each
-  // chunk is verified first; at the first chunk that fails, the session is truncated to
-  // the tokens before it (the bad chunk is never served) and the count delivered so far
-  // is returned. Returns NotFound when the session is gone.
+  // chunk, in order: Lease(), then `visit` for each leased chunk on this thread with no
+  // lock held, then the lease's release. Returns the count delivered (what Lease()
+  // covered); NotFound when the session is gone.
   virtual absl::StatusOr<int64_t> Read(const SessionKey& key, int64_t tokens, VisitFn visit) = 0;
 
   // Brings a session held only on SSD back into host memory, asynchronously: the SSD
@@ -203,10 +283,23 @@ class SessionStore {
   virtual std::vector<TierIoSample> TakeIoSamples() = 0;
 
   virtual const ChunkLayout& layout() const = 0;
-  // The host tier's arena: every payload that Read() and Save() hand out lies in it (for
-  // registering it with a DMA engine, e.g. cudaHostRegister). Fixed for the store's life.
+  // The host tier's arena: every payload that Lease(), Read() and Save() hand out lies in
+  // it (for registering it with a DMA engine, e.g. cudaHostRegister). Fixed for the
+  // store's life.
   virtual absl::Span<std::byte> host_arena() const = 0;
 
+ protected:
+  // For implementations: a lease on `chunks`, held by pins on `blocks` that ReleaseLease
+  // gets back. An empty `blocks` gives an empty lease.
+  ChunkLease MakeLease(std::vector<LeasedChunk> chunks, std::vector<uint32_t> blocks) {
+    if (blocks.empty()) return ChunkLease();
+    return ChunkLease(this, std::move(chunks), std::move(blocks));
+  }
+
+ private:
+  friend class ChunkLease;
+  // Unpins the blocks of a lease; runs once per non-empty lease, on the releasing thread.
+  virtual void ReleaseLease(std::vector<uint32_t> blocks) = 0;
 };
 
 }  // namespace strata::storage

@@ -1,7 +1,9 @@
 // SessionStoreImpl: the machinery behind the SessionStore contract (session_store.h),
-// for storage/ only. One mutex guards the in-memory state; copies through the callbacks
-// of Read() and Save() run under it. The work is spread over three files:
-//   session_store.cc        match, read, save, room-making, info and stats
+// for storage/ only. One mutex guards the in-memory state; copies through Save()'s fill
+// run under it, reads of leased chunks (Lease(), Read()'s visit) outside it, and so does
+// every pass over a payload (sealing and checks in the write-back, checks of promoted
+// chunks). The work is spread over three files:
+//   session_store.cc        match, lease and read, save, room-making, info and stats
 //   session_persistence.cc  recovery, write-back to SSD, flush, TTL, degraded mode
 //   session_prefetch.cc     promotion from SSD, the look-ahead and prefetch, hints
 #ifndef STRATA_STORAGE_SESSION_STORE_IMPL_H_
@@ -9,6 +11,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +38,7 @@ class SessionStoreImpl final : public SessionStore {
 
   // SessionStore:
   PrefixMatch Match(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t max_tokens) override;
+  absl::StatusOr<ChunkLease> Lease(const SessionKey& key, int64_t tokens) override;
   absl::StatusOr<int64_t> Read(const SessionKey& key, int64_t tokens, VisitFn visit) override;
   void Promote(const SessionKey& key, PromoteDone done) override;
   void SetLookAhead(const std::vector<SessionKey>& queued) override;
@@ -58,6 +62,8 @@ class SessionStoreImpl final : public SessionStore {
     bool late = false;                 // a turn came for it before it completed
     absl::Time start;
     std::vector<uint32_t> blocks;      // host blocks being read into, one per chunk
+    std::vector<std::byte*> targets;   // their bytes (for checks outside the lock)
+    std::vector<std::optional<uint64_t>> checksums;  // the record's, for these blocks
     std::vector<PromoteDone> waiters;
   };
   struct Session {
@@ -66,7 +72,10 @@ class SessionStoreImpl final : public SessionStore {
     std::vector<int32_t> tokens;       // tokens whose KV the chunks hold
     std::vector<uint32_t> host;        // host block of each chunk; empty: no host copy
     std::vector<SsdLocation> ssd;      // SSD copy named by the committed index record
-    std::vector<uint64_t> checksums;   // payload checksum of each chunk (binds record to bytes)
+    // Payload checksum of each chunk: set when the write-back sealed it or the index
+    // record named it, nullopt while unsealed. Binds the record to the bytes: every chunk
+    // of a persisted session has one, and it is the one its record and header hold.
+    std::vector<std::optional<uint64_t>> checksums;
     bool persisted = false;            // `ssd` holds exactly `tokens`, record committed
     uint64_t version = 0;              // bumped by every Save
     uint64_t last_use = 0;             // logical clock of the last access (LRU)
@@ -88,6 +97,14 @@ class SessionStoreImpl final : public SessionStore {
   void TouchLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ExpiredLocked(const Session& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropHostLocked(Session& s, size_t keep_chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A chunk failed verification: counts and logs it, truncates the session to the tokens
+  // before `chunk` and replaces its record (removing the session when nothing is left;
+  // `s` is then gone).
+  void CutCorruptLocked(const std::string& map_key, Session& s, size_t chunk, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a lease pins any of the session's host blocks.
+  bool LeasedLocked(const Session& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseLease(std::vector<uint32_t> blocks) override;
   // Removes the session from every tier; the SSD blocks are freed after its record is
   // deleted (in the background).
   void RemoveLocked(const std::string& map_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -129,6 +146,8 @@ class SessionStoreImpl final : public SessionStore {
   std::deque<TierIoSample> host_samples_ ABSL_GUARDED_BY(mu_);
   int persist_busy_ ABSL_GUARDED_BY(mu_) = 0;
   int promotions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint16_t> lease_pins_ ABSL_GUARDED_BY(mu_);  // leases pinning each host block
+  int64_t leases_out_ ABSL_GUARDED_BY(mu_) = 0;             // leases not yet released
   Placement placement_ ABSL_GUARDED_BY(mu_);
   double ssd_read_bytes_per_second_ ABSL_GUARDED_BY(mu_) = 0;  // EWMA over promotions
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

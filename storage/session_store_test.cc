@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <numeric>
 #include <thread>
@@ -19,9 +21,9 @@ namespace {
 
 constexpr uint64_t kFingerprint = 0xfeed;
 
-// Fake KV: the row of token t, layer l, K/V kv is filled with the byte (t*3 + l*5 + kv) & 0xff.
-std::byte RowByte(int64_t token, int layer, int kv) {
-  return static_cast<std::byte>((token * 3 + layer * 5 + kv) & 0xff);
+// Fake KV: the row of token t, layer l, K/V kv is filled with the byte (t*3 + l*5 + kv + salt) & 0xff.
+std::byte RowByte(int64_t token, int layer, int kv, int salt = 0) {
+  return static_cast<std::byte>((token * 3 + layer * 5 + kv + salt) & 0xff);
 }
 
 class SessionStoreTest : public ::testing::Test {
@@ -36,19 +38,34 @@ class SessionStoreTest : public ::testing::Test {
     store_ = *std::move(s);
   }
 
-  absl::Status SaveAll(const SessionKey& key, const std::vector<int32_t>& tokens, int64_t keep) {
+  absl::Status SaveAll(const SessionKey& key, const std::vector<int32_t>& tokens, int64_t keep, int salt = 0) {
     const ChunkLayout& layout = store_->layout();
     return store_->Save(key, tokens, keep, [&](int64_t begin, int count, absl::Span<std::byte> p) {
       for (int i = 0; i < count; ++i)
         for (int l = 0; l < layout.layers; ++l)
           for (int kv = 0; kv < 2; ++kv)
-            std::memset(p.data() + layout.RowOffset(l, kv, i), static_cast<int>(RowByte(begin + i, l, kv)),
+            std::memset(p.data() + layout.RowOffset(l, kv, i), static_cast<int>(RowByte(begin + i, l, kv, salt)),
                         static_cast<size_t>(layout.row_bytes));
     });
   }
 
+  // Whether every row of a leased chunk holds the bytes SaveAll wrote with `salt`.
+  bool HoldsSavedBytes(const LeasedChunk& c, int salt = 0) const {
+    const ChunkLayout& layout = store_->layout();
+    for (int i = 0; i < c.count; ++i)
+      for (int l = 0; l < layout.layers; ++l)
+        for (int kv = 0; kv < 2; ++kv)
+          for (int64_t b = 0; b < layout.row_bytes; ++b) {
+            const std::byte want = RowByte(c.token_begin + i, l, kv, salt);
+            if (c.payload[static_cast<size_t>(layout.RowOffset(l, kv, i) + b)] != want) return false;
+          }
+    return true;
+  }
+
+  int64_t HostBlocksUsed() const { return store_->Stats().host_used_bytes / store_->layout().BlockBytes(); }
+
   // Reads `n` tokens and checks every row holds the bytes SaveAll wrote.
-  int64_t ReadAndCheck(const SessionKey& key, int64_t n) {
+  int64_t ReadAndCheck(const SessionKey& key, int64_t n, int salt = 0) {
     const ChunkLayout& layout = store_->layout();
     int64_t next = 0;
     auto got = store_->Read(key, n, [&](int64_t begin, int count, absl::Span<const std::byte> p) {
@@ -56,7 +73,7 @@ class SessionStoreTest : public ::testing::Test {
       for (int i = 0; i < count; ++i)
         for (int l = 0; l < layout.layers; ++l)
           for (int kv = 0; kv < 2; ++kv)
-            EXPECT_EQ(p[layout.RowOffset(l, kv, i)], RowByte(begin + i, l, kv))
+            EXPECT_EQ(p[layout.RowOffset(l, kv, i)], RowByte(begin + i, l, kv, salt))
                 << "token " << begin + i << " layer " << l << " kv " << kv;
       next = begin + count;
     });
@@ -166,8 +183,9 @@ TEST_F(SessionStoreTest, CorruptChunkIsNeverServed) {
   int64_t delivered = 0;
   auto got = store_->Read(key, 10, [&](int64_t, int count, absl::Span<const std::byte> p) {
     delivered += count;
-    // Corrupt the chunk after it has been served once (the store hands out its own bytes).
-    const_cast<std::byte&>(p[0]) ^= std::byte{0x80};
+    // Corrupt the chunk's header after it has been served once (the store hands out its
+    // own bytes; the header sits right before the payload). Host reads check headers.
+    const_cast<std::byte&>(*(p.data() - kChunkHeaderBytes + offsetof(ChunkHeader, tokens))) ^= std::byte{0x80};
   });
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(delivered, 10);
@@ -179,6 +197,159 @@ TEST_F(SessionStoreTest, CorruptChunkIsNeverServed) {
   EXPECT_EQ(store_->Stats().corrupt_chunks, 1);
   EXPECT_TRUE(absl::IsNotFound(store_->Get(key).status())) << "nothing of the session is left";
   EXPECT_EQ(store_->Match(key, Iota(10), 100).tokens, 0);
+}
+
+TEST_F(SessionStoreTest, SaveLeavesChunksUnsealedWithoutAnSsdTier) {
+  MakeStore(4);
+  ASSERT_TRUE(SaveAll({"t", "s"}, Iota(6), 0).ok());
+  auto lease = store_->Lease({"t", "s"}, 6);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_EQ(lease->chunks().size(), 2u);
+  for (const LeasedChunk& c : lease->chunks()) {
+    ChunkHeaderFacts facts;
+    absl::Span<const std::byte> block(c.payload.data() - kChunkHeaderBytes, store_->layout().BlockBytes());
+    ASSERT_TRUE(VerifyChunkHeader(store_->layout(), kFingerprint, block, &facts).ok());
+    EXPECT_FALSE(facts.sealed) << "no SSD tier: nothing should have hashed the payload";
+  }
+}
+
+TEST_F(SessionStoreTest, LeaseCoversTheRequestedPrefixInOrder) {
+  MakeStore(8);
+  SessionKey key{"t", "s"};
+  ASSERT_TRUE(SaveAll(key, Iota(10), 0).ok());
+  EXPECT_TRUE(absl::IsNotFound(store_->Lease({"t", "nobody"}, 4).status()));
+  auto lease = store_->Lease(key, 6);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_EQ(lease->chunks().size(), 2u);
+  EXPECT_EQ(lease->tokens(), 6);
+  EXPECT_EQ(lease->chunks()[0].token_begin, 0);
+  EXPECT_EQ(lease->chunks()[0].count, 4);
+  EXPECT_EQ(lease->chunks()[1].token_begin, 4);
+  EXPECT_EQ(lease->chunks()[1].count, 2);
+  for (const LeasedChunk& c : lease->chunks()) EXPECT_TRUE(HoldsSavedBytes(c)) << "chunk at " << c.token_begin;
+  auto all = store_->Lease(key, 100);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->tokens(), 10) << "a lease covers at most what is stored";
+  // Moving transfers the pins; releasing twice is harmless.
+  ChunkLease moved = *std::move(all);
+  EXPECT_EQ(moved.tokens(), 10);
+  moved.Release();
+  moved.Release();
+  EXPECT_TRUE(moved.empty());
+  lease->Release();
+  EXPECT_EQ(HostBlocksUsed(), 3);
+}
+
+TEST_F(SessionStoreTest, LeasedBlocksSurviveDropAndEvictionUntilReleasedThenAreReused) {
+  MakeStore(4);
+  SessionKey a{"t", "a"};
+  ASSERT_TRUE(SaveAll(a, Iota(8), 0).ok());  // 2 chunks
+  auto lease = store_->Lease(a, 8);
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(store_->Drop(a).ok());
+  EXPECT_TRUE(absl::IsNotFound(store_->Get(a).status()));
+  EXPECT_EQ(HostBlocksUsed(), 2) << "a dropped session's leased blocks stay pinned";
+  ASSERT_TRUE(SaveAll({"t", "b"}, Iota(8, 500), 0, /*salt=*/7).ok());  // the 2 free blocks
+  ASSERT_TRUE(SaveAll({"t", "c"}, Iota(4, 900), 0, /*salt=*/9).ok());  // evicts b, not the pinned blocks
+  EXPECT_TRUE(absl::IsNotFound(store_->Get({"t", "b"}).status()));
+  EXPECT_EQ(HostBlocksUsed(), 3);
+  for (const LeasedChunk& c : lease->chunks()) {
+    EXPECT_TRUE(HoldsSavedBytes(c)) << "leased chunk at " << c.token_begin << " was overwritten";
+  }
+  EXPECT_TRUE(absl::IsResourceExhausted(SaveAll({"t", "d"}, Iota(16, 300), 0)))
+      << "4 chunks cannot fit while 2 blocks are leased";
+  lease->Release();
+  EXPECT_EQ(HostBlocksUsed(), 0) << "released blocks of a dropped session return to the tier";
+  ASSERT_TRUE(SaveAll({"t", "d"}, Iota(16, 300), 0, /*salt=*/3).ok()) << "released blocks are reused";
+  EXPECT_EQ(ReadAndCheck({"t", "d"}, 16, /*salt=*/3), 16);
+}
+
+TEST_F(SessionStoreTest, EvictionPassesOverALeasedSession) {
+  MakeStore(4);
+  ASSERT_TRUE(SaveAll({"t", "a"}, Iota(8), 0).ok());
+  ASSERT_TRUE(SaveAll({"t", "b"}, Iota(8, 500), 0).ok());
+  auto lease = store_->Lease({"t", "a"}, 8);  // a is the least recently used
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(SaveAll({"t", "c"}, Iota(4, 900), 0).ok());
+  EXPECT_TRUE(store_->Get({"t", "a"}).ok()) << "the leased session was evicted for room it cannot give";
+  EXPECT_TRUE(absl::IsNotFound(store_->Get({"t", "b"}).status()));
+  lease->Release();
+  EXPECT_EQ(ReadAndCheck({"t", "a"}, 8), 8);
+}
+
+TEST_F(SessionStoreTest, ResavedSessionKeepsLeasedBytesForTheLease) {
+  MakeStore(8);
+  SessionKey key{"t", "s"};
+  ASSERT_TRUE(SaveAll(key, Iota(8), 0).ok());
+  auto lease = store_->Lease(key, 8);
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(SaveAll(key, Iota(8), 0, /*salt=*/5).ok());  // every chunk written anew
+  EXPECT_EQ(HostBlocksUsed(), 4);
+  for (const LeasedChunk& c : lease->chunks()) EXPECT_TRUE(HoldsSavedBytes(c)) << "chunk at " << c.token_begin;
+  EXPECT_EQ(ReadAndCheck(key, 8, /*salt=*/5), 8);
+  lease->Release();
+  EXPECT_EQ(HostBlocksUsed(), 2);
+}
+
+TEST_F(SessionStoreTest, ConcurrentLeaseReleaseSaveAndDropKeepBytesAndBlocksStraight) {
+  MakeStore(12);
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 300;
+  const std::vector<SessionKey> keys = {{"t", "a"}, {"t", "b"}, {"t", "c"}};
+  // Leases are handed to a releasing thread, as a copy-completion callback would.
+  Mutex mu;
+  std::deque<ChunkLease> to_release ABSL_GUARDED_BY(mu);
+  bool done ABSL_GUARDED_BY(mu) = false;
+  std::thread releaser([&] {
+    for (;;) {
+      ChunkLease lease;
+      {
+        MutexLock lock(&mu);
+        mu.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return done || !to_release.empty(); });
+        if (to_release.empty()) return;
+        lease = std::move(to_release.front());
+        to_release.pop_front();
+      }
+      for (const LeasedChunk& c : lease.chunks()) EXPECT_TRUE(HoldsSavedBytes(c));
+      lease.Release();
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kThreads; ++t) {
+    workers.emplace_back([&, t] {
+      for (int i = 0; i < kRounds; ++i) {
+        const SessionKey& key = keys[static_cast<size_t>((i + t) % 3)];
+        switch ((i * 7 + t) % 5) {
+          case 0:
+          case 1: {
+            (void)SaveAll(key, Iota(1 + (i % 12)), 0);  // may be rejected when leases pin the tier
+            break;
+          }
+          case 2: {
+            (void)store_->Drop(key);
+            break;
+          }
+          default: {
+            auto lease = store_->Lease(key, 12);
+            if (!lease.ok()) break;
+            for (const LeasedChunk& c : lease->chunks()) EXPECT_TRUE(HoldsSavedBytes(c));
+            if (i % 2 == 0) {
+              MutexLock lock(&mu);
+              to_release.push_back(*std::move(lease));
+            }  // else released here
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  {
+    MutexLock lock(&mu);
+    done = true;
+  }
+  releaser.join();
+  for (const SessionKey& key : keys) (void)store_->Drop(key);
+  EXPECT_EQ(HostBlocksUsed(), 0) << "every pin was released and every block came back";
 }
 
 TEST_F(SessionStoreTest, DropFreesSpace) {
@@ -487,6 +658,91 @@ TEST_F(TieredStoreTest, SessionWhoseFirstSsdChunkIsCorruptIsAMissAndLeavesTheInd
   MakeTiered(2, 32);  // the destructor drained the record's deletion
   EXPECT_TRUE(absl::IsNotFound(store_->Get(a).status()));
   EXPECT_TRUE(store_->Get({"t", "b"}).ok());
+}
+
+TEST_F(TieredStoreTest, WriteBackSealsChunksAndTheRecordBindsThem) {
+  MakeTiered(8, 32);
+  SessionKey key{"t", "s"};
+  ASSERT_TRUE(SaveAll(key, Iota(10), 0).ok());
+  ASSERT_TRUE(store_->Flush(key, absl::Seconds(10)).ok());
+  auto lease = store_->Lease(key, 10);
+  ASSERT_TRUE(lease.ok());
+  for (const LeasedChunk& c : lease->chunks()) {
+    absl::Span<const std::byte> block(c.payload.data() - kChunkHeaderBytes, store_->layout().BlockBytes());
+    EXPECT_TRUE(VerifyChunk(store_->layout(), kFingerprint, block, nullptr).ok())
+        << "a persisted chunk's host copy must be sealed with its payload's checksum";
+  }
+  lease->Release();
+  MakeTiered(8, 32);  // a restart: the first promotion checks the chunks against the record
+  EXPECT_EQ(ReadAndCheck(key, 10), 10);
+  EXPECT_EQ(store_->Stats().corrupt_chunks, 0);
+  EXPECT_EQ(store_->Stats().promotions, 1);
+}
+
+TEST_F(TieredStoreTest, PayloadCorruptedInHostMemoryNeverReachesSsd) {
+  MakeTiered(8, 32);
+  SessionKey a{"t", "a"};
+  ASSERT_TRUE(SaveAll(a, Iota(12), 0).ok());  // 3 chunks
+  ASSERT_TRUE(store_->Flush(a, absl::Seconds(10)).ok());  // sealed and persisted
+  {
+    auto lease = store_->Lease(a, 12);
+    ASSERT_TRUE(lease.ok());
+    ASSERT_EQ(lease->chunks().size(), 3u);
+    // A stray write into chunk 1's payload, behind the store's back.
+    const_cast<std::byte&>(lease->chunks()[1].payload[3]) ^= std::byte{0x10};
+  }
+  // The next turn keeps the three chunks and appends one: the write-back checks the kept
+  // chunks before writing them and cuts the session before the damaged one.
+  ASSERT_TRUE(SaveAll(a, Iota(14), 12).ok());
+  ASSERT_TRUE(store_->Flush(a, absl::Seconds(10)).ok()) << "the cut session is persisted";
+  EXPECT_EQ(store_->Stats().corrupt_chunks, 1);
+  auto info = store_->Get(a);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->cached_tokens, 4);
+  EXPECT_TRUE(info->persisted);
+  EXPECT_EQ(ReadAndCheck(a, 14), 4);
+  MakeTiered(8, 32);  // restart: only the good chunk is named by the record
+  EXPECT_EQ(store_->Match(a, Iota(14), 100).tokens, 4);
+  EXPECT_EQ(ReadAndCheck(a, 14), 4) << "only the verified chunk comes back from SSD";
+  EXPECT_EQ(store_->Stats().corrupt_chunks, 0) << "nothing corrupt was persisted";
+}
+
+TEST_F(TieredStoreTest, LeaseKeepsASessionFromDemotionAndPromotesOnLease) {
+  MakeTiered(3, 32);
+  SessionKey a{"t", "a"};
+  ASSERT_TRUE(SaveAll(a, Iota(8), 0).ok());  // 2 chunks
+  ASSERT_TRUE(store_->Flush(a, absl::Seconds(10)).ok());
+  {
+    auto lease = store_->Lease(a, 8);
+    ASSERT_TRUE(lease.ok());
+    EXPECT_TRUE(absl::IsResourceExhausted(SaveAll({"t", "b"}, Iota(8, 500), 0)))
+        << "demoting a leased session frees nothing";
+    EXPECT_EQ(store_->Get(a)->tier, Tier::kHost);
+    for (const LeasedChunk& c : lease->chunks()) EXPECT_TRUE(HoldsSavedBytes(c));
+  }
+  ASSERT_TRUE(SaveAll({"t", "b"}, Iota(8, 500), 0).ok());  // released: a is demoted now
+  ASSERT_EQ(store_->Get(a)->tier, Tier::kSsd);
+  ASSERT_TRUE(store_->Flush({"t", "b"}, absl::Seconds(10)).ok());
+  auto lease = store_->Lease(a, 8);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_EQ(lease->tokens(), 8) << "a lease of an SSD-only session promotes it";
+  for (const LeasedChunk& c : lease->chunks()) EXPECT_TRUE(HoldsSavedBytes(c));
+  EXPECT_EQ(store_->Stats().promotions, 1);
+}
+
+TEST_F(TieredStoreTest, TtlSweepLeavesLeasedBlocksAlone) {
+  MakeTiered(8, 32, kFingerprint, absl::Milliseconds(50));
+  ASSERT_TRUE(SaveAll({"t", "old"}, Iota(5), 0).ok());
+  ASSERT_TRUE(store_->Flush({"t", "old"}, absl::Seconds(10)).ok());  // no write-back holds its blocks
+  auto lease = store_->Lease({"t", "old"}, 5);
+  ASSERT_TRUE(lease.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  EXPECT_EQ(store_->Match({"t", "old"}, Iota(5), 100).tokens, 0);
+  EXPECT_EQ(store_->Stats().expired, 1);
+  EXPECT_EQ(HostBlocksUsed(), 2);
+  for (const LeasedChunk& c : lease->chunks()) EXPECT_TRUE(HoldsSavedBytes(c));
+  lease->Release();
+  EXPECT_EQ(HostBlocksUsed(), 0);
 }
 
 TEST_F(TieredStoreTest, IoSamplesCoverBothTiers) {
