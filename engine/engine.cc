@@ -333,18 +333,7 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
       r->tier = storage::Tier::kHbm;
       if (metrics_) metrics_->hits->WithLabels({{"tier", "hbm"}}).Increment();
     } else if (match.tokens > 0) {
-      const storage::ChunkLayout& layout = store_->layout();
-      // Chunks arrive in order; a chunk the backend cannot place ends the reuse there.
-      int64_t placed = 0;
-      absl::Status load_status;
-      auto read = store_->Read(r->request.key, match.tokens,
-                               [&](int64_t begin, int count, absl::Span<const std::byte> payload) {
-        if (!load_status.ok() || begin != placed) return;
-        load_status = model_->LoadKv(*r->seq, begin, count, payload, layout);
-        if (load_status.ok()) placed = begin + count;
-      });
-      if (!load_status.ok()) LOG(WARNING) << "placing cached KV failed, recomputing from there: " << load_status;
-      r->reused = read.ok() ? std::min(*read, placed) : 0;
+      r->reused = LoadPrefix(*r, match.tokens);
       r->keep = r->reused;
       if (r->reused > 0) {
         r->tier = queued.promoted ? storage::Tier::kSsd : match.tier;
@@ -524,6 +513,30 @@ bool Engine::AfterStep(Running& r) {
   return false;
 }
 
+int64_t Engine::LoadPrefix(Running& r, int64_t tokens) {
+  // The chunks are leased (pinned in the host tier, no store lock held) while the backend
+  // copies them; the lease goes once the copies completed.
+  absl::StatusOr<storage::ChunkLease> lease = store_->Lease(r.request.key, tokens);
+  if (!lease.ok()) return 0;
+  const storage::ChunkLayout& layout = store_->layout();
+  int64_t placed = 0;
+  absl::Status status;
+  for (const storage::LeasedChunk& chunk : lease->chunks()) {
+    const int count = static_cast<int>(std::min<int64_t>(chunk.count, tokens - placed));
+    if (chunk.token_begin != placed || count <= 0) break;
+    status = model_->LoadKv(*r.seq, placed, count, chunk.payload, layout);
+    if (!status.ok()) break;  // a chunk the backend cannot place ends the reuse there
+    placed += count;
+  }
+  if (absl::Status done = model_->FinishKvTransfers(); !done.ok()) {
+    status = done;
+    placed = 0;  // a device fault: none of it is known to be in place
+  }
+  lease->Release();
+  if (!status.ok()) LOG(WARNING) << "placing cached KV failed, recomputing from there: " << status;
+  return placed;
+}
+
 void Engine::End(Running& r, FinishReason reason) {
   if (store_ != nullptr && r.computed > 0) {
     const storage::ChunkLayout& layout = store_->layout();
@@ -532,8 +545,11 @@ void Engine::End(Running& r, FinishReason reason) {
         r.request.key, absl::Span<const int32_t>(r.tokens.data(), static_cast<size_t>(r.computed)),
         r.keep, [&](int64_t begin, int count, absl::Span<std::byte> payload) {
           absl::Status s = model_->SaveKv(*r.seq, begin, count, payload, layout);
+          // The copies are enqueued chunk by chunk and waited for once, at the last.
+          if (s.ok() && begin + count == r.computed) s = model_->FinishKvTransfers();
           if (fill_status.ok()) fill_status = s;
         });
+    if (absl::Status s = model_->FinishKvTransfers(); !s.ok() && fill_status.ok()) fill_status = s;
     if (!fill_status.ok()) {
       // The chunks may hold garbage: the session must not be served from them.
       LOG(WARNING) << "copying KV to the session cache failed; dropping the session: " << fill_status;

@@ -120,6 +120,10 @@ class Engine {
   void Requeue(std::vector<Queued> turns);
   // Ends a turn that will not start: fails its stream with `why` and frees its session.
   void Abandon(Queued& queued, const absl::Status& why);
+  // Loads the session's first `tokens` tokens of stored KV into the turn's sequence from
+  // the host tier (leased: the copies run with no store lock held). Returns how many
+  // tokens were placed (fewer when the store holds fewer or a chunk cannot be placed).
+  int64_t LoadPrefix(Running& r, int64_t tokens);
   void Step();
   // Samples after a step; returns true when the turn has ended.
   bool AfterStep(Running& r);

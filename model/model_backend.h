@@ -83,14 +83,20 @@ class ModelBackend {
 
   // Places stored, position-free KV of tokens [begin, begin + count) into `seq` from a
   // chunk payload laid out as `layout` (row of token begin + i at RowOffset(l, kv, i);
-  // K before RoPE): K is rotated to each token's position. The payload is read before
-  // returning.
+  // K before RoPE): K is rotated to each token's position. A device backend may only
+  // enqueue the copy: the payload must stay as it is until FinishKvTransfers returns.
   virtual absl::Status LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
                               const storage::ChunkLayout& layout) = 0;
   // The reverse: writes the KV of tokens [begin, begin + count) of `seq` (K before RoPE,
-  // as the projection produced it) into a chunk payload.
+  // as the projection produced it) into a chunk payload, which holds it once
+  // FinishKvTransfers returns.
   virtual absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                               const storage::ChunkLayout& layout) = 0;
+
+  // Waits until every LoadKv and SaveKv so far has completed: then loaded KV is in place
+  // (Forward waits for that on its own) and saved payloads hold their rows. Internal for a
+  // device fault. A host backend's transfers complete as they are called.
+  virtual absl::Status FinishKvTransfers() { return absl::OkStatus(); }
 
   // Tells the backend that chunk payloads will lie in `memory` (the host tier's arena),
   // which outlives the backend: a device backend pins it so loads and saves are DMA.

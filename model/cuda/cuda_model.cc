@@ -73,13 +73,31 @@ absl::Status CudaModel::Impl::ReserveStep(int64_t rows, int64_t logit_rows, int6
 
 absl::Status CudaModel::Impl::StageChunk(const CudaSequence& seq, int64_t begin, int count, int64_t payload_bytes) {
   if (absl::Status s = UseDevice(); !s.ok()) return s;
+  // Each chunk's index gets its own place, so earlier copies still in flight keep theirs.
+  const int64_t index_bytes = cuda_internal::AlignUp(cuda_internal::ChunkIndexBytes(count), 16);
+  const int64_t end = kv_meta_used + index_bytes;
+  if (kv_pending && (stored.bytes() < payload_bytes || host_meta.bytes() < end || meta.bytes() < end)) {
+    // A buffer must grow: let what reads the old ones finish first.
+    if (absl::Status s = FinishKvTransfers(); !s.ok()) return s;
+  }
+  const int64_t at = kv_meta_used;
   const int64_t before = generation;
-  for (absl::Status s : {stored.Reserve(payload_bytes, &generation), host_meta.Reserve(12 * int64_t{count}, &generation),
-                         meta.Reserve(12 * int64_t{count}, &generation)}) {
+  for (absl::Status s : {stored.Reserve(payload_bytes, &generation), host_meta.Reserve(at + index_bytes, &generation),
+                         meta.Reserve(at + index_bytes, &generation)}) {
     if (!s.ok()) return s;
   }
   if (generation != before) graphs.Drop();  // a buffer moved: captured addresses are stale
-  cuda_internal::WriteChunkIndex(pool, seq, begin, count, host_meta.data());
+  cuda_internal::WriteChunkIndex(pool, seq, begin, count, host_meta.data() + at);
+  kv_meta_at = at;
+  kv_meta_used = at + index_bytes;
+  return absl::OkStatus();
+}
+
+absl::Status CudaModel::Impl::FinishKvTransfers() {
+  if (!kv_pending) return absl::OkStatus();
+  kv_pending = false;
+  kv_meta_used = 0;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return absl::OkStatus();
 }
 
@@ -193,6 +211,8 @@ absl::Status CudaModel::ResizeSequence(SequenceState& seq, int64_t capacity_toke
 absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   Impl& m = *impl_;
   if (absl::Status s = m.UseDevice(); !s.ok()) return s;
+  // The step reuses the staging buffers the transfers' indexes are in.
+  if (absl::Status s = m.FinishKvTransfers(); !s.ok()) return s;
   const ModelConfig& c = m.config;
   StepPlan plan;
   if (absl::Status s = cuda_internal::PlanStep(batch, c, m.pool, m.graphs.enabled(), &plan); !s.ok()) return s;
@@ -247,10 +267,12 @@ absl::Status CudaModel::LoadKv(SequenceState& seq, int64_t begin, int count, abs
   if (absl::Status e = cuda_internal::EnqueueLoadChunk(m.config, m.pool, m.weights.inv_freq, m.Staging(), count,
                                                        payload.data(), layout, st);
       !e.ok()) {
+    m.kv_pending = false;
+    m.kv_meta_used = 0;
     return e;
   }
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
   drain.Done();
+  m.kv_pending = true;  // FinishKvTransfers waits for it
   return absl::OkStatus();
 }
 
@@ -269,11 +291,15 @@ absl::Status CudaModel::SaveKv(const SequenceState& seq, int64_t begin, int coun
   if (absl::Status e = cuda_internal::EnqueueSaveChunk(m.config, m.pool, m.Staging(), count, payload.data(), layout,
                                                        st);
       !e.ok()) {
+    m.kv_pending = false;
+    m.kv_meta_used = 0;
     return e;
   }
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(st));
   drain.Done();
+  m.kv_pending = true;  // FinishKvTransfers waits for it
   return absl::OkStatus();
 }
+
+absl::Status CudaModel::FinishKvTransfers() { return impl_->FinishKvTransfers(); }
 
 }  // namespace strata::model

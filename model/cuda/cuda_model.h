@@ -69,6 +69,8 @@ class CudaModel final : public ModelBackend {
                       const storage::ChunkLayout& layout) override;
   absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                       const storage::ChunkLayout& layout) override;
+  // Loads and saves only enqueue their copies: this waits for them (Forward does first).
+  absl::Status FinishKvTransfers() override;
   // cudaHostRegister of the host tier's arena (unregistered when the model goes).
   absl::Status RegisterHostMemory(absl::Span<std::byte> memory) override;
 

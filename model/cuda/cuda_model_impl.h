@@ -2,8 +2,10 @@
 // model/cuda/ (cuda_model.cc holds the CudaModel methods, layer_loop.cc the forward pass).
 //
 // Every piece of work is enqueued on `stream` (non-blocking, made with the model), so work
-// runs in the order it was enqueued; Forward, LoadKv, SaveKv and RandomizeKvPool
-// synchronise it once before they return. The step workspaces and the staging buffers
+// runs in the order it was enqueued; Forward and RandomizeKvPool synchronise it once before
+// they return. LoadKv and SaveKv only enqueue, each chunk's index at its own offset of the
+// staging buffers (the stored-KV staging is reused in stream order), and
+// FinishKvTransfers synchronises them all at once (Forward does so first). The step workspaces and the staging buffers
 // (meta, host_meta, stored) are shared by steps and KV copies; any that moves bumps
 // `generation`, and the graph cache is dropped. Not thread-safe: the engine loop is the
 // only caller.
@@ -39,6 +41,10 @@ struct CudaModel::Impl {
   cuda_internal::DeviceBuffer x, proj, hb, qkv, q, attn, ab, gu, act, logits, lb, attn_ws, meta, stored, argmax_dev;
   cuda_internal::PinnedBuffer host_meta, argmax_host;
   int64_t generation = 0;  // bumped whenever a buffer above moves
+  // KV transfers enqueued since the last FinishKvTransfers, and the bytes of meta /
+  // host_meta their chunk indexes take.
+  bool kv_pending = false;
+  int64_t kv_meta_used = 0;
 
   cuda_internal::GraphCache graphs;
 
@@ -75,8 +81,11 @@ struct CudaModel::Impl {
   absl::Status StageChunk(const cuda_internal::CudaSequence& seq, int64_t begin, int count, int64_t payload_bytes);
   // The staging StageChunk prepared, for kv_transfer.h.
   cuda_internal::ChunkStaging Staging() const {
-    return {stored.as<std::byte>(), meta.as<std::byte>(), host_meta.data()};
+    return {stored.as<std::byte>(), meta.as<std::byte>() + kv_meta_at, host_meta.data() + kv_meta_at};
   }
+  int64_t kv_meta_at = 0;  // offset of the chunk StageChunk prepared last
+  // Waits for the KV transfers enqueued so far (no-op without any).
+  absl::Status FinishKvTransfers();
 };
 
 }  // namespace strata::model

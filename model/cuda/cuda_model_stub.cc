@@ -32,6 +32,7 @@ absl::Status CudaModel::RegisterHostMemory(absl::Span<std::byte>) { return absl:
 absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequence(int64_t) {
   return absl::FailedPreconditionError("strata was built without CUDA");
 }
+absl::Status CudaModel::FinishKvTransfers() { return absl::OkStatus(); }
 absl::Status CudaModel::ResizeSequence(SequenceState&, int64_t) {
   return absl::FailedPreconditionError("strata was built without CUDA");
 }

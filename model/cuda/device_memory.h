@@ -57,6 +57,7 @@ class PinnedBuffer {
   // Counts a move in `*generation`. A cudaMallocHost failure as CudaStatus.
   absl::Status Reserve(int64_t bytes, int64_t* generation);
   std::byte* data() const { return static_cast<std::byte*>(ptr_); }
+  int64_t bytes() const { return bytes_; }
 
  private:
   void* ptr_ = nullptr;
