@@ -5,8 +5,11 @@
 #             tests, and the chat and bench e2e suites with `strata serve` on the GPU
 #   hf        tests/gpu/check_hf_logits.py, CPU and CUDA backends against HF transformers
 #   sanitize  compute-sanitizer racecheck and synccheck over the CUDA backend's tests
-#   bench     strata bench on random:llama3-8b: TTFT cached vs recomputed by history, at 32
-#             and 64 concurrent sessions, and the decode step seen end to end
+#   bench-host  strata bench on random:llama3-8b: TTFT cached (history on host, HBM tier
+#             off) vs recomputed by history, and at 32 and 64 concurrent sessions
+#   bench-hbm the same with the HBM tier on (the history still resident in the KV pool)
+#   step-e2e  the decode step seen end to end (64 sessions x 1K, 128 tokens)
+#   hf-old    check_hf_logits with devbundle-old (an older strata, for comparison)
 #   sharegpt  strata bench's ShareGPT-shaped workload at two rates, cache on vs off
 #   step      model_bench's decode step for llama3-8b (the peer of the end-to-end step)
 # Logs and JSON go to $OUT (or ./device-out); a short summary is printed last.
@@ -41,6 +44,12 @@ run_hf() {
   note "check_hf_logits cuda: rc=$?"; tail -8 "$OUT/hf-cuda.log" >>"$summary"
 }
 
+run_hf_old() {
+  [ -d devbundle-old ] || tar xJf devbundle-old.tar.xz
+  python3 tests/gpu/check_hf_logits.py strata --run devbundle-old/run --device cuda >"$OUT/hf-cuda-old.log" 2>&1
+  note "check_hf_logits cuda (old build): rc=$?"; tail -8 "$OUT/hf-cuda-old.log" >>"$summary"
+}
+
 run_sanitize() {
   local cs=/usr/local/cuda/bin/compute-sanitizer
   for tool in racecheck synccheck; do
@@ -52,15 +61,21 @@ run_sanitize() {
 }
 
 SERVE8B="--model=random:llama3-8b --device=cuda"
+# bench TAG EXTRA_SERVE_FLAGS: the TTFT sweeps (history on host with --hbm_cache_bytes=0,
+# resident in HBM by default) and the decode step seen end to end.
 run_bench() {
+  local tag=$1 extra=$2
   "$B/strata" bench --sweep --history=1024,4096,16384,30720 --new_tokens=64 --concurrency=1 --sweep_repeats=3 \
-    --sweep_answer_tokens=16 --compare=cache_off --serve_flags="$SERVE8B --host_cache_bytes=$((16 << 30))" \
-    --json="$OUT/bench-history.json" >"$OUT/bench-history.txt" 2>"$OUT/bench-history.err"
-  note "bench history sweep: rc=$?"; cat "$OUT/bench-history.txt" >>"$summary"
+    --sweep_answer_tokens=16 --compare=cache_off --serve_flags="$SERVE8B $extra --host_cache_bytes=$((16 << 30))" \
+    --json="$OUT/$tag-history.json" >"$OUT/$tag-history.txt" 2>"$OUT/$tag-history.err"
+  note "$tag history sweep: rc=$?"; cat "$OUT/$tag-history.txt" >>"$summary"
   "$B/strata" bench --sweep --history=2048,8192 --new_tokens=64 --concurrency=32,64 \
-    --sweep_answer_tokens=16 --compare=cache_off --serve_flags="$SERVE8B --host_cache_bytes=$((80 << 30))" \
-    --json="$OUT/bench-concurrent.json" >"$OUT/bench-concurrent.txt" 2>"$OUT/bench-concurrent.err"
-  note "bench concurrent sweep: rc=$?"; cat "$OUT/bench-concurrent.txt" >>"$summary"
+    --sweep_answer_tokens=16 --compare=cache_off --serve_flags="$SERVE8B $extra --host_cache_bytes=$((80 << 30))" \
+    --json="$OUT/$tag-concurrent.json" >"$OUT/$tag-concurrent.txt" 2>"$OUT/$tag-concurrent.err"
+  note "$tag concurrent sweep: rc=$?"; cat "$OUT/$tag-concurrent.txt" >>"$summary"
+}
+
+run_step_e2e() {
   "$B/strata" bench --sweep --history=1024 --new_tokens=64 --concurrency=64 --sweep_output_tokens=128 \
     --serve_flags="$SERVE8B --host_cache_bytes=$((16 << 30))" \
     --json="$OUT/bench-step.json" >"$OUT/bench-step.txt" 2>"$OUT/bench-step.err"
@@ -84,8 +99,10 @@ run_step() {
 
 for phase in "$@"; do
   case $phase in
-    tests) run_tests ;; hf) run_hf ;; sanitize) run_sanitize ;; bench) run_bench ;;
-    sharegpt) run_sharegpt ;; step) run_step ;;
+    tests) run_tests ;; hf) run_hf ;; sanitize) run_sanitize ;;
+    bench-host) run_bench bench-host --hbm_cache_bytes=0 ;; bench-hbm) run_bench bench-hbm "" ;;
+    step-e2e) run_step_e2e ;; sharegpt) run_sharegpt ;; step) run_step ;;
+    hf-old) run_hf_old ;;
     *) note "unknown phase $phase" ;;
   esac
 done
