@@ -5,6 +5,7 @@
 #include "model/cuda/cuda_model.h"
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -252,52 +253,41 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   return absl::OkStatus();
 }
 
-absl::Status CudaModel::LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
-                               const storage::ChunkLayout& layout) {
-  Impl& m = *impl_;
+absl::Status CudaModel::Impl::TransferChunk(const SequenceState& seq, int64_t begin, int count,
+                                            size_t payload_bytes, const storage::ChunkLayout& layout,
+                                            const std::function<absl::Status(cudaStream_t)>& enqueue) {
   const auto* s = dynamic_cast<const CudaSequence*>(&seq);
-  if (absl::Status st = cuda_internal::CheckChunk(m.config, s, m.pool, begin, count, payload.size(), layout);
-      !st.ok()) {
+  if (absl::Status st = cuda_internal::CheckChunk(config, s, pool, begin, count, payload_bytes, layout); !st.ok()) {
     return st;
   }
   if (count == 0) return absl::OkStatus();
-  if (absl::Status st = m.StageChunk(*s, begin, count, layout.PayloadBytes()); !st.ok()) return st;
-  cudaStream_t st = m.stream;
-  DrainOnError drain(st);
-  if (absl::Status e = cuda_internal::EnqueueLoadChunk(m.config, m.pool, m.weights.inv_freq, m.Staging(), count,
-                                                       payload.data(), layout, st);
-      !e.ok()) {
-    m.kv_pending = false;
-    m.kv_meta_used = 0;
+  if (absl::Status st = StageChunk(*s, begin, count, layout.PayloadBytes()); !st.ok()) return st;
+  DrainOnError drain(stream);
+  if (absl::Status e = enqueue(stream); !e.ok()) {
+    kv_pending = false;  // drained: nothing is left in flight
+    kv_meta_used = 0;
     return e;
   }
   drain.Done();
-  m.kv_pending = true;  // FinishKvTransfers waits for it
+  kv_pending = true;  // FinishKvTransfers waits for it
   return absl::OkStatus();
+}
+
+absl::Status CudaModel::LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                               const storage::ChunkLayout& layout) {
+  Impl& m = *impl_;
+  return m.TransferChunk(seq, begin, count, payload.size(), layout, [&](cudaStream_t st) {
+    return cuda_internal::EnqueueLoadChunk(m.config, m.pool, m.weights.inv_freq, m.Staging(), count, payload.data(),
+                                           layout, st);
+  });
 }
 
 absl::Status CudaModel::SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                                const storage::ChunkLayout& layout) {
   Impl& m = *impl_;
-  const auto* s = dynamic_cast<const CudaSequence*>(&seq);
-  if (absl::Status st = cuda_internal::CheckChunk(m.config, s, m.pool, begin, count, payload.size(), layout);
-      !st.ok()) {
-    return st;
-  }
-  if (count == 0) return absl::OkStatus();
-  if (absl::Status st = m.StageChunk(*s, begin, count, layout.PayloadBytes()); !st.ok()) return st;
-  cudaStream_t st = m.stream;
-  DrainOnError drain(st);
-  if (absl::Status e = cuda_internal::EnqueueSaveChunk(m.config, m.pool, m.Staging(), count, payload.data(), layout,
-                                                       st);
-      !e.ok()) {
-    m.kv_pending = false;
-    m.kv_meta_used = 0;
-    return e;
-  }
-  drain.Done();
-  m.kv_pending = true;  // FinishKvTransfers waits for it
-  return absl::OkStatus();
+  return m.TransferChunk(seq, begin, count, payload.size(), layout, [&](cudaStream_t st) {
+    return cuda_internal::EnqueueSaveChunk(m.config, m.pool, m.Staging(), count, payload.data(), layout, st);
+  });
 }
 
 absl::Status CudaModel::FinishKvTransfers() { return impl_->FinishKvTransfers(); }

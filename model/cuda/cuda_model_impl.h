@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -84,6 +85,11 @@ struct CudaModel::Impl {
     return {stored.as<std::byte>(), meta.as<std::byte>() + kv_meta_at, host_meta.data() + kv_meta_at};
   }
   int64_t kv_meta_at = 0;  // offset of the chunk StageChunk prepared last
+  // Checks and stages one chunk of `seq`, then runs `enqueue` (its copies and kernel) on
+  // the stream; on an error the stream is drained. LoadKv and SaveKv.
+  absl::Status TransferChunk(const SequenceState& seq, int64_t begin, int count, size_t payload_bytes,
+                             const storage::ChunkLayout& layout,
+                             const std::function<absl::Status(cudaStream_t)>& enqueue);
   // Waits for the KV transfers enqueued so far (no-op without any).
   absl::Status FinishKvTransfers();
 };
