@@ -26,7 +26,7 @@
 #include "server/bench/rate_search.h"
 #include "server/bench/report.h"
 #include "server/bench/runner.h"
-#include "server/bench/serve_process.h"
+#include "server/serve_process.h"
 #include "server/bench/workload.h"
 #include "server/cli/shared_flags.h"
 #include "storage/sim/trace.h"

@@ -1,4 +1,4 @@
-#include "server/bench/serve_process.h"
+#include "server/serve_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
-namespace strata::server::bench {
+namespace strata::server {
 namespace {
 
 std::string LogTail(const std::string& path) {
@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<ServeProcess>> ServeProcess::Start(const std::str
                                                                   const std::vector<std::string>& flags,
                                                                   absl::Duration timeout) {
   std::unique_ptr<ServeProcess> p(new ServeProcess());
-  char tmpl[] = "/tmp/strata-bench-XXXXXX";
+  char tmpl[] = "/tmp/strata-serve-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
   p->dir_ = tmpl;
   const std::string port_file = p->dir_ + "/ports";
@@ -104,4 +104,4 @@ ServeProcess::~ServeProcess() {
   std::filesystem::remove_all(dir_, ec);
 }
 
-}  // namespace strata::server::bench
+}  // namespace strata::server

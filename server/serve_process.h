@@ -1,7 +1,7 @@
-// ServeProcess: a `strata serve` child that `strata bench` starts when it is given no
-// --target, on free loopback ports, and stops at the end.
-#ifndef STRATA_SERVER_BENCH_SERVE_PROCESS_H_
-#define STRATA_SERVER_BENCH_SERVE_PROCESS_H_
+// ServeProcess: a `strata serve` child process on free loopback ports, started and
+// stopped by its owner: `strata bench` without --target, and the end-to-end tests.
+#ifndef STRATA_SERVER_SERVE_PROCESS_H_
+#define STRATA_SERVER_SERVE_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace strata::server::bench {
+namespace strata::server {
 
 class ServeProcess {
  public:
@@ -29,6 +29,9 @@ class ServeProcess {
   ServeProcess& operator=(const ServeProcess&) = delete;
 
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }
+  pid_t pid() const { return pid_; }
   // Empty when the server was started with --metrics_port=-1.
   std::string metrics_target() const {
     return metrics_port_ > 0 ? "127.0.0.1:" + std::to_string(metrics_port_) : "";
@@ -44,6 +47,6 @@ class ServeProcess {
   std::string dir_;
 };
 
-}  // namespace strata::server::bench
+}  // namespace strata::server
 
-#endif  // STRATA_SERVER_BENCH_SERVE_PROCESS_H_
+#endif  // STRATA_SERVER_SERVE_PROCESS_H_
