@@ -74,8 +74,9 @@ class ModelBackend {
   // growth now; InvalidArgument for a sequence of another backend or a capacity outside
   // 1..max_context.
   virtual absl::Status ResizeSequence(SequenceState& seq, int64_t capacity_tokens) = 0;
-  // Bytes of KV memory one token of a sequence's capacity takes (every layer and plane).
-  virtual int64_t kv_bytes_per_token() const = 0;
+  // Bytes of KV memory one token of a sequence's capacity takes: every layer's three
+  // planes (K rotated, K before RoPE, V) of one stored row each, in both backends.
+  int64_t kv_bytes_per_token() const { return int64_t{3} * config().num_layers * kv_row_bytes(); }
 
   // Runs one step over all entries (each sequence at most once). InvalidArgument for a
   // sequence from another backend or tokens past its capacity; Internal for a device fault.

@@ -71,7 +71,6 @@ class LimitedBackend final : public model::ModelBackend {
     if (capacity > max_tokens_) return absl::ResourceExhaustedError("KV memory is full");
     return inner_->ResizeSequence(*static_cast<Seq&>(seq).inner, capacity);
   }
-  int64_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
   absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
     std::vector<model::ForwardEntry> inner(batch.begin(), batch.end());
     for (model::ForwardEntry& e : inner) e.seq = static_cast<Seq*>(e.seq)->inner.get();

@@ -32,7 +32,6 @@ class CpuModel final : public ModelBackend {
 
   absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity_tokens) override;
   absl::Status ResizeSequence(SequenceState& seq, int64_t capacity_tokens) override;
-  int64_t kv_bytes_per_token() const override { return int64_t{3} * config().num_layers * config().kv_dim() * 4; }
   absl::Status Forward(absl::Span<const ForwardEntry> batch) override;
   absl::Status LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
                       const storage::ChunkLayout& layout) override;
