@@ -1,8 +1,17 @@
-// The engine on the CUDA backend: turns with the session cache equal turns without, and
+// The engine on the CUDA backend: turns with the session cache equal turns without (one
+// conversation, and 64 sessions at once with their histories loaded from the host tier
+// beside the steps, resident in HBM, or with the transfer streams slowed on purpose), and
 // sampled turns reproduce. Skips, saying so, without a GPU.
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/engine.h"
+#include "engine/testing/engine_testing.h"
+#include "kernels/testing/delay.h"
 #include "gtest/gtest.h"
 #include "model/cuda/cuda_model.h"
 #include "text/tokenizer.h"
@@ -101,6 +110,108 @@ TEST_F(CudaEngineTest, SampledTurnsAreReproducible) {
   const Conversation a = RunConversation(true, 0.8f, ""), b = RunConversation(true, 0.8f, "");
   EXPECT_EQ(a.answers, b.answers);
   EXPECT_NE(a.answers, RunConversation(true, 0.0f, "").answers) << "temperature 0.8 drew exactly the greedy tokens";
+}
+
+enum class CacheMode { kOff, kHost, kHbm, kHostSlowed };
+
+// 64 sessions of two turns each, every turn of a round submitted at once: the greedy
+// answers and each turn's cached tokens and tier.
+struct ManyOutput {
+  std::vector<std::vector<int32_t>> answers;
+  std::vector<int64_t> cached;
+  std::vector<storage::Tier> tiers;
+};
+
+ManyOutput RunManySessions(CacheMode mode) {
+  constexpr int kSessions = 64;
+  ByteTokenizer tokenizer;
+  ManyOutput out;
+  CudaModelOptions o;
+  o.kv_pool_bytes = 256 << 20;
+  o.initial_step_tokens = 256;
+  o.kv_read_group_tokens = 256;  // several groups per layer through the read buffer
+  auto made = CudaModel::Create(ModelWeights::Random(ModelConfig::Builtin(), 77, tokenizer.SilentTokens()), o);
+  EXPECT_TRUE(made.ok()) << made.status();
+  if (!made.ok()) return out;
+  CudaModel* model = made->get();
+  std::unique_ptr<storage::SessionStore> store;
+  EngineOptions eo;
+  if (mode != CacheMode::kOff) {
+    storage::SessionStoreOptions so;
+    so.layout = model::ChunkLayoutFor(*model, 16);
+    so.host_capacity_bytes = 512 << 20;
+    so.model_fingerprint = model->fingerprint();
+    store = *storage::SessionStore::Create(so);
+    if (mode != CacheMode::kHbm) eo.hbm.capacity_bytes = 0;  // every return loads from the host tier
+  }
+  auto engine = Engine::Create(eo, *std::move(made), &tokenizer, store.get(), nullptr);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return out;
+  // Slowed streams: 2 ms delays put on the copy, place and write streams over and over
+  // while the turns run, so transfers land late and in ever different places.
+  std::atomic<bool> stop{false};
+  std::thread slower;
+  if (mode == CacheMode::kHostSlowed) {
+    slower = std::thread([&] {
+      cudaSetDevice(0);
+      while (!stop.load()) {
+        for (CUstream_st* s : {model->LoadCopyStreamForTesting(), model->LoadPlaceStreamForTesting(),
+                               model->WriteStreamForTesting()}) {
+          kernels::testing::LaunchDelay(s, 2000);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      }
+    });
+  }
+  std::vector<std::vector<ChatMessage>> convs(kSessions);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::shared_ptr<TurnStream>> streams;
+    for (int i = 0; i < kSessions; ++i) {
+      // Histories of different lengths: 1 to ~10 chunks of 16 tokens.
+      convs[i].push_back({"user", absl::StrCat("Session ", i, ": ", std::string(static_cast<size_t>(i * 2), 'x'),
+                                               round == 0 ? " hello, tell me about caches." : " and then?")});
+      TurnRequest r;
+      r.key = {"t", absl::StrCat("s", i)};
+      r.prompt = *tokenizer.RenderChat(convs[i]);
+      r.max_new_tokens = 12;
+      auto stream = (*engine)->Submit(std::move(r));
+      EXPECT_TRUE(stream.ok()) << stream.status();
+      if (!stream.ok()) return out;
+      streams.push_back(*stream);
+    }
+    for (int i = 0; i < kSessions; ++i) {
+      testing::TurnOutput t = testing::Collect(streams[i]);
+      EXPECT_TRUE(t.status.ok()) << t.status;
+      out.answers.push_back(t.tokens);
+      out.cached.push_back(t.result.usage.cached_tokens);
+      out.tiers.push_back(t.result.cache_tier);
+      convs[i].push_back({"assistant", t.text});
+    }
+  }
+  stop = true;
+  if (slower.joinable()) slower.join();
+  return out;
+}
+
+// 64 sessions return at once: their histories come from the host tier, loaded layer by
+// layer beside the steps that read them (also with the copy, place and write streams
+// slowed on purpose), or stay resident in HBM; the greedy answers equal those with the
+// cache off.
+TEST_F(CudaEngineTest, ManyConcurrentSessionsWithTheCacheEqualWithout) {
+  const ManyOutput off = RunManySessions(CacheMode::kOff);
+  ASSERT_EQ(off.answers.size(), 128u);
+  for (CacheMode mode : {CacheMode::kHost, CacheMode::kHbm, CacheMode::kHostSlowed}) {
+    const ManyOutput on = RunManySessions(mode);
+    const char* name = mode == CacheMode::kHost ? "host" : mode == CacheMode::kHbm ? "hbm" : "host, slowed";
+    ASSERT_EQ(on.answers.size(), off.answers.size()) << name;
+    int differ = 0;
+    for (size_t i = 0; i < on.answers.size(); ++i) differ += on.answers[i] != off.answers[i];
+    EXPECT_EQ(differ, 0) << "answers differing from the cache-off run (" << name << ")";
+    for (size_t i = 64; i < on.answers.size(); ++i) {
+      EXPECT_GT(on.cached[i], 0) << name << ": session " << i - 64 << " reused nothing";
+      EXPECT_EQ(on.tiers[i], mode == CacheMode::kHbm ? storage::Tier::kHbm : storage::Tier::kHost) << name;
+    }
+  }
 }
 
 }  // namespace

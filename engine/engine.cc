@@ -373,6 +373,7 @@ void Engine::Loop() {
     StartPromotions(std::move(promote));
     PublishLookAhead();
     std::vector<Queued> waiting;
+    std::vector<Running*> loaded;  // turns whose history this round loads from the host tier
     for (Queued& q : admitted) {
       if (!waiting.empty()) {
         if (q.stream->cancelled()) {
@@ -384,14 +385,18 @@ void Engine::Loop() {
       }
       std::unique_ptr<Running> r = Start(q);
       if (r != nullptr) {
+        if (r->reused > 0 && r->tier != storage::Tier::kHbm) loaded.push_back(r.get());
         running_.push_back(std::move(r));
       } else if (q.stream != nullptr) {
         waiting.push_back(std::move(q));  // no KV memory for it yet
       }
     }
     if (!waiting.empty()) Requeue(std::move(waiting));
+    StartLoads(loaded);
     Step();
+    ReleaseLoads(/*wait=*/false);
   }
+  ReleaseLoads(/*wait=*/true);
   for (auto& r : running_) r->stream->Fail(absl::UnavailableError("the server is shutting down"));
   running_.clear();
 }
@@ -528,13 +533,46 @@ int64_t Engine::LoadPrefix(Running& r, int64_t tokens) {
     if (!status.ok()) break;  // a chunk the backend cannot place ends the reuse there
     placed += count;
   }
-  if (absl::Status done = model_->FinishKvTransfers(); !done.ok()) {
-    status = done;
-    placed = 0;  // a device fault: none of it is known to be in place
-  }
-  lease->Release();
   if (!status.ok()) LOG(WARNING) << "placing cached KV failed, recomputing from there: " << status;
+  round_leases_.push_back(*std::move(lease));  // read until the backend says the copies are done
   return placed;
+}
+
+void Engine::StartLoads(const std::vector<Running*>& loaded) {
+  if (round_leases_.empty()) return;
+  absl::StatusOr<uint64_t> ticket = model_->StartKvTransfers();
+  if (!ticket.ok()) {
+    LOG(WARNING) << "starting cached KV loads failed; those turns compute their prompts: " << ticket.status();
+    for (Running* r : loaded) {
+      r->reused = r->computed = r->keep = 0;
+      r->tier = storage::Tier::kNone;
+    }
+    (void)model_->FinishKvTransfers();
+    round_leases_.clear();
+    return;
+  }
+  loads_in_flight_.push_back(LoadsInFlight{*ticket, std::move(round_leases_)});
+  round_leases_.clear();
+}
+
+void Engine::ReleaseLoads(bool wait) {
+  if (wait && !loads_in_flight_.empty()) {
+    if (absl::Status s = model_->FinishKvTransfers(); !s.ok()) LOG(WARNING) << "KV loads failed: " << s;
+    loads_in_flight_.clear();
+    return;
+  }
+  while (!loads_in_flight_.empty()) {
+    absl::StatusOr<bool> done = model_->KvTransfersDone(loads_in_flight_.front().ticket);
+    if (!done.ok()) {
+      // A device fault: nothing moves any more (the steps fail on their own).
+      LOG(WARNING) << "KV loads failed: " << done.status();
+      (void)model_->FinishKvTransfers();
+      loads_in_flight_.clear();
+      return;
+    }
+    if (!*done) return;
+    loads_in_flight_.pop_front();
+  }
 }
 
 void Engine::End(Running& r, FinishReason reason) {
@@ -546,10 +584,10 @@ void Engine::End(Running& r, FinishReason reason) {
         r.keep, [&](int64_t begin, int count, absl::Span<std::byte> payload) {
           absl::Status s = model_->SaveKv(*r.seq, begin, count, payload, layout);
           // The copies are enqueued chunk by chunk and waited for once, at the last.
-          if (s.ok() && begin + count == r.computed) s = model_->FinishKvTransfers();
+          if (s.ok() && begin + count == r.computed) s = model_->FinishKvSaves();
           if (fill_status.ok()) fill_status = s;
         });
-    if (absl::Status s = model_->FinishKvTransfers(); !s.ok() && fill_status.ok()) fill_status = s;
+    if (absl::Status s = model_->FinishKvSaves(); !s.ok() && fill_status.ok()) fill_status = s;
     if (!fill_status.ok()) {
       // The chunks may hold garbage: the session must not be served from them.
       LOG(WARNING) << "copying KV to the session cache failed; dropping the session: " << fill_status;

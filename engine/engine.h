@@ -120,10 +120,16 @@ class Engine {
   void Requeue(std::vector<Queued> turns);
   // Ends a turn that will not start: fails its stream with `why` and frees its session.
   void Abandon(Queued& queued, const absl::Status& why);
-  // Loads the session's first `tokens` tokens of stored KV into the turn's sequence from
-  // the host tier (leased: the copies run with no store lock held). Returns how many
-  // tokens were placed (fewer when the store holds fewer or a chunk cannot be placed).
+  // Queues the load of the session's first `tokens` tokens of stored KV into the turn's
+  // sequence from the host tier. The chunks stay leased (pinned, no store lock held) in
+  // round_leases_ until the backend has moved them. Returns how many tokens were queued
+  // (fewer when the store holds fewer or a chunk cannot be placed).
   int64_t LoadPrefix(Running& r, int64_t tokens);
+  // Starts the loads this round's turns queued (the backend moves them beside the next
+  // step); on a device fault `loaded`'s turns compute their prompts instead.
+  void StartLoads(const std::vector<Running*>& loaded);
+  // Releases the leases of loads that have completed (with `wait`, of all of them).
+  void ReleaseLoads(bool wait);
   void Step();
   // Samples after a step; returns true when the turn has ended.
   bool AfterStep(Running& r);
@@ -148,6 +154,14 @@ class Engine {
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
 
   std::vector<std::unique_ptr<Running>> running_;  // engine loop only
+  // Host chunks leased for loads the backend is still moving, by transfer ticket (engine
+  // loop only): they stay pinned in the host tier until the copies are done.
+  struct LoadsInFlight {
+    uint64_t ticket;
+    std::vector<storage::ChunkLease> leases;
+  };
+  std::deque<LoadsInFlight> loads_in_flight_;
+  std::vector<storage::ChunkLease> round_leases_;  // queued this admission round
   std::thread loop_;
 };
 

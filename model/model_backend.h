@@ -85,7 +85,9 @@ class ModelBackend {
   // Places stored, position-free KV of tokens [begin, begin + count) into `seq` from a
   // chunk payload laid out as `layout` (row of token begin + i at RowOffset(l, kv, i);
   // K before RoPE): K is rotated to each token's position. A device backend may only
-  // enqueue the copy: the payload must stay as it is until FinishKvTransfers returns.
+  // queue the copy (it starts at StartKvTransfers or the next Forward, which waits for
+  // it): the payload must stay as it is until KvTransfersDone says so for a ticket taken
+  // after the call, or FinishKvTransfers returns.
   virtual absl::Status LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
                               const storage::ChunkLayout& layout) = 0;
   // The reverse: writes the KV of tokens [begin, begin + count) of `seq` (K before RoPE,
@@ -94,10 +96,21 @@ class ModelBackend {
   virtual absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                               const storage::ChunkLayout& layout) = 0;
 
+  // Starts the loads queued so far (a device backend moves them beside the next steps)
+  // and returns a ticket for every transfer started. Internal on a device fault: what the
+  // queued loads were to place is then unknown (the sequences must be recomputed).
+  virtual absl::StatusOr<uint64_t> StartKvTransfers() { return uint64_t{0}; }
+  // Whether the transfers of `ticket` (and those before) have completed: the payloads
+  // they read may go. Never blocks. Internal on a device fault.
+  virtual absl::StatusOr<bool> KvTransfersDone(uint64_t /*ticket*/) { return true; }
   // Waits until every LoadKv and SaveKv so far has completed: then loaded KV is in place
   // (Forward waits for that on its own) and saved payloads hold their rows. Internal for a
   // device fault. A host backend's transfers complete as they are called.
   virtual absl::Status FinishKvTransfers() { return absl::OkStatus(); }
+  // Waits until every SaveKv so far has completed (and the loads those saves read rows
+  // of), not for other loads still in flight: the end of a turn need not wait for the
+  // next turns' histories.
+  virtual absl::Status FinishKvSaves() { return FinishKvTransfers(); }
 
   // Tells the backend that chunk payloads will lie in `memory` (the host tier's arena),
   // which outlives the backend: a device backend pins it so loads and saves are DMA.

@@ -40,6 +40,11 @@ struct QkvPlaceParams {
 // bf16 rows laid [layer][kv (0 = K before RoPE, 1 = V)][chunk_tokens][kv_dim]; token i
 // (i < n <= chunk_tokens) goes to slots[i] at positions[i], for every layer, as
 // QkvRopePlace writes K and V. Layer l's planes start at plane + l * layer_stride.
+//
+// With index_stride > 0 (PlaceStoredKv only) the "layers" are the chunks of one layer in a
+// read buffer: block l's token i takes positions[l * index_stride + i] and
+// slots[l * index_stride + i], a slot < 0 is skipped (a short chunk's tail), and
+// layer_stride is 0 (every block lands in the one layer the planes point at).
 struct StoredKvParams {
   int n, layers, chunk_tokens, kv_heads, head_dim;
   const int32_t* positions;  // [n]; PlaceStoredKv only
@@ -49,6 +54,7 @@ struct StoredKvParams {
   uint16_t* k_rot;           // PlaceStoredKv only
   uint16_t* k_raw;
   uint16_t* v;
+  int index_stride = 0;
 };
 
 }  // namespace strata::kernels

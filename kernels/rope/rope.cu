@@ -121,11 +121,14 @@ __global__ void PlaceStoredKvKernel(const uint16_t* __restrict__ stored, StoredK
   const uint16_t* ks = stored + ((static_cast<int64_t>(l) * 2 + 0) * p.chunk_tokens + i) * kvd;
   const uint16_t* vs = stored + ((static_cast<int64_t>(l) * 2 + 1) * p.chunk_tokens + i) * kvd;
   const int64_t plane = l * p.layer_stride;
+  const int64_t index = static_cast<int64_t>(l) * p.index_stride + i;
+  const int64_t slot = p.slots[index];
+  if (slot < 0) return;
   for (int h = 0; h < p.kv_heads; ++h) {
     const uint16_t* kh = ks + h * p.head_dim;
     const uint16_t* vh = vs + h * p.head_dim;
-    PlaceHead([kh](int j) { return Widen(kh[j]); }, [vh](int j) { return Widen(vh[j]); }, h, p.positions[i],
-              p.slots[i], p.kv_heads, p.head_dim, p.inv_freq, p.k_rot + plane, p.k_raw + plane, p.v + plane);
+    PlaceHead([kh](int j) { return Widen(kh[j]); }, [vh](int j) { return Widen(vh[j]); }, h, p.positions[index],
+              slot, p.kv_heads, p.head_dim, p.inv_freq, p.k_rot + plane, p.k_raw + plane, p.v + plane);
   }
 }
 

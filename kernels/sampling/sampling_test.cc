@@ -213,6 +213,45 @@ TEST_F(CudaModelKernelsTest, PlaceStoredKvMatchesCpuOverLayers) {
   ExpectBf16Near(rot.ToHost(), host.k_rot, 1, "rotated K");
 }
 
+// A read buffer of one layer: three chunks' blocks, the last one short (its tail slots
+// -1), placed into one layer's planes in one launch; the CPU twin places the same.
+TEST_F(CudaModelKernelsTest, PlaceStoredKvPlacesOneLayerOfManyChunks) {
+  const int chunks = 3, chunk = 16, kv_heads = 2, head_dim = 128, slots_total = 64;
+  const int kvd = kv_heads * head_dim;
+  const std::vector<uint16_t> stored = ToBf16Vector(RandomFloats(int64_t{chunks} * 2 * chunk * kvd, 12, -3, 3));
+  std::vector<int32_t> positions(chunks * chunk);
+  std::vector<int64_t> slots(chunks * chunk);
+  const int total = 2 * chunk + 5;  // the last chunk holds 5 tokens
+  for (int t = 0; t < chunks * chunk; ++t) {
+    positions[t] = 1000 + t;
+    slots[t] = t < total ? (t * 5 + 3) % slots_total : -1;
+  }
+  const std::vector<float> inv_freq = RopeInvFreq(head_dim, 500000.0f, RopeScaling{});
+  const int64_t plane = int64_t{slots_total} * kvd;
+  Planes host(plane);
+  StoredKvParams hp{chunk, chunks, chunk, kv_heads, head_dim, positions.data(), slots.data(), inv_freq.data(), 0,
+                    host.k_rot.data(), host.k_raw.data(), host.v.data(), chunk};
+  PlaceStoredKv(stored.data(), hp);
+  // Every token landed where its slot says (the short chunk's tail placed nothing).
+  int placed = 0;
+  for (int64_t s = 0; s < slots_total; ++s) placed += host.k_raw[s * kvd] != 0x7fc1;
+  EXPECT_EQ(placed, total);
+  Planes init(plane);
+  DeviceVector<uint16_t> dstored(stored), rot(init.k_rot), raw(init.k_raw), val(init.v);
+  DeviceVector<int32_t> dpos(positions);
+  DeviceVector<int64_t> dslots(slots);
+  DeviceVector<float> dfreq(inv_freq);
+  StoredKvParams dp{chunk, chunks, chunk, kv_heads, head_dim, dpos.get(), dslots.get(), dfreq.get(), 0,
+                    rot.get(), raw.get(), val.get(), chunk};
+  ASSERT_TRUE(LaunchPlaceStoredKv(dstored.get(), dp, stream_).ok());
+  Sync();
+  EXPECT_EQ(raw.ToHost(), host.k_raw);
+  EXPECT_EQ(val.ToHost(), host.v);
+  ExpectBf16Near(rot.ToHost(), host.k_rot, 1, "rotated K");
+  dp.index_stride = chunk - 1;  // shorter than a block: refused
+  EXPECT_FALSE(LaunchPlaceStoredKv(dstored.get(), dp, stream_).ok());
+}
+
 TEST_F(CudaModelKernelsTest, GatherRowsBf16CopiesRows) {
   const int rows = 9, dim = 300;
   const std::vector<uint16_t> in = ToBf16Vector(RandomFloats(rows * dim, 2));

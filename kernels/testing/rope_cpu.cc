@@ -66,8 +66,10 @@ void PlaceStoredKv(const uint16_t* stored, const StoredKvParams& p) {
         k[j] = Bf16ToFloat(ks[j]);
         v[j] = Bf16ToFloat(vs[j]);
       }
-      PlaceRow(k.data(), v.data(), p.positions[i], p.slots[i], p.kv_heads, p.head_dim, p.inv_freq, p.k_rot + plane,
-               p.k_raw + plane, p.v + plane);
+      const int64_t index = int64_t{l} * p.index_stride + i;
+      if (p.slots[index] < 0) continue;
+      PlaceRow(k.data(), v.data(), p.positions[index], p.slots[index], p.kv_heads, p.head_dim, p.inv_freq,
+               p.k_rot + plane, p.k_raw + plane, p.v + plane);
     }
   }
 }

@@ -46,6 +46,11 @@ absl::Status CudaModel::Impl::Init(int device) {
                                                       ") is older than strata's CUDA kernels need (sm_90)"));
   }
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&write_stream, cudaStreamNonBlocking));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&saves_done, cudaEventDisableTiming));
+  if (absl::Status s = loader.Init(config, {options.kv_read_buffer_layers, options.kv_read_group_tokens}); !s.ok()) {
+    return s;
+  }
   const ModelConfig& c = config;
   if (c.head_dim != 64 && c.head_dim != 128) {
     return absl::InvalidArgumentError(absl::StrCat("the CUDA backend takes head_dim 64 or 128, not ", c.head_dim));
@@ -72,33 +77,47 @@ absl::Status CudaModel::Impl::ReserveStep(int64_t rows, int64_t logit_rows, int6
   return absl::OkStatus();
 }
 
-absl::Status CudaModel::Impl::StageChunk(const CudaSequence& seq, int64_t begin, int count, int64_t payload_bytes) {
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
+absl::Status CudaModel::Impl::StageSave(const CudaSequence& seq, int64_t begin, int count, int64_t payload_bytes) {
   // Each chunk's index gets its own place, so earlier copies still in flight keep theirs.
   const int64_t index_bytes = cuda_internal::AlignUp(cuda_internal::ChunkIndexBytes(count), 16);
   const int64_t end = kv_meta_used + index_bytes;
-  if (kv_pending && (stored.bytes() < payload_bytes || host_meta.bytes() < end || meta.bytes() < end)) {
+  if (saves_pending &&
+      (save_stored.bytes() < payload_bytes || save_host_meta.bytes() < end || save_meta.bytes() < end)) {
     // A buffer must grow: let what reads the old ones finish first.
     if (absl::Status s = FinishKvTransfers(); !s.ok()) return s;
   }
   const int64_t at = kv_meta_used;
-  const int64_t before = generation;
-  for (absl::Status s : {stored.Reserve(payload_bytes, &generation), host_meta.Reserve(at + index_bytes, &generation),
-                         meta.Reserve(at + index_bytes, &generation)}) {
+  for (absl::Status s : {save_stored.Reserve(payload_bytes, &save_generation),
+                         save_host_meta.Reserve(at + index_bytes, &save_generation),
+                         save_meta.Reserve(at + index_bytes, &save_generation)}) {
     if (!s.ok()) return s;
   }
-  if (generation != before) graphs.Drop();  // a buffer moved: captured addresses are stale
-  cuda_internal::WriteChunkIndex(pool, seq, begin, count, host_meta.data() + at);
+  cuda_internal::WriteChunkIndex(pool, seq, begin, count, save_host_meta.data() + at);
   kv_meta_at = at;
   kv_meta_used = at + index_bytes;
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> CudaModel::Impl::StartLoads() {
+  if (!loader.has_queued()) return loader.last_ticket();
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  // A save still gathering from pages a load rewrites must finish first.
+  cudaEvent_t after = nullptr;
+  if (saves_pending) {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(saves_done, write_stream));
+    after = saves_done;
+  }
+  return loader.Start(pool, weights.inv_freq, after);
+}
+
 absl::Status CudaModel::Impl::FinishKvTransfers() {
-  if (!kv_pending) return absl::OkStatus();
-  kv_pending = false;
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
+  if (absl::StatusOr<uint64_t> started = StartLoads(); !started.ok()) return started.status();
+  if (absl::Status s = loader.Finish(); !s.ok()) return s;
+  if (!saves_pending) return absl::OkStatus();
+  saves_pending = false;
   kv_meta_used = 0;
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(write_stream));
   return absl::OkStatus();
 }
 
@@ -175,7 +194,7 @@ absl::Status CudaModel::RegisterHostMemory(absl::Span<std::byte> memory) {
 
 absl::Status CudaModel::RandomizeKvPool(uint64_t seed) {
   Impl& m = *impl_;
-  if (absl::Status s = m.UseDevice(); !s.ok()) return s;
+  if (absl::Status s = m.FinishKvTransfers(); !s.ok()) return s;
   if (absl::Status s = m.pool.Randomize(seed, m.stream); !s.ok()) return s;
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
   return absl::OkStatus();
@@ -212,11 +231,20 @@ absl::Status CudaModel::ResizeSequence(SequenceState& seq, int64_t capacity_toke
 absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   Impl& m = *impl_;
   if (absl::Status s = m.UseDevice(); !s.ok()) return s;
-  // The step reuses the staging buffers the transfers' indexes are in.
-  if (absl::Status s = m.FinishKvTransfers(); !s.ok()) return s;
+  // Loads queued for this step's sequences start now, beside it: its layers wait for
+  // theirs one by one (so the step runs eagerly); saves before it are fenced on the device.
+  if (absl::StatusOr<uint64_t> started = m.StartLoads(); !started.ok()) return started.status();
+  if (m.saves_unfenced) {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.saves_done, m.write_stream));
+    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(m.stream, m.saves_done, 0));
+    m.saves_unfenced = false;
+  }
+  const bool wait_loads = m.loader.waits_pending();
   const ModelConfig& c = m.config;
   StepPlan plan;
-  if (absl::Status s = cuda_internal::PlanStep(batch, c, m.pool, m.graphs.enabled(), &plan); !s.ok()) return s;
+  if (absl::Status s = cuda_internal::PlanStep(batch, c, m.pool, m.graphs.enabled() && !wait_loads, &plan); !s.ok()) {
+    return s;
+  }
   if (plan.rows == 0) return absl::OkStatus();
   const cuda_internal::Step& step = plan.step;
   const int64_t logit_rows = plan.logit_rows;
@@ -232,9 +260,11 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   const std::vector<size_t> token_entry = cuda_internal::PackStep(batch, plan, m.pool, m.host_meta.data());
 
   DrainOnError drain(m.stream);
-  absl::Status run = plan.graph ? m.graphs.Run(step.rows, step.max_tokens, m.stream, [&] { return m.Enqueue(step); })
-                                : m.Enqueue(step);
+  absl::Status run = plan.graph ? m.graphs.Run(step.rows, step.max_tokens, m.stream,
+                                               [&] { return m.Enqueue(step, /*wait_loads=*/false); })
+                                : m.Enqueue(step, wait_loads);
   if (!run.ok()) return run;
+  if (wait_loads) m.loader.WaitedAll();  // later steps follow this one on the stream
   // Logits asked for come back whole.
   for (size_t j = 0; j < token_entry.size(); ++j) {
     const ForwardEntry& e = batch[token_entry[j]];
@@ -253,43 +283,75 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   return absl::OkStatus();
 }
 
-absl::Status CudaModel::Impl::TransferChunk(const SequenceState& seq, int64_t begin, int count,
-                                            size_t payload_bytes, const storage::ChunkLayout& layout,
-                                            const std::function<absl::Status(cudaStream_t)>& enqueue) {
-  const auto* s = dynamic_cast<const CudaSequence*>(&seq);
-  if (absl::Status st = cuda_internal::CheckChunk(config, s, pool, begin, count, payload_bytes, layout); !st.ok()) {
-    return st;
-  }
-  if (count == 0) return absl::OkStatus();
-  if (absl::Status st = StageChunk(*s, begin, count, layout.PayloadBytes()); !st.ok()) return st;
-  DrainOnError drain(stream);
-  if (absl::Status e = enqueue(stream); !e.ok()) {
-    kv_pending = false;  // drained: nothing is left in flight
-    kv_meta_used = 0;
-    return e;
-  }
-  drain.Done();
-  kv_pending = true;  // FinishKvTransfers waits for it
-  return absl::OkStatus();
-}
-
 absl::Status CudaModel::LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
                                const storage::ChunkLayout& layout) {
   Impl& m = *impl_;
-  return m.TransferChunk(seq, begin, count, payload.size(), layout, [&](cudaStream_t st) {
-    return cuda_internal::EnqueueLoadChunk(m.config, m.pool, m.weights.inv_freq, m.Staging(), count, payload.data(),
-                                           layout, st);
-  });
+  const auto* s = dynamic_cast<const CudaSequence*>(&seq);
+  if (absl::Status st = cuda_internal::CheckChunk(m.config, s, m.pool, begin, count, payload.size(), layout);
+      !st.ok()) {
+    return st;
+  }
+  if (count == 0) return absl::OkStatus();
+  if (m.loader.has_queued() && !(m.loader.queued_layout() == layout)) {
+    if (absl::StatusOr<uint64_t> started = m.StartLoads(); !started.ok()) return started.status();
+  }
+  m.loader.Queue(*s, begin, count, payload.data(), layout);
+  return absl::OkStatus();
 }
 
 absl::Status CudaModel::SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                                const storage::ChunkLayout& layout) {
   Impl& m = *impl_;
-  return m.TransferChunk(seq, begin, count, payload.size(), layout, [&](cudaStream_t st) {
-    return cuda_internal::EnqueueSaveChunk(m.config, m.pool, m.Staging(), count, payload.data(), layout, st);
-  });
+  const auto* s = dynamic_cast<const CudaSequence*>(&seq);
+  if (absl::Status st = cuda_internal::CheckChunk(m.config, s, m.pool, begin, count, payload.size(), layout);
+      !st.ok()) {
+    return st;
+  }
+  if (count == 0) return absl::OkStatus();
+  if (absl::Status st = m.UseDevice(); !st.ok()) return st;
+  // The rows saved may have been loaded a moment ago: then the save follows the loads.
+  if (absl::StatusOr<uint64_t> started = m.StartLoads(); !started.ok()) return started.status();
+  if (s->load_ticket() != 0) {
+    absl::StatusOr<bool> landed = m.loader.Done(s->load_ticket());
+    if (!landed.ok()) return landed.status();
+    if (!*landed) STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(m.write_stream, m.loader.all_placed(), 0));
+  }
+  if (absl::Status st = m.StageSave(*s, begin, count, layout.PayloadBytes()); !st.ok()) return st;
+  DrainOnError drain(m.write_stream);
+  if (absl::Status e = cuda_internal::EnqueueSaveChunk(m.config, m.pool, m.SaveStaging(), count, payload.data(),
+                                                       layout, m.write_stream);
+      !e.ok()) {
+    m.saves_pending = false;  // drained: nothing is left in flight
+    m.kv_meta_used = 0;
+    return e;
+  }
+  drain.Done();
+  m.saves_pending = true;   // FinishKvTransfers waits for it
+  m.saves_unfenced = true;  // the next step waits for it on the device
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> CudaModel::StartKvTransfers() { return impl_->StartLoads(); }
+
+absl::StatusOr<bool> CudaModel::KvTransfersDone(uint64_t ticket) {
+  if (absl::Status s = impl_->UseDevice(); !s.ok()) return s;
+  return impl_->loader.Done(ticket);
 }
 
 absl::Status CudaModel::FinishKvTransfers() { return impl_->FinishKvTransfers(); }
+
+absl::Status CudaModel::FinishKvSaves() {
+  Impl& m = *impl_;
+  if (!m.saves_pending) return absl::OkStatus();
+  if (absl::Status s = m.UseDevice(); !s.ok()) return s;
+  m.saves_pending = false;
+  m.kv_meta_used = 0;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.write_stream));
+  return absl::OkStatus();
+}
+
+CUstream_st* CudaModel::LoadCopyStreamForTesting() const { return impl_->loader.copy_stream(); }
+CUstream_st* CudaModel::LoadPlaceStreamForTesting() const { return impl_->loader.place_stream(); }
+CUstream_st* CudaModel::WriteStreamForTesting() const { return impl_->write_stream; }
 
 }  // namespace strata::model

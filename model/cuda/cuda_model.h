@@ -21,6 +21,8 @@
 #include "model/model_backend.h"
 #include "model/model_weights.h"
 
+struct CUstream_st;  // cudaStream_t, without the CUDA headers
+
 namespace strata::model {
 
 struct CudaModelOptions {
@@ -37,6 +39,10 @@ struct CudaModelOptions {
   // graphs, one per (batch size, context bucket: 1/16 of the next power of two, at least
   // 256 tokens), at most 256 kept.
   bool cuda_graphs = true;
+  // Stored KV is loaded layer by layer through a read buffer of this many layers (each
+  // up to kv_read_group_tokens tokens of chunks): see kv_loader.h.
+  int kv_read_buffer_layers = 2;
+  int64_t kv_read_group_tokens = 16384;
 };
 
 class CudaModel final : public ModelBackend {
@@ -68,8 +74,13 @@ class CudaModel final : public ModelBackend {
                       const storage::ChunkLayout& layout) override;
   absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                       const storage::ChunkLayout& layout) override;
-  // Loads and saves only enqueue their copies: this waits for them (Forward does first).
+  // LoadKv queues; StartKvTransfers (or the next Forward) moves the queued chunks layer
+  // by layer on the read streams, and the step's layer l waits for layer l alone. SaveKv
+  // enqueues on the write stream. Every hand-off between streams is an event.
+  absl::StatusOr<uint64_t> StartKvTransfers() override;
+  absl::StatusOr<bool> KvTransfersDone(uint64_t ticket) override;
   absl::Status FinishKvTransfers() override;
+  absl::Status FinishKvSaves() override;
   // cudaHostRegister of the host tier's arena (unregistered when the model goes).
   absl::Status RegisterHostMemory(absl::Span<std::byte> memory) override;
 
@@ -82,6 +93,12 @@ class CudaModel final : public ModelBackend {
   int64_t pool_pages() const;
   int64_t free_pages() const;
   int page_tokens() const;
+
+  // The transfer streams, for tests that slow them on purpose (a delay kernel enqueued
+  // there must not change any result).
+  CUstream_st* LoadCopyStreamForTesting() const;
+  CUstream_st* LoadPlaceStreamForTesting() const;
+  CUstream_st* WriteStreamForTesting() const;
 
   struct Impl;
 

@@ -1,14 +1,15 @@
-// CudaModel's state: the parts below composed on the model's one stream. Internal to
+// CudaModel's state: the parts below composed on the model's streams. Internal to
 // model/cuda/ (cuda_model.cc holds the CudaModel methods, layer_loop.cc the forward pass).
 //
-// Every piece of work is enqueued on `stream` (non-blocking, made with the model), so work
-// runs in the order it was enqueued; Forward and RandomizeKvPool synchronise it once before
-// they return. LoadKv and SaveKv only enqueue, each chunk's index at its own offset of the
-// staging buffers (the stored-KV staging is reused in stream order), and
-// FinishKvTransfers synchronises them all at once (Forward does so first). The step workspaces and the staging buffers
-// (meta, host_meta, stored) are shared by steps and KV copies; any that moves bumps
-// `generation`, and the graph cache is dropped. Not thread-safe: the engine loop is the
-// only caller.
+// Streams: `stream` computes steps (Forward and RandomizeKvPool synchronise it before
+// they return); the loader's copy and place streams bring stored KV in layer by layer
+// (kv_loader.h); `write_stream` gathers and copies KV out to chunk payloads (SaveKv).
+// Every hand-off is an event: a step's layer l waits for the loads' layer l; loads wait
+// for the saves before them (a save may still read pages a load is about to rewrite);
+// saves wait for the loads before them; a step waits for the saves before it. Saves stage
+// through their own buffers (save_stored, save_meta, save_host_meta), so steps never wait
+// for transfers on the host. Steps' workspaces: any that moves bumps `generation`, and the
+// graph cache is dropped. Not thread-safe: the engine loop is the only caller.
 #ifndef STRATA_MODEL_CUDA_CUDA_MODEL_IMPL_H_
 #define STRATA_MODEL_CUDA_CUDA_MODEL_IMPL_H_
 
@@ -23,6 +24,7 @@
 #include "model/cuda/device_memory.h"
 #include "model/cuda/device_weights.h"
 #include "model/cuda/graph_cache.h"
+#include "model/cuda/kv_loader.h"
 #include "model/cuda/kv_pool.h"
 #include "model/cuda/kv_transfer.h"
 #include "model/cuda/step_plan.h"
@@ -33,18 +35,27 @@ struct CudaModel::Impl {
   ModelConfig config;
   uint64_t fingerprint = 0;
   CudaModelOptions options;
-  cudaStream_t stream = nullptr;
+  cudaStream_t stream = nullptr;        // compute
+  cudaStream_t write_stream = nullptr;  // saves (HBM -> host)
+  cudaEvent_t saves_done = nullptr;     // recorded on write_stream after the last save
 
   cuda_internal::DeviceWeights weights;
   cuda_internal::KvPool pool;
 
   // Step workspaces.
-  cuda_internal::DeviceBuffer x, proj, hb, qkv, q, attn, ab, gu, act, logits, lb, attn_ws, meta, stored, argmax_dev;
+  cuda_internal::DeviceBuffer x, proj, hb, qkv, q, attn, ab, gu, act, logits, lb, attn_ws, meta, argmax_dev;
   cuda_internal::PinnedBuffer host_meta, argmax_host;
   int64_t generation = 0;  // bumped whenever a buffer above moves
-  // KV transfers enqueued since the last FinishKvTransfers, and the bytes of meta /
-  // host_meta their chunk indexes take.
-  bool kv_pending = false;
+
+  // Loads (after the pool: it goes first, with its streams drained).
+  cuda_internal::KvLoader loader;
+  // Saves: staging, and the bytes of save_meta / save_host_meta the chunk indexes of the
+  // saves since the last FinishKvTransfers take.
+  cuda_internal::DeviceBuffer save_stored, save_meta;
+  cuda_internal::PinnedBuffer save_host_meta;
+  int64_t save_generation = 0;  // nothing captures the save staging
+  bool saves_pending = false;   // saves enqueued since the last FinishKvTransfers
+  bool saves_unfenced = false;  // saves enqueued since the last step waited for them
   int64_t kv_meta_used = 0;
 
   cuda_internal::GraphCache graphs;
@@ -52,15 +63,22 @@ struct CudaModel::Impl {
   void* registered = nullptr;  // host memory pinned by RegisterHostMemory
 
   ~Impl() {
+    // Nothing may still read the host memory about to be unpinned, or the pool.
+    (void)loader.Finish();
+    if (write_stream != nullptr) cudaStreamSynchronize(write_stream);
     if (registered != nullptr) cudaHostUnregister(registered);
     graphs.Drop();
-    if (stream != nullptr) cudaStreamDestroy(stream);
+    if (saves_done != nullptr) cudaEventDestroy(saves_done);
+    for (cudaStream_t s : {stream, write_stream}) {
+      if (s != nullptr) cudaStreamDestroy(s);
+    }
   }
 
   // Enqueues one step's work on the stream: the metadata copy, the layers, the greedy
-  // tokens' copy back to argmax_host. Nothing in it synchronises, so it can be captured.
-  // (layer_loop.cc)
-  absl::Status Enqueue(const cuda_internal::Step& step);
+  // tokens' copy back to argmax_host. Nothing in it synchronises, so it can be captured;
+  // with `wait_loads` each layer first waits for the started loads' layer (such a step
+  // runs eagerly). (layer_loop.cc)
+  absl::Status Enqueue(const cuda_internal::Step& step, bool wait_loads);
 
   int qkv_width() const { return config.q_dim() + 2 * config.kv_dim(); }
   // Makes the model's GPU current on the calling thread (the engine loop is not the
@@ -75,22 +93,19 @@ struct CudaModel::Impl {
   // Grows the step workspaces for `rows` rows, `logit_rows` sampled rows and `decodes`
   // decode rows over at most `max_tokens` tokens.
   absl::Status ReserveStep(int64_t rows, int64_t logit_rows, int64_t decodes, int64_t max_tokens);
-  // For moving `count` tokens of `seq` from `begin` between a chunk payload of
-  // `payload_bytes` and the pool: makes the GPU current, grows the staging buffers and
-  // writes the tokens' slots ([count] int64, at host_meta) and positions ([count] int32,
-  // after them) for one copy to `meta`.
-  absl::Status StageChunk(const cuda_internal::CudaSequence& seq, int64_t begin, int count, int64_t payload_bytes);
-  // The staging StageChunk prepared, for kv_transfer.h.
-  cuda_internal::ChunkStaging Staging() const {
-    return {stored.as<std::byte>(), meta.as<std::byte>() + kv_meta_at, host_meta.data() + kv_meta_at};
+  // For saving `count` tokens of `seq` from `begin` to a chunk payload of
+  // `payload_bytes`: grows the save staging and writes the tokens' slots ([count] int64,
+  // at save_host_meta) and positions ([count] int32, after them) for one copy to save_meta.
+  absl::Status StageSave(const cuda_internal::CudaSequence& seq, int64_t begin, int count, int64_t payload_bytes);
+  // The staging StageSave prepared, for kv_transfer.h.
+  cuda_internal::ChunkStaging SaveStaging() const {
+    return {save_stored.as<std::byte>(), save_meta.as<std::byte>() + kv_meta_at,
+            save_host_meta.data() + kv_meta_at};
   }
-  int64_t kv_meta_at = 0;  // offset of the chunk StageChunk prepared last
-  // Checks and stages one chunk of `seq`, then runs `enqueue` (its copies and kernel) on
-  // the stream; on an error the stream is drained. LoadKv and SaveKv.
-  absl::Status TransferChunk(const SequenceState& seq, int64_t begin, int count, size_t payload_bytes,
-                             const storage::ChunkLayout& layout,
-                             const std::function<absl::Status(cudaStream_t)>& enqueue);
-  // Waits for the KV transfers enqueued so far (no-op without any).
+  int64_t kv_meta_at = 0;  // offset of the chunk StageSave prepared last
+  // Starts the queued loads (after the saves before them); their ticket.
+  absl::StatusOr<uint64_t> StartLoads();
+  // Waits for the KV transfers started or enqueued so far.
   absl::Status FinishKvTransfers();
 };
 

@@ -33,6 +33,12 @@ absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequence(int64_t) {
   return absl::FailedPreconditionError("strata was built without CUDA");
 }
 absl::Status CudaModel::FinishKvTransfers() { return absl::OkStatus(); }
+absl::Status CudaModel::FinishKvSaves() { return absl::OkStatus(); }
+absl::StatusOr<uint64_t> CudaModel::StartKvTransfers() { return uint64_t{0}; }
+absl::StatusOr<bool> CudaModel::KvTransfersDone(uint64_t) { return true; }
+CUstream_st* CudaModel::LoadCopyStreamForTesting() const { return nullptr; }
+CUstream_st* CudaModel::LoadPlaceStreamForTesting() const { return nullptr; }
+CUstream_st* CudaModel::WriteStreamForTesting() const { return nullptr; }
 absl::Status CudaModel::ResizeSequence(SequenceState&, int64_t) {
   return absl::FailedPreconditionError("strata was built without CUDA");
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/testing/delay.h"
 #include "model/cpu/cpu_model.h"
 #include "gtest/gtest.h"
 
@@ -104,13 +105,16 @@ TEST_F(CudaModelTest, LoadedKvGivesTheSameLogitsAsComputedKv) {
   ASSERT_TRUE(computed.ok() && loaded.ok());
   ForwardEntry fill{computed->get(), 0, absl::Span<const int32_t>(tokens.data(), prompt)};
   ASSERT_TRUE(m.Forward({&fill, 1}).ok());
-  // Save in chunks, then place them into the other sequence, as the session cache does.
-  std::vector<std::byte> payload(static_cast<size_t>(layout.PayloadBytes()));
+  // Save in chunks, then place them into the other sequence, as the session cache does
+  // (each chunk its own payload: a load reads it until its transfer is done).
+  std::vector<std::vector<std::byte>> payloads;
   for (int begin = 0; begin < prompt; begin += chunk) {
     const int count = std::min(chunk, prompt - begin);
+    std::vector<std::byte>& payload = payloads.emplace_back(static_cast<size_t>(layout.PayloadBytes()));
     ASSERT_TRUE(m.SaveKv(**computed, begin, count, absl::MakeSpan(payload), layout).ok());
     ASSERT_TRUE(m.LoadKv(**loaded, begin, count, payload, layout).ok());
   }
+  const std::vector<std::byte>& payload = payloads.back();
   std::vector<float> a(c.vocab_size), b(c.vocab_size);
   ForwardEntry ea{computed->get(), prompt, absl::Span<const int32_t>(tokens.data() + prompt, 1), a.data()};
   ForwardEntry eb{loaded->get(), prompt, absl::Span<const int32_t>(tokens.data() + prompt, 1), b.data()};
@@ -121,6 +125,109 @@ TEST_F(CudaModelTest, LoadedKvGivesTheSameLogitsAsComputedKv) {
   // The stored rows are position-free K: placing them shifted changes the result.
   EXPECT_TRUE(absl::IsInvalidArgument(m.LoadKv(**loaded, prompt, chunk, payload, layout)))
       << "rows past the sequence's capacity are refused";
+}
+
+// Histories loaded layer by layer beside the step that reads them, three sequences at
+// once (of 1, 2 and 3 chunks, the last ones short), give the logits their computed KV
+// gives: through read buffers of 1 to 3 layers, groups of one chunk to all of them, and
+// with the copy, place and write streams slowed on purpose (a step that did not wait for
+// its layer's event, or a load that did not wait for the save it reads, would see rows
+// not yet written).
+TEST_F(CudaModelTest, LayerWiseLoadsBesideAStepEqualComputedKv) {
+  const ModelConfig c = Config();
+  const ModelWeights weights = ModelWeights::Random(c, 9, {});
+  const int chunk = 32;
+  const std::vector<int> prompts = {20, 50, 90};
+  const int n = static_cast<int>(prompts.size());
+  struct Case {
+    int buffer_layers;
+    int64_t group_tokens;
+    bool slow;
+  };
+  for (const Case k : {Case{2, 16384, false}, Case{1, 32, false}, Case{3, 64, true}, Case{1, 16384, true}}) {
+    SCOPED_TRACE(::testing::Message() << "buffer_layers " << k.buffer_layers << ", group_tokens " << k.group_tokens
+                                    << (k.slow ? ", streams slowed" : ""));
+    CudaModelOptions o = SmallPool();
+    o.kv_read_buffer_layers = k.buffer_layers;
+    o.kv_read_group_tokens = k.group_tokens;
+    auto model = CudaModel::Create(weights, o);
+    ASSERT_TRUE(model.ok()) << model.status();
+    CudaModel& m = **model;
+    const storage::ChunkLayout layout = ChunkLayoutFor(m, chunk);
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<std::unique_ptr<SequenceState>> computed, loaded;
+    std::vector<std::vector<std::vector<std::byte>>> payloads(static_cast<size_t>(n));
+    for (int b = 0; b < n; ++b) {
+      tokens.push_back(Tokens(prompts[b] + 1, 5 + b));
+      computed.push_back(*m.NewSequence(prompts[b] + 1));
+      ForwardEntry fill{computed.back().get(), 0, absl::Span<const int32_t>(tokens[b].data(), prompts[b])};
+      ASSERT_TRUE(m.Forward({&fill, 1}).ok());
+      if (k.slow) ASSERT_EQ(kernels::testing::LaunchDelay(m.WriteStreamForTesting(), 20000), cudaSuccess);
+      for (int begin = 0; begin < prompts[b]; begin += chunk) {
+        auto& payload = payloads[b].emplace_back(static_cast<size_t>(layout.PayloadBytes()));
+        ASSERT_TRUE(m.SaveKv(*computed.back(), begin, std::min(chunk, prompts[b] - begin), absl::MakeSpan(payload),
+                             layout).ok());
+      }
+    }
+    // The reference: one step over the computed sequences.
+    std::vector<std::vector<float>> want(static_cast<size_t>(n), std::vector<float>(c.vocab_size));
+    std::vector<std::vector<float>> got = want;
+    std::vector<ForwardEntry> batch;
+    for (int b = 0; b < n; ++b) {
+      batch.push_back({computed[b].get(), prompts[b], absl::Span<const int32_t>(&tokens[b][prompts[b]], 1),
+                       want[b].data()});
+    }
+    ASSERT_TRUE(m.Forward(batch).ok());
+    ASSERT_TRUE(m.FinishKvSaves().ok());
+    // All three loaded at once and read by the very next step, with nothing waited on the host.
+    if (k.slow) {
+      ASSERT_EQ(kernels::testing::LaunchDelay(m.LoadCopyStreamForTesting(), 20000), cudaSuccess);
+      ASSERT_EQ(kernels::testing::LaunchDelay(m.LoadPlaceStreamForTesting(), 20000), cudaSuccess);
+    }
+    batch.clear();
+    for (int b = 0; b < n; ++b) {
+      loaded.push_back(*m.NewSequence(prompts[b] + 1));
+      for (int begin = 0, j = 0; begin < prompts[b]; begin += chunk, ++j) {
+        ASSERT_TRUE(m.LoadKv(*loaded.back(), begin, std::min(chunk, prompts[b] - begin), payloads[b][j], layout).ok());
+      }
+      batch.push_back({loaded[b].get(), prompts[b], absl::Span<const int32_t>(&tokens[b][prompts[b]], 1),
+                       got[b].data()});
+    }
+    ASSERT_TRUE(m.Forward(batch).ok());
+    for (int b = 0; b < n; ++b) {
+      EXPECT_EQ(0, std::memcmp(got[b].data(), want[b].data(), got[b].size() * sizeof(float)))
+          << "sequence " << b << ": KV loaded beside the step differs from the computed KV";
+    }
+    ASSERT_TRUE(m.FinishKvTransfers().ok());
+  }
+}
+
+// A load's ticket is done only once its copies have landed: the host chunks it reads
+// stay leased until then.
+TEST_F(CudaModelTest, KvTransfersDoneOnlyOnceTheCopiesLanded) {
+  auto model = CudaModel::Create(ModelWeights::Random(Config(), 4, {}), SmallPool());
+  ASSERT_TRUE(model.ok()) << model.status();
+  CudaModel& m = **model;
+  const storage::ChunkLayout layout = ChunkLayoutFor(m, 32);
+  const std::vector<int32_t> tokens = Tokens(32, 1);
+  auto computed = *m.NewSequence(32);
+  auto loaded = *m.NewSequence(32);
+  ForwardEntry fill{computed.get(), 0, tokens};
+  ASSERT_TRUE(m.Forward({&fill, 1}).ok());
+  std::vector<std::byte> payload(static_cast<size_t>(layout.PayloadBytes()));
+  ASSERT_TRUE(m.SaveKv(*computed, 0, 32, absl::MakeSpan(payload), layout).ok());
+  ASSERT_TRUE(m.FinishKvSaves().ok());
+  ASSERT_EQ(kernels::testing::LaunchDelay(m.LoadCopyStreamForTesting(), 300000), cudaSuccess);
+  ASSERT_TRUE(m.LoadKv(*loaded, 0, 32, payload, layout).ok());
+  absl::StatusOr<uint64_t> ticket = m.StartKvTransfers();
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  absl::StatusOr<bool> done = m.KvTransfersDone(*ticket);
+  ASSERT_TRUE(done.ok());
+  EXPECT_FALSE(*done) << "the copy stream is held up for 300 ms";
+  ASSERT_TRUE(m.FinishKvTransfers().ok());
+  done = m.KvTransfersDone(*ticket);
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(*done);
 }
 
 // Decode steps run as captured graphs (per batch and context bucket) give the

@@ -41,9 +41,14 @@ class CudaSequence final : public SequenceState {
   int64_t capacity() const { return capacity_; }
   // The pool the pages came from: a sequence of another model has another one.
   const KvPool* pool() const { return pool_; }
+  // The KV loader's ticket of the last load into the sequence (0: none): a save of its
+  // rows waits for that load on the device.
+  uint64_t load_ticket() const { return load_ticket_; }
+  void set_load_ticket(uint64_t ticket) const { load_ticket_ = ticket; }
 
  private:
   KvPool* pool_;
+  mutable uint64_t load_ticket_ = 0;
   friend class KvPool;
   std::vector<int32_t> pages_;
   int64_t capacity_;

@@ -25,22 +25,6 @@ void WriteChunkIndex(const KvPool& pool, const CudaSequence& seq, int64_t begin,
   }
 }
 
-absl::Status EnqueueLoadChunk(const ModelConfig& c, const KvPool& pool, const float* inv_freq,
-                              const ChunkStaging& staging, int count, const std::byte* payload,
-                              const storage::ChunkLayout& layout, cudaStream_t st) {
-  const int64_t payload_bytes = layout.PayloadBytes();
-  // A copy from pageable memory returns once the payload has been read.
-  STRATA_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(staging.stored, payload, static_cast<size_t>(payload_bytes), cudaMemcpyHostToDevice, st));
-  STRATA_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(staging.index, staging.host_index, ChunkIndexBytes(count), cudaMemcpyHostToDevice, st));
-  kernels::StoredKvParams p{count, c.num_layers, layout.chunk_tokens, c.num_kv_heads, c.head_dim,
-                            reinterpret_cast<const int32_t*>(staging.index + 8 * int64_t{count}),
-                            reinterpret_cast<const int64_t*>(staging.index), inv_freq, pool.layer_stride(),
-                            pool.k_rot(), pool.k_raw(), pool.v()};
-  return kernels::LaunchPlaceStoredKv(reinterpret_cast<const uint16_t*>(staging.stored), p, st);
-}
-
 absl::Status EnqueueSaveChunk(const ModelConfig& c, const KvPool& pool, const ChunkStaging& staging, int count,
                               std::byte* payload, const storage::ChunkLayout& layout, cudaStream_t st) {
   STRATA_CUDA_RETURN_IF_ERROR(

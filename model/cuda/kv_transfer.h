@@ -1,14 +1,14 @@
-// KV transfer: copies between the session store's chunk payloads in host memory (the host
-// tier's arena, registered with RegisterHostMemory, or pageable memory) and the paged pool.
+// KV transfer: the checks both directions share, and saving: copies from the paged pool
+// to the session store's chunk payloads in host memory (the host tier's arena,
+// registered with RegisterHostMemory, or pageable memory). Loading is kv_loader.h's.
 //
 // A payload is laid [layer][K before RoPE | V][chunk_tokens][kv_dim] bf16
-// (storage/chunk_format.h); its first `count` tokens go to (or come from) `count`
-// consecutive positions of a sequence. Loading rotates K for the position the token has
-// now (kernels::LaunchPlaceStoredKv); saving gathers K before RoPE and V
+// (storage/chunk_format.h); its first `count` tokens come from `count` consecutive
+// positions of a sequence. Saving gathers K before RoPE and V
 // (kernels::LaunchGatherStoredKv) and copies them back in one strided copy.
 //
 // One copy goes: WriteChunkIndex fills the tokens' slots and positions in pinned host
-// memory; EnqueueLoadChunk / EnqueueSaveChunk put the copies and the kernel on a stream.
+// memory; EnqueueSaveChunk puts the copies and the kernel on a stream.
 // Streams: everything is enqueued on the stream given, nothing synchronises; the caller
 // waits (or records an event) before it reads the payload a save wrote, reuses the
 // staging buffers, or frees a payload a load reads. Ownership: the staging buffers and the
@@ -47,13 +47,6 @@ absl::Status CheckChunk(const ModelConfig& config, const CudaSequence* s, const 
 // Writes the slots and positions of `count` tokens of `seq` from `begin` into
 // `host_index` (ChunkIndexBytes(count) of it).
 void WriteChunkIndex(const KvPool& pool, const CudaSequence& seq, int64_t begin, int count, std::byte* host_index);
-
-// Enqueues on `stream`: the payload's copy to staging.stored (a copy from pageable memory
-// returns once the payload has been read), the index's copy, and the placement of `count`
-// tokens into every layer's planes (K rotated with `inv_freq`).
-absl::Status EnqueueLoadChunk(const ModelConfig& config, const KvPool& pool, const float* inv_freq,
-                              const ChunkStaging& staging, int count, const std::byte* payload,
-                              const storage::ChunkLayout& layout, cudaStream_t stream);
 
 // Enqueues on `stream`: the index's copy, the gather of `count` tokens' K before RoPE and
 // V into staging.stored, and one strided copy of each (layer, K|V) block's first `count`

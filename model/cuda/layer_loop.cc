@@ -4,8 +4,8 @@
 // gate/up, SwiGLU, down; final norm; logits of the sampled rows; sampling.
 //
 // Everything goes on the model's stream in this order and nothing synchronises (a decode
-// step is captured as a graph from here). Work that must land before a layer reads its KV
-// (a per-layer wait on another stream's event) belongs at the top of the layer's body.
+// step is captured as a graph from here). A step with loads in flight first waits, at the
+// top of each layer's body, for that layer's loads' event (and runs eagerly).
 #include <cmath>
 
 #include "kernels/attention/decode.h"
@@ -24,7 +24,7 @@ using cuda_internal::LayerDevice;
 using cuda_internal::Step;
 using cuda_internal::StepMeta;
 
-absl::Status CudaModel::Impl::Enqueue(const Step& step) {
+absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
   cudaStream_t st = stream;
   const ModelConfig& c = config;
   const StepMeta& off = step.meta;
@@ -55,6 +55,8 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step) {
   STRATA_STEP(kernels::LaunchEmbedBf16({weights.embedding, d_ids, r, h, xs}, st));
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerDevice& L = weights.layers[static_cast<size_t>(l)];
+    // The layer's stored KV, loading beside the step, must have landed.
+    if (wait_loads) STRATA_STEP(loader.WaitLayer(l, st));
     // Attention block: x += the previous MLP output, normed into hb.
     STRATA_STEP(kernels::LaunchRmsNormToBf16({l == 0 ? nullptr : pr, xs, L.attn_norm, hs, r, h, c.rms_norm_eps}, st));
     STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wqkv, qkv.as<float>(), r, h, w}, st));

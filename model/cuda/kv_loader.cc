@@ -1,0 +1,203 @@
+#include "model/cuda/kv_loader.h"
+
+#include <algorithm>
+
+#include "kernels/cuda_check.h"
+#include "kernels/rope/rope.h"
+
+namespace strata::model::cuda_internal {
+namespace {
+
+absl::Status NewEvent(cudaEvent_t* e) {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+KvLoader::~KvLoader() {
+  if (copy_ != nullptr) cudaStreamSynchronize(copy_);
+  if (place_ != nullptr) cudaStreamSynchronize(place_);
+  for (auto* events : {&layer_ready_, &slot_filled_, &slot_free_, &spare_events_}) {
+    for (cudaEvent_t e : *events) cudaEventDestroy(e);
+  }
+  for (auto& [ticket, e] : in_flight_) cudaEventDestroy(e);
+  for (cudaEvent_t e : {index_copied_, all_placed_}) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  for (cudaStream_t s : {copy_, place_}) {
+    if (s != nullptr) cudaStreamDestroy(s);
+  }
+}
+
+absl::Status KvLoader::Init(const ModelConfig& config, const KvLoaderOptions& options) {
+  if (options.buffer_layers < 1 || options.buffer_layers > 64 || options.group_tokens < 1) {
+    return absl::InvalidArgumentError("the KV read buffer takes 1..64 layers and a positive group of tokens");
+  }
+  config_ = config;
+  options_ = options;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&place_, cudaStreamNonBlocking));
+  layer_ready_.resize(static_cast<size_t>(config.num_layers));
+  slot_filled_.resize(static_cast<size_t>(options.buffer_layers));
+  slot_free_.resize(static_cast<size_t>(options.buffer_layers));
+  slot_used_.assign(static_cast<size_t>(options.buffer_layers), false);
+  for (auto* events : {&layer_ready_, &slot_filled_, &slot_free_}) {
+    for (cudaEvent_t& e : *events) {
+      if (absl::Status s = NewEvent(&e); !s.ok()) return s;
+    }
+  }
+  if (absl::Status s = NewEvent(&index_copied_); !s.ok()) return s;
+  return NewEvent(&all_placed_);
+}
+
+void KvLoader::Queue(const CudaSequence& seq, int64_t begin, int count, const std::byte* payload,
+                     const storage::ChunkLayout& layout) {
+  layout_ = layout;
+  queued_.push_back(Chunk{&seq, begin, count, payload});
+}
+
+absl::Status KvLoader::Reserve(int64_t chunks_per_slot, int64_t index_entries) {
+  const int64_t block = 2 * int64_t{layout_.chunk_tokens} * layout_.row_bytes;
+  const int64_t slot_bytes = AlignUp(chunks_per_slot * block, 256);
+  const int64_t buffer_bytes = slot_bytes * options_.buffer_layers;
+  const int64_t index_bytes = 12 * index_entries;
+  if (started_) {
+    // The host index is rewritten: the last Start's copy of it must be done.
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(index_copied_));
+    if (buffer_.bytes() < buffer_bytes || index_.bytes() < index_bytes) {
+      // A device buffer moves: what reads the old one finishes first.
+      if (absl::Status s = Finish(); !s.ok()) return s;
+    }
+  }
+  for (absl::Status s : {buffer_.Reserve(buffer_bytes, &generation_), index_.Reserve(index_bytes, &generation_),
+                         host_index_.Reserve(index_bytes, &generation_)}) {
+    if (!s.ok()) return s;
+  }
+  slot_bytes_ = slot_bytes;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_freq, cudaEvent_t after) {
+  if (queued_.empty()) return last_ticket();
+  const int ct = layout_.chunk_tokens;
+  const int64_t chunks = static_cast<int64_t>(queued_.size());
+  const int64_t per_slot = std::clamp<int64_t>(options_.group_tokens / ct, 1, chunks);
+  const int64_t groups = (chunks + per_slot - 1) / per_slot;
+  const int64_t entries = chunks * ct;
+  if (absl::Status s = Reserve(per_slot, entries); !s.ok()) {
+    queued_.clear();
+    return s;
+  }
+  // The index: every queued token's slot, then its position; a short chunk's tail -1.
+  auto* slots = reinterpret_cast<int64_t*>(host_index_.data());
+  auto* positions = reinterpret_cast<int32_t*>(host_index_.data() + 8 * entries);
+  for (int64_t j = 0; j < chunks; ++j) {
+    const Chunk& c = queued_[static_cast<size_t>(j)];
+    for (int i = 0; i < ct; ++i) {
+      slots[j * ct + i] = i < c.count ? pool.Slot(*c.seq, c.begin + i) : -1;
+      positions[j * ct + i] = static_cast<int32_t>(c.begin + i);
+    }
+  }
+  const int64_t block = 2 * int64_t{ct} * layout_.row_bytes;
+  const auto* d_slots = index_.as<int64_t>();
+  const auto* d_positions = reinterpret_cast<const int32_t*>(index_.as<std::byte>() + 8 * entries);
+
+  auto enqueue = [&]() -> absl::Status {
+    // Saves before: their payloads may be what is read here, their pages what is written.
+    if (after != nullptr) {
+      STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_, after, 0));
+      STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(place_, after, 0));
+    }
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(index_.as<void>(), host_index_.data(), static_cast<size_t>(12 * entries),
+                                                cudaMemcpyHostToDevice, place_));
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(index_copied_, place_));
+    int64_t k = 0;
+    for (int l = 0; l < config_.num_layers; ++l) {
+      for (int64_t g = 0; g < groups; ++g, ++k) {
+        const size_t s = static_cast<size_t>(k % options_.buffer_layers);
+        std::byte* slot = buffer_.as<std::byte>() + static_cast<int64_t>(s) * slot_bytes_;
+        const int64_t first = g * per_slot, n = std::min(per_slot, chunks - first);
+        // Bus: this layer of the group's chunks into slot s, once its last reader is done.
+        if (slot_used_[s]) STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_, slot_free_[s], 0));
+        for (int64_t j = 0; j < n; ++j) {
+          const std::byte* from = queued_[static_cast<size_t>(first + j)].payload + layout_.RowOffset(l, 0, 0);
+          STRATA_CUDA_RETURN_IF_ERROR(
+              cudaMemcpyAsync(slot + j * block, from, static_cast<size_t>(block), cudaMemcpyHostToDevice, copy_));
+        }
+        STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot_filled_[s], copy_));
+        // Kernels: placed into layer l's planes.
+        STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(place_, slot_filled_[s], 0));
+        const int64_t plane = l * pool.layer_stride();
+        kernels::StoredKvParams p{ct, static_cast<int>(n), ct, config_.num_kv_heads, config_.head_dim,
+                                  d_positions + first * ct, d_slots + first * ct, inv_freq, 0,
+                                  pool.k_rot() + plane, pool.k_raw() + plane, pool.v() + plane, ct};
+        if (absl::Status e = kernels::LaunchPlaceStoredKv(reinterpret_cast<const uint16_t*>(slot), p, place_);
+            !e.ok()) {
+          return e;
+        }
+        STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot_free_[s], place_));
+        slot_used_[s] = true;
+      }
+      STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(layer_ready_[static_cast<size_t>(l)], place_));
+    }
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(all_placed_, place_));
+    cudaEvent_t done = nullptr;
+    if (spare_events_.empty()) {
+      if (absl::Status s = NewEvent(&done); !s.ok()) return s;
+    } else {
+      done = spare_events_.back();
+      spare_events_.pop_back();
+    }
+    in_flight_.emplace_back(next_ticket_, done);
+    for (const Chunk& c : queued_) c.seq->set_load_ticket(next_ticket_);
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(done, place_));
+    return absl::OkStatus();
+  };
+  started_ = true;
+  waits_pending_ = true;
+  absl::Status s = enqueue();
+  queued_.clear();
+  if (!s.ok()) {
+    cudaStreamSynchronize(copy_);
+    cudaStreamSynchronize(place_);
+    cudaGetLastError();
+    return s;
+  }
+  return next_ticket_++;
+}
+
+absl::StatusOr<bool> KvLoader::Done(uint64_t ticket) {
+  while (!in_flight_.empty()) {
+    auto [t, e] = in_flight_.front();
+    const cudaError_t q = cudaEventQuery(e);
+    if (q == cudaErrorNotReady) break;
+    if (q != cudaSuccess) {
+      cudaGetLastError();
+      return kernels::CudaStatus(q, "cudaEventQuery", __FILE__, __LINE__);
+    }
+    done_ticket_ = t;
+    spare_events_.push_back(e);
+    in_flight_.pop_front();
+  }
+  return ticket <= done_ticket_;
+}
+
+absl::Status KvLoader::Finish() {
+  if (copy_ == nullptr) return absl::OkStatus();
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(place_));
+  for (auto& [t, e] : in_flight_) {
+    done_ticket_ = t;
+    spare_events_.push_back(e);
+  }
+  in_flight_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status KvLoader::WaitLayer(int l, cudaStream_t stream) {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, layer_ready_[static_cast<size_t>(l)], 0));
+  return absl::OkStatus();
+}
+
+}  // namespace strata::model::cuda_internal
