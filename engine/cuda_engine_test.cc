@@ -4,6 +4,7 @@
 // sampled turns reproduce. Skips, saying so, without a GPU.
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
@@ -195,21 +196,39 @@ ManyOutput RunManySessions(CacheMode mode) {
 
 // 64 sessions return at once: their histories come from the host tier, loaded layer by
 // layer beside the steps that read them (also with the copy, place and write streams
-// slowed on purpose), or stay resident in HBM; the greedy answers equal those with the
-// cache off.
+// slowed on purpose), or stay resident in HBM. Every cache mode gives the same greedy
+// answers, token for token (the KV they read is the same bits however it got there), and
+// first turns equal those with the cache off. Second turns with the cache off recompute
+// the first answer's KV by prefill where the cache kept what decode steps computed: equal
+// within bf16 rounding, so a near-tie can go the other way in a few sessions, never in
+// many (a missing fence garbles most of them).
 TEST_F(CudaEngineTest, ManyConcurrentSessionsWithTheCacheEqualWithout) {
   const ManyOutput off = RunManySessions(CacheMode::kOff);
   ASSERT_EQ(off.answers.size(), 128u);
+  std::vector<std::vector<int32_t>> first_cached;
   for (CacheMode mode : {CacheMode::kHost, CacheMode::kHbm, CacheMode::kHostSlowed}) {
     const ManyOutput on = RunManySessions(mode);
     const char* name = mode == CacheMode::kHost ? "host" : mode == CacheMode::kHbm ? "hbm" : "host, slowed";
     ASSERT_EQ(on.answers.size(), off.answers.size()) << name;
-    int differ = 0;
-    for (size_t i = 0; i < on.answers.size(); ++i) differ += on.answers[i] != off.answers[i];
-    EXPECT_EQ(differ, 0) << "answers differing from the cache-off run (" << name << ")";
+    std::string differ;
+    for (size_t i = 0; i < 64; ++i) {
+      EXPECT_EQ(on.answers[i], off.answers[i]) << name << ": first turn of session " << i;
+    }
+    int second_differ = 0;
     for (size_t i = 64; i < on.answers.size(); ++i) {
+      if (on.answers[i] != off.answers[i]) {
+        ++second_differ;
+        absl::StrAppend(&differ, " ", i - 64);
+      }
       EXPECT_GT(on.cached[i], 0) << name << ": session " << i - 64 << " reused nothing";
       EXPECT_EQ(on.tiers[i], mode == CacheMode::kHbm ? storage::Tier::kHbm : storage::Tier::kHost) << name;
+    }
+    EXPECT_LE(second_differ, 6) << name << ": second turns differing from the cache-off run:" << differ;
+    if (second_differ > 0) std::printf("%s: second turns near-tied off the cache-off run:%s\n", name, differ.c_str());
+    if (first_cached.empty()) {
+      first_cached = on.answers;
+    } else {
+      EXPECT_EQ(on.answers, first_cached) << name << ": answers differ from the host-tier run's";
     }
   }
 }

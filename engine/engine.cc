@@ -67,7 +67,8 @@ struct Engine::Running {
 };
 
 absl::Status EngineOptions::Validate() const {
-  if (max_running <= 0 || max_step_tokens <= 0 || max_new_tokens_limit <= 0 || max_queued <= 0) {
+  if (max_running <= 0 || max_step_tokens <= 0 || max_new_tokens_limit <= 0 || max_queued <= 0 ||
+      warmup_tokens < 0) {
     return absl::InvalidArgumentError("engine limits must be positive");
   }
   return absl::OkStatus();
@@ -113,7 +114,30 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend
                    << s;
     }
   }
+  if (options_.warmup_tokens > 0) Warmup();
   loop_ = std::thread([this] { Loop(); });
+}
+
+void Engine::Warmup() {
+  const model::ModelConfig& c = config();
+  const int64_t n = std::min<int64_t>(
+      {options_.warmup_tokens, options_.max_step_tokens, c.max_context, model_->kv_capacity_tokens()});
+  auto seq = model_->NewSequence(n);
+  if (!seq.ok()) return;  // no room: the speed is measured by the first turns instead
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>(i % c.vocab_size);
+  double seconds = 0;
+  for (int pass = 0; pass < 2; ++pass) {  // the first pays for cold caches and library set-up
+    model::ForwardEntry e{seq->get(), 0, tokens};
+    const absl::Time start = absl::Now();
+    if (absl::Status s = model_->Forward({&e, 1}); !s.ok()) {
+      LOG(WARNING) << "the warm-up step failed: " << s;
+      return;
+    }
+    seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  }
+  MutexLock lock(&mu_);
+  if (seconds > 0) stats_.prefill_tokens_per_second = static_cast<double>(n) / seconds;
 }
 
 Engine::~Engine() {
@@ -257,6 +281,7 @@ void Engine::StartPromotions(std::vector<Promotion> promote) {
     // Whatever the outcome, the turn is then admitted: on a failed promotion its prefix
     // is a miss (or a synchronous read) and it is computed.
     store_->Promote(p.key, [this, id = p.id](absl::Status status) {
+      if (!status.ok()) LOG(WARNING) << "bringing a session up from SSD failed; its turn computes it: " << status;
       MutexLock lock(&mu_);
       for (Queued& q : queue_) {
         if (q.id != id) continue;

@@ -40,6 +40,9 @@ struct EngineOptions {
   // A turn whose cached prefix is only on SSD recomputes it instead when the measured
   // prefill speed makes that faster than the measured SSD load.
   bool fetch_or_recompute = true;
+  // Prefill tokens of a scratch step timed at start, so the prefill speed the rule above
+  // compares with is known before the first turn (and the device is warm); 0: not done.
+  int warmup_tokens = 512;
   // Finished turns' KV kept in the backend's KV memory (the HBM tier); with the cache on.
   HbmTierOptions hbm;
 
@@ -101,6 +104,9 @@ class Engine {
 
   Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend> model, const text::Tokenizer* tokenizer,
          storage::SessionStore* store, metrics::Registry* registry);
+  // Runs warmup_tokens of prefill twice on a scratch sequence and takes the second's
+  // speed as the first prefill speed measured.
+  void Warmup();
   void Loop();
   // Takes the turns that can start now; fills `promote` with the sessions to bring up
   // from SSD first (started by the caller, outside the lock).

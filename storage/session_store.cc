@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "base/log.h"
 #include "base/mutex.h"
+#include "storage/ssd_probe.h"
 
 namespace strata::storage {
 
@@ -31,6 +32,9 @@ absl::Status SessionStoreOptions::Validate() const {
     }
   }
   if (ttl <= absl::ZeroDuration()) return absl::InvalidArgumentError("TTL must be positive");
+  if (ssd_read_bytes_per_second < 0 || ssd_probe_bytes < 0) {
+    return absl::InvalidArgumentError("the SSD read speed and probe size cannot be negative");
+  }
   return layout.Validate();
 }
 
@@ -112,6 +116,22 @@ SessionStoreImpl::SessionStoreImpl(const SessionStoreOptions& options, std::uniq
 absl::Status SessionStoreImpl::Start() {
   if (ssd_ == nullptr) return absl::OkStatus();
   if (absl::Status s = Recover(); !s.ok()) return s;
+  double ssd_rate = options_.ssd_read_bytes_per_second;
+  if (ssd_rate <= 0 && options_.ssd_probe_bytes > 0) {
+    absl::StatusOr<double> probed = MeasureSsdReadBytesPerSecond(*ssd_, options_.ssd_probe_bytes);
+    if (probed.ok()) {
+      ssd_rate = *probed;
+      LOG(INFO) << "SSD tier reads at " << ssd_rate / 1e9 << " GB/s (probe of " << options_.ssd_probe_bytes
+                << " bytes)";
+    } else {
+      LOG(WARNING) << "the SSD tier's read speed could not be probed; the first promotion measures it: "
+                   << probed.status();
+    }
+  }
+  {
+    MutexLock lock(&mu_);
+    ssd_read_bytes_per_second_ = std::max(ssd_rate, 0.0);
+  }
   persist_thread_ = std::thread([this] { PersistLoop(); });
   return absl::OkStatus();
 }

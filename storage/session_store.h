@@ -76,6 +76,13 @@ struct SessionStoreOptions {
   std::vector<std::string> ssd_dirs;
   int64_t ssd_capacity_bytes_per_dir = 0;
   int ssd_queue_depth = 64;
+  // How fast the SSD tier reads, known before the first promotion (the engine's
+  // fetch-or-recompute rule needs it for the first SSD hit): an assumed speed in bytes
+  // per second, or, when 0, measured at start by reading back ssd_probe_bytes written to
+  // free blocks (ssd_probe.h). Promotions refine it. With neither, the first promotion
+  // measures it and SSD hits before that are loaded.
+  double ssd_read_bytes_per_second = 0;
+  int64_t ssd_probe_bytes = int64_t{64} << 20;
   // Directory of the RocksDB index; required with an SSD tier.
   std::string index_dir;
   // Sessions not used for this long are dropped from every tier.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -379,13 +380,40 @@ class TieredStoreTest : public SessionStoreTest {
     o.ssd_capacity_bytes_per_dir = ssd_chunks * o.layout.BlockBytes();
     o.index_dir = dir_ + "/index";
     o.ttl = ttl;
+    if (tweak_) tweak_(o);
     auto s = SessionStore::Create(o);
     ASSERT_TRUE(s.ok()) << s.status();
     store_ = *std::move(s);
   }
+  std::function<void(SessionStoreOptions&)> tweak_;  // changes MakeTiered's options
   testing::TempDir tmp_{"strata-store"};
   std::string dir_ = tmp_.path();
 };
+
+// The SSD's read speed is known before the first promotion: probed at start (the probe's
+// blocks given back), or as assumed; unknown (0) only with the probe off.
+TEST_F(TieredStoreTest, SsdReadSpeedIsKnownBeforeTheFirstPromotion) {
+  MakeTiered(4, 32);
+  EXPECT_GT(store_->ssd_read_bytes_per_second(), 0);
+  EXPECT_EQ(store_->Stats().ssd_used_bytes, 0) << "the probe left blocks in use";
+  EXPECT_EQ(store_->Stats().ssd_bytes_read, 0) << "the probe is not the tier's traffic";
+  SessionKey key{"t", "s"};
+  ASSERT_TRUE(SaveAll(key, Iota(10), 0).ok());
+  ASSERT_TRUE(store_->Flush(key, absl::Seconds(10)).ok());
+  EXPECT_EQ(ReadAndCheck(key, 10), 10);
+  tweak_ = [](SessionStoreOptions& o) { o.ssd_read_bytes_per_second = 1234; };
+  MakeTiered(4, 32);
+  EXPECT_EQ(store_->ssd_read_bytes_per_second(), 1234);
+  EXPECT_EQ(ReadAndCheck(key, 10), 10) << "the probe overwrote a persisted session's block";
+  tweak_ = [](SessionStoreOptions& o) { o.ssd_probe_bytes = 0; };
+  MakeTiered(4, 32);
+  EXPECT_EQ(store_->ssd_read_bytes_per_second(), 0);
+  store_.reset();
+  SessionStoreOptions bad;
+  bad.layout = ChunkLayout{.layers = 2, .chunk_tokens = 4, .row_bytes = 8};
+  bad.ssd_read_bytes_per_second = -1;
+  EXPECT_TRUE(absl::IsInvalidArgument(SessionStore::Create(bad).status()));
+}
 
 TEST_F(TieredStoreTest, FlushPersistsAndGetSaysSo) {
   MakeTiered(8, 32);

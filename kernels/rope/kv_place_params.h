@@ -45,6 +45,8 @@ struct QkvPlaceParams {
 // read buffer: block l's token i takes positions[l * index_stride + i] and
 // slots[l * index_stride + i], a slot < 0 is skipped (a short chunk's tail), and
 // layer_stride is 0 (every block lands in the one layer the planes point at).
+// stored_block_stride (values; 0: 2 * chunk_tokens * kv_dim, blocks back to back) is how
+// far apart `stored`'s blocks lie: a read buffer holding several layers of each chunk.
 struct StoredKvParams {
   int n, layers, chunk_tokens, kv_heads, head_dim;
   const int32_t* positions;  // [n]; PlaceStoredKv only
@@ -55,6 +57,7 @@ struct StoredKvParams {
   uint16_t* k_raw;
   uint16_t* v;
   int index_stride = 0;
+  int64_t stored_block_stride = 0;
 };
 
 }  // namespace strata::kernels

@@ -27,6 +27,9 @@ absl::Status CheckStoredKv(const StoredKvParams& p) {
   if (absl::Status s = CheckSizes(p.n, p.layers, p.kv_heads); !s.ok()) return s;
   if (absl::Status s = HeadDim(p.head_dim); !s.ok()) return s;
   if (p.n > p.chunk_tokens || p.layers > 65535) return absl::InvalidArgumentError("more rows than the chunk holds");
+  if (p.stored_block_stride != 0 && p.stored_block_stride < int64_t{2} * p.chunk_tokens * p.kv_heads * p.head_dim) {
+    return absl::InvalidArgumentError("stored blocks overlap");
+  }
   if (p.index_stride != 0 && p.index_stride < p.n) {
     return absl::InvalidArgumentError("index_stride must be 0 or at least n");
   }
@@ -71,7 +74,9 @@ absl::Status LaunchPlaceStoredKv(const uint16_t* stored, const StoredKvParams& p
 
 absl::Status LaunchGatherStoredKv(const StoredKvParams& p, uint16_t* stored, cudaStream_t stream) {
   if (absl::Status s = CheckStoredKv(p); !s.ok()) return s;
-  if (p.index_stride != 0) return absl::InvalidArgumentError("GatherStoredKv takes no index_stride");
+  if (p.index_stride != 0 || p.stored_block_stride != 0) {
+    return absl::InvalidArgumentError("GatherStoredKv takes no index or block stride");
+  }
   if (p.n == 0 || p.layers == 0) return absl::OkStatus();
   STRATA_CUDA_RETURN_IF_ERROR(internal::GatherStoredKvAsync(p, stored, stream));
   return absl::OkStatus();

@@ -118,8 +118,9 @@ __global__ void QkvRopePlaceKernel(QkvPlaceParams p) {
 __global__ void PlaceStoredKvKernel(const uint16_t* __restrict__ stored, StoredKvParams p) {
   const int i = blockIdx.x, l = blockIdx.y;
   const int kvd = p.kv_heads * p.head_dim;
-  const uint16_t* ks = stored + ((static_cast<int64_t>(l) * 2 + 0) * p.chunk_tokens + i) * kvd;
-  const uint16_t* vs = stored + ((static_cast<int64_t>(l) * 2 + 1) * p.chunk_tokens + i) * kvd;
+  const int64_t block = p.stored_block_stride != 0 ? p.stored_block_stride : int64_t{2} * p.chunk_tokens * kvd;
+  const uint16_t* ks = stored + l * block + static_cast<int64_t>(i) * kvd;
+  const uint16_t* vs = stored + l * block + (static_cast<int64_t>(p.chunk_tokens) + i) * kvd;
   const int64_t plane = l * p.layer_stride;
   const int64_t index = static_cast<int64_t>(l) * p.index_stride + i;
   const int64_t slot = p.slots[index];

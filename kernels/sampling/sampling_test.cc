@@ -218,7 +218,9 @@ TEST_F(CudaModelKernelsTest, PlaceStoredKvMatchesCpuOverLayers) {
 TEST_F(CudaModelKernelsTest, PlaceStoredKvPlacesOneLayerOfManyChunks) {
   const int chunks = 3, chunk = 16, kv_heads = 2, head_dim = 128, slots_total = 64;
   const int kvd = kv_heads * head_dim;
-  const std::vector<uint16_t> stored = ToBf16Vector(RandomFloats(int64_t{chunks} * 2 * chunk * kvd, 12, -3, 3));
+  // Blocks 3 apart, as in a read buffer that holds 3 layers of each chunk.
+  const int64_t block = int64_t{3} * 2 * chunk * kvd;
+  const std::vector<uint16_t> stored = ToBf16Vector(RandomFloats(int64_t{chunks} * block, 12, -3, 3));
   std::vector<int32_t> positions(chunks * chunk);
   std::vector<int64_t> slots(chunks * chunk);
   const int total = 2 * chunk + 5;  // the last chunk holds 5 tokens
@@ -230,7 +232,7 @@ TEST_F(CudaModelKernelsTest, PlaceStoredKvPlacesOneLayerOfManyChunks) {
   const int64_t plane = int64_t{slots_total} * kvd;
   Planes host(plane);
   StoredKvParams hp{chunk, chunks, chunk, kv_heads, head_dim, positions.data(), slots.data(), inv_freq.data(), 0,
-                    host.k_rot.data(), host.k_raw.data(), host.v.data(), chunk};
+                    host.k_rot.data(), host.k_raw.data(), host.v.data(), chunk, block};
   PlaceStoredKv(stored.data(), hp);
   // Every token landed where its slot says (the short chunk's tail placed nothing).
   int placed = 0;
@@ -242,7 +244,7 @@ TEST_F(CudaModelKernelsTest, PlaceStoredKvPlacesOneLayerOfManyChunks) {
   DeviceVector<int64_t> dslots(slots);
   DeviceVector<float> dfreq(inv_freq);
   StoredKvParams dp{chunk, chunks, chunk, kv_heads, head_dim, dpos.get(), dslots.get(), dfreq.get(), 0,
-                    rot.get(), raw.get(), val.get(), chunk};
+                    rot.get(), raw.get(), val.get(), chunk, block};
   ASSERT_TRUE(LaunchPlaceStoredKv(dstored.get(), dp, stream_).ok());
   Sync();
   EXPECT_EQ(raw.ToHost(), host.k_raw);

@@ -60,8 +60,9 @@ void PlaceStoredKv(const uint16_t* stored, const StoredKvParams& p) {
   for (int l = 0; l < p.layers; ++l) {
     const int64_t plane = l * p.layer_stride;
     for (int i = 0; i < p.n; ++i) {
-      const uint16_t* ks = stored + ((int64_t{l} * 2 + 0) * p.chunk_tokens + i) * kvd;
-      const uint16_t* vs = stored + ((int64_t{l} * 2 + 1) * p.chunk_tokens + i) * kvd;
+      const int64_t block = p.stored_block_stride != 0 ? p.stored_block_stride : int64_t{2} * p.chunk_tokens * kvd;
+      const uint16_t* ks = stored + l * block + int64_t{i} * kvd;
+      const uint16_t* vs = stored + l * block + (int64_t{p.chunk_tokens} + i) * kvd;
       for (int j = 0; j < kvd; ++j) {
         k[j] = Bf16ToFloat(ks[j]);
         v[j] = Bf16ToFloat(vs[j]);

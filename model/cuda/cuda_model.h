@@ -41,8 +41,8 @@ struct CudaModelOptions {
   bool cuda_graphs = true;
   // Stored KV is loaded layer by layer through a read buffer of this many layers (each
   // up to kv_read_group_tokens tokens of chunks): see kv_loader.h.
-  int kv_read_buffer_layers = 2;
-  int64_t kv_read_group_tokens = 16384;
+  int kv_read_buffer_layers = 8;
+  int64_t kv_read_group_tokens = 8192;
 };
 
 class CudaModel final : public ModelBackend {

@@ -57,17 +57,23 @@ void KvLoader::Queue(const CudaSequence& seq, int64_t begin, int count, const st
   queued_.push_back(Chunk{&seq, begin, count, payload});
 }
 
-absl::Status KvLoader::Reserve(int64_t chunks_per_slot, int64_t index_entries) {
-  const int64_t block = 2 * int64_t{layout_.chunk_tokens} * layout_.row_bytes;
-  const int64_t slot_bytes = AlignUp(chunks_per_slot * block, 256);
-  const int64_t buffer_bytes = slot_bytes * options_.buffer_layers;
+int KvLoader::StepLayers(int64_t block) const {
+  const int64_t want = (kCopyBytes + block - 1) / block;
+  const int most = std::min(config_.num_layers, std::max(1, options_.buffer_layers / 2));
+  return static_cast<int>(std::clamp<int64_t>(want, 1, most));
+}
+
+absl::Status KvLoader::Reserve(int64_t slot_bytes, int slots, int64_t index_entries) {
+  const int64_t buffer_bytes = slot_bytes * slots;
   const int64_t index_bytes = 12 * index_entries;
   if (started_) {
     // The host index is rewritten: the last Start's copy of it must be done.
     STRATA_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(index_copied_));
-    if (buffer_.bytes() < buffer_bytes || index_.bytes() < index_bytes) {
-      // A device buffer moves: what reads the old one finishes first.
+    if (buffer_.bytes() < buffer_bytes || index_.bytes() < index_bytes || slot_bytes != slot_bytes_ ||
+        slots != slots_) {
+      // A device buffer moves, or slots change places: what reads them finishes first.
       if (absl::Status s = Finish(); !s.ok()) return s;
+      slot_used_.assign(slot_used_.size(), false);
     }
   }
   for (absl::Status s : {buffer_.Reserve(buffer_bytes, &generation_), index_.Reserve(index_bytes, &generation_),
@@ -75,6 +81,7 @@ absl::Status KvLoader::Reserve(int64_t chunks_per_slot, int64_t index_entries) {
     if (!s.ok()) return s;
   }
   slot_bytes_ = slot_bytes;
+  slots_ = slots;
   return absl::OkStatus();
 }
 
@@ -85,21 +92,24 @@ absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_fr
   const int64_t per_slot = std::clamp<int64_t>(options_.group_tokens / ct, 1, chunks);
   const int64_t groups = (chunks + per_slot - 1) / per_slot;
   const int64_t entries = chunks * ct;
-  if (absl::Status s = Reserve(per_slot, entries); !s.ok()) {
+  // A chunk holds its layers back to back: `step` of them go in one DMA.
+  const int64_t block = 2 * int64_t{ct} * layout_.row_bytes;
+  const int step = StepLayers(block);
+  const int slots = std::max(1, options_.buffer_layers / step);
+  if (absl::Status s = Reserve(AlignUp(per_slot * step * block, 256), slots, entries); !s.ok()) {
     queued_.clear();
     return s;
   }
   // The index: every queued token's slot, then its position; a short chunk's tail -1.
-  auto* slots = reinterpret_cast<int64_t*>(host_index_.data());
+  auto* slot_of = reinterpret_cast<int64_t*>(host_index_.data());
   auto* positions = reinterpret_cast<int32_t*>(host_index_.data() + 8 * entries);
   for (int64_t j = 0; j < chunks; ++j) {
     const Chunk& c = queued_[static_cast<size_t>(j)];
     for (int i = 0; i < ct; ++i) {
-      slots[j * ct + i] = i < c.count ? pool.Slot(*c.seq, c.begin + i) : -1;
+      slot_of[j * ct + i] = i < c.count ? pool.Slot(*c.seq, c.begin + i) : -1;
       positions[j * ct + i] = static_cast<int32_t>(c.begin + i);
     }
   }
-  const int64_t block = 2 * int64_t{ct} * layout_.row_bytes;
   const auto* d_slots = index_.as<int64_t>();
   const auto* d_positions = reinterpret_cast<const int32_t*>(index_.as<std::byte>() + 8 * entries);
 
@@ -113,33 +123,43 @@ absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_fr
                                                 cudaMemcpyHostToDevice, place_));
     STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(index_copied_, place_));
     int64_t k = 0;
-    for (int l = 0; l < config_.num_layers; ++l) {
+    for (int first_layer = 0; first_layer < config_.num_layers; first_layer += step) {
+      const int layers = std::min(step, config_.num_layers - first_layer);
       for (int64_t g = 0; g < groups; ++g, ++k) {
-        const size_t s = static_cast<size_t>(k % options_.buffer_layers);
+        const size_t s = static_cast<size_t>(k % slots);
         std::byte* slot = buffer_.as<std::byte>() + static_cast<int64_t>(s) * slot_bytes_;
         const int64_t first = g * per_slot, n = std::min(per_slot, chunks - first);
-        // Bus: this layer of the group's chunks into slot s, once its last reader is done.
+        // Bus: these layers of the group's chunks into slot s, once its last reader is done.
         if (slot_used_[s]) STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_, slot_free_[s], 0));
         for (int64_t j = 0; j < n; ++j) {
-          const std::byte* from = queued_[static_cast<size_t>(first + j)].payload + layout_.RowOffset(l, 0, 0);
-          STRATA_CUDA_RETURN_IF_ERROR(
-              cudaMemcpyAsync(slot + j * block, from, static_cast<size_t>(block), cudaMemcpyHostToDevice, copy_));
+          const std::byte* from =
+              queued_[static_cast<size_t>(first + j)].payload + layout_.RowOffset(first_layer, 0, 0);
+          STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot + j * layers * block, from,
+                                                      static_cast<size_t>(layers * block), cudaMemcpyHostToDevice,
+                                                      copy_));
         }
         STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot_filled_[s], copy_));
-        // Kernels: placed into layer l's planes.
+        // Kernels: each layer placed into its planes; the layer is ready after the last group.
         STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(place_, slot_filled_[s], 0));
-        const int64_t plane = l * pool.layer_stride();
-        kernels::StoredKvParams p{ct, static_cast<int>(n), ct, config_.num_kv_heads, config_.head_dim,
-                                  d_positions + first * ct, d_slots + first * ct, inv_freq, 0,
-                                  pool.k_rot() + plane, pool.k_raw() + plane, pool.v() + plane, ct};
-        if (absl::Status e = kernels::LaunchPlaceStoredKv(reinterpret_cast<const uint16_t*>(slot), p, place_);
-            !e.ok()) {
-          return e;
+        for (int i = 0; i < layers; ++i) {
+          const int l = first_layer + i;
+          const int64_t plane = l * pool.layer_stride();
+          kernels::StoredKvParams p{ct, static_cast<int>(n), ct, config_.num_kv_heads, config_.head_dim,
+                                    d_positions + first * ct, d_slots + first * ct, inv_freq, 0,
+                                    pool.k_rot() + plane, pool.k_raw() + plane, pool.v() + plane, ct,
+                                    layers * block / 2};
+          if (absl::Status e =
+                  kernels::LaunchPlaceStoredKv(reinterpret_cast<const uint16_t*>(slot + i * block), p, place_);
+              !e.ok()) {
+            return e;
+          }
+          if (g == groups - 1) {
+            STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(layer_ready_[static_cast<size_t>(l)], place_));
+          }
         }
         STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot_free_[s], place_));
         slot_used_[s] = true;
       }
-      STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(layer_ready_[static_cast<size_t>(l)], place_));
     }
     STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(all_placed_, place_));
     cudaEvent_t done = nullptr;

@@ -7,10 +7,13 @@
 // layer_ready(l). A forward step's layer l waits for that event alone, so the first
 // layers compute while the last ones are still on the bus.
 //
-// The read buffer holds `buffer_layers` slots, each one layer of up to `group_tokens`
-// tokens of chunks (more are moved in groups through the same slots): the copy of slot s
-// waits for the placement that last read it, so the bus and the kernels overlap, and the
-// buffer stays a few layers whatever the history's length.
+// A chunk holds its layers back to back, so one DMA moves a few consecutive layers of a
+// chunk (about kCopyBytes: a copy much smaller than that pays a per-copy cost the bus
+// feels). The read buffer holds `buffer_layers` layers of up to `group_tokens` tokens of
+// chunks, as slots of that many layers (at least two slots when it holds two layers;
+// more chunks are moved in groups through the same slots): the copy into a slot waits for
+// the placement that last read it, so the bus and the kernels overlap, and the buffer
+// stays a few layers whatever the history's length.
 //
 // Streams and events: copy and place streams are the loader's own; every hand-off
 // between them, and to the compute and write streams, is an event (nothing waits for a
@@ -38,8 +41,8 @@
 namespace strata::model::cuda_internal {
 
 struct KvLoaderOptions {
-  int buffer_layers = 2;        // read buffer slots, each one layer of a group of chunks
-  int64_t group_tokens = 16384;  // tokens of chunks one slot holds
+  int buffer_layers = 8;        // layers of a group of chunks the read buffer holds
+  int64_t group_tokens = 8192;  // tokens of chunks a group holds
 };
 
 class KvLoader {
@@ -96,7 +99,10 @@ class KvLoader {
     int count;
     const std::byte* payload;
   };
-  absl::Status Reserve(int64_t chunks_per_slot, int64_t index_entries);
+  static constexpr int64_t kCopyBytes = int64_t{4} << 20;
+  // Layers of a chunk one DMA moves, for blocks (one layer of a chunk) of `block` bytes.
+  int StepLayers(int64_t block) const;
+  absl::Status Reserve(int64_t slot_bytes, int slots, int64_t index_entries);
 
   ModelConfig config_;
   KvLoaderOptions options_;
@@ -112,6 +118,7 @@ class KvLoader {
   DeviceBuffer buffer_, index_;  // read buffer slots; slots and positions of the queued tokens
   PinnedBuffer host_index_;
   int64_t slot_bytes_ = 0;
+  int slots_ = 0;
   int64_t generation_ = 0;  // unused: nothing captures the loader's buffers
 
   uint64_t next_ticket_ = 1;

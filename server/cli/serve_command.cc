@@ -23,6 +23,10 @@ ABSL_FLAG(std::string, ssd_dirs, "",
           "serve: comma-separated directories for the SSD tier (one preallocated file each); empty: off");
 ABSL_FLAG(int64_t, ssd_capacity_bytes, int64_t{16} << 30, "serve: SSD tier capacity per directory");
 ABSL_FLAG(std::string, index_dir, "", "serve: RocksDB session index (default: <first ssd dir>/index)");
+ABSL_FLAG(double, ssd_read_bytes_per_second, 0,
+          "serve: the SSD tier's read speed to assume for fetch-or-recompute (0: probe it at start)");
+ABSL_FLAG(int64_t, ssd_probe_bytes, int64_t{64} << 20,
+          "serve: bytes written to and read back from the SSD tier at start to measure its read speed (0: off)");
 ABSL_FLAG(int64_t, ttl_seconds, 86400, "serve: sessions unused this long are dropped from every tier");
 ABSL_FLAG(std::string, placement, "scheduler-aware",
           "serve: placement policy: scheduler-aware (prefetch from the queue, never evict it), lru, fifo");
@@ -60,6 +64,8 @@ bool OptionsFromFlags(ServerOptions& o) {
     o.store.ssd_dirs.emplace_back(dir);
   }
   o.store.ssd_capacity_bytes_per_dir = absl::GetFlag(FLAGS_ssd_capacity_bytes);
+  o.store.ssd_read_bytes_per_second = absl::GetFlag(FLAGS_ssd_read_bytes_per_second);
+  o.store.ssd_probe_bytes = absl::GetFlag(FLAGS_ssd_probe_bytes);
   o.store.index_dir = absl::GetFlag(FLAGS_index_dir);
   o.store.ttl = absl::Seconds(absl::GetFlag(FLAGS_ttl_seconds));
   auto placement = storage::ParsePlacementPolicy(absl::GetFlag(FLAGS_placement));

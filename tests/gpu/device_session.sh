@@ -12,6 +12,9 @@
 #   hf-old    check_hf_logits with devbundle-old (an older strata, for comparison)
 #   sharegpt  strata bench's ShareGPT-shaped workload at two rates, cache on vs off
 #   step      model_bench's decode step for llama3-8b (the peer of the end-to-end step)
+#   kvload    kv_load_bench: layer-wise LoadKv and SaveKv of a 16K-token session vs
+#             cudaMemcpyAsync of the same bytes
+#   gputests  only the GPU unit tests (kernels, CUDA backend, engine on CUDA)
 # Logs and JSON go to $OUT (or ./device-out); a short summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -92,6 +95,19 @@ run_sharegpt() {
   done
 }
 
+run_kvload() {
+  "$B/kv_load_bench" >"$OUT/kv_load_bench.txt" 2>&1
+  note "kv_load_bench: rc=$?"; cat "$OUT/kv_load_bench.txt" >>"$summary"
+}
+
+run_gpu_tests() {
+  for t in cuda_model_kernels_test cuda_model_test cuda_engine_test; do
+    timeout 600 "$B/$t" --gtest_brief=1 >"$OUT/test-$t.log" 2>&1
+    note "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test-$t.log" | tr '\n' ' ')"
+    grep -E 'Failure|Expected|Which is|differ' "$OUT/test-$t.log" | head -20 >>"$summary"
+  done
+}
+
 run_step() {
   "$B/model_bench" --models=llama3-8b >"$OUT/model_bench.txt" 2>&1
   note "model_bench: rc=$?"; grep -iE 'device:|decode|batch|^\|' "$OUT/model_bench.txt" | head -30 >>"$summary"
@@ -102,7 +118,7 @@ for phase in "$@"; do
     tests) run_tests ;; hf) run_hf ;; sanitize) run_sanitize ;;
     bench-host) run_bench bench-host --hbm_cache_bytes=0 ;; bench-hbm) run_bench bench-hbm "" ;;
     step-e2e) run_step_e2e ;; sharegpt) run_sharegpt ;; step) run_step ;;
-    hf-old) run_hf_old ;;
+    hf-old) run_hf_old ;; kvload) run_kvload ;; gputests) run_gpu_tests ;;
     *) note "unknown phase $phase" ;;
   esac
 done
