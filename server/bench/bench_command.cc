@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -15,6 +16,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -22,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
 #include "server/bench/metrics_delta.h"
 #include "server/bench/rate_search.h"
 #include "server/bench/report.h"
@@ -29,6 +32,7 @@
 #include "server/serve_process.h"
 #include "server/bench/workload.h"
 #include "server/cli/shared_flags.h"
+#include "strata/v1/cache.grpc.pb.h"
 #include "storage/sim/trace.h"
 
 // --target and --api_key are shared with `strata chat` (server/cli/shared_flags.h).
@@ -62,6 +66,9 @@ ABSL_FLAG(int, sweep_answer_tokens, 4, "bench sweep: answer tokens of turn 1");
 ABSL_FLAG(int, sweep_output_tokens, 8, "bench sweep: answer tokens of turn 2");
 ABSL_FLAG(int, sweep_repeats, 1,
           "bench sweep: run each shape this many times, one after another (fresh sessions), as one sample set");
+ABSL_FLAG(bool, sweep_from_ssd, false,
+          "bench sweep: turn 2 finds its history only on SSD: after turn 1 the cached server persists every "
+          "session (Flush) and is restarted (serve flags must name --ssd_dirs)");
 ABSL_FLAG(int, max_output_tokens, 4096, "bench: cap on the answer tokens a turn asks for (server's limit)");
 ABSL_FLAG(std::string, json, "", "bench: also write the report as JSON to this file (-: stdout; the table goes to stderr)");
 ABSL_FLAG(bool, find_rate, false,
@@ -92,6 +99,7 @@ struct BenchConfig {
   int client_threads = 64;
   absl::Duration request_timeout;
   int sweep_repeats = 1;
+  bool sweep_from_ssd = false;
 };
 
 absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag, const std::string& text) {
@@ -216,6 +224,15 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
       return Bad(absl::StrCat("--json: directory '", dir.string(), "' does not exist"));
     }
   }
+  c.sweep_from_ssd = absl::GetFlag(FLAGS_sweep_from_ssd);
+  if (c.sweep_from_ssd) {
+    if (c.mode != Mode::kSweep) return Bad("--sweep_from_ssd needs --workload=sweep");
+    if (!c.target.empty()) return Bad("--sweep_from_ssd restarts the server: it must be one the bench starts");
+    if (std::none_of(c.serve_flags.begin(), c.serve_flags.end(),
+                     [](const std::string& f) { return absl::StartsWith(f, "--ssd_dirs="); })) {
+      return Bad("--sweep_from_ssd needs an SSD tier: name --ssd_dirs in --serve_flags");
+    }
+  }
   c.client_threads = absl::GetFlag(FLAGS_client_threads);
   if (c.client_threads < 1) return Bad("--client_threads must be >= 1");
   const double timeout_s = absl::GetFlag(FLAGS_request_timeout_s);
@@ -261,6 +278,7 @@ struct Endpoint {
   std::string label;
   std::string target;
   std::string metrics_target;
+  std::vector<std::string> serve_flags;  // of a server the bench starts
   std::unique_ptr<ServeProcess> owned;
 };
 
@@ -277,6 +295,7 @@ absl::StatusOr<Endpoint> OpenEndpoint(std::string label, const std::string& targ
   absl::StatusOr<std::unique_ptr<ServeProcess>> p = ServeProcess::Start("/proc/self/exe", serve_flags);
   if (!p.ok()) return p.status();
   e.owned = *std::move(p);
+  e.serve_flags = std::move(serve_flags);
   e.target = e.owned->target();
   e.metrics_target = e.owned->metrics_target();
   return e;
@@ -360,6 +379,10 @@ class Bench {
     o.api_key = c_.api_key;
     o.client_threads = std::max(c_.client_threads, min_threads);
     o.request_timeout = c_.request_timeout;
+    const bool cached = std::find(e.serve_flags.begin(), e.serve_flags.end(), "--cache=off") == e.serve_flags.end();
+    if (c_.sweep_from_ssd && e.owned != nullptr && cached) {
+      o.between_rounds = [this, &e](const std::vector<std::string>& ids) { PersistAndRestart(e, ids); };
+    }
     absl::StatusOr<RunResult> result = RunResult{};
     int64_t done_before = 0, total = 0, sessions_before = 0;
     for (const Workload& w : workloads) total += w.TotalTurns();
@@ -390,6 +413,35 @@ class Bench {
     RunSummary summary = Summarize(e.label, result.ok() ? *result : RunResult{}, counters);
     if (!result.ok() || summary.turns_failed > 0 || summary.turns_not_sent > 0) failed_ = true;
     return summary;
+  }
+
+  // --sweep_from_ssd, between turn 1 and turn 2: every session persisted, then the server
+  // restarted on the same ports, so turn 2 finds its history only on SSD (host tier and
+  // HBM are empty after a restart) and no hint says it is coming.
+  void PersistAndRestart(Endpoint& e, const std::vector<std::string>& ids) {
+    auto stub = v1::CacheService::NewStub(grpc::CreateChannel(e.target, grpc::InsecureChannelCredentials()));
+    v1::FlushRequest request;
+    for (const std::string& id : ids) request.add_session_ids(id);
+    request.set_timeout_ms(300000);
+    grpc::ClientContext context;
+    if (!c_.api_key.empty()) context.AddMetadata("authorization", "Bearer " + c_.api_key);
+    v1::FlushResponse response;
+    if (grpc::Status s = stub->Flush(&context, request, &response); !s.ok()) {
+      std::fprintf(stderr, "strata bench: Flush before the restart: %s\n", s.error_message().c_str());
+      failed_ = true;
+    }
+    const int port = e.owned->port(), metrics_port = e.owned->metrics_port();
+    e.owned->Stop();
+    std::vector<std::string> flags = e.serve_flags;
+    flags.push_back(absl::StrCat("--port=", port));
+    flags.push_back(absl::StrCat("--metrics_port=", metrics_port));
+    absl::StatusOr<std::unique_ptr<ServeProcess>> p = ServeProcess::Start("/proc/self/exe", flags);
+    if (!p.ok()) {
+      std::fprintf(stderr, "strata bench: restarting the server: %s\n", p.status().ToString().c_str());
+      failed_ = true;
+      return;
+    }
+    e.owned = *std::move(p);
   }
 
   void RunFixed() {

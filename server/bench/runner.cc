@@ -106,6 +106,8 @@ class Runner {
     grpc::ClientContext context;
     if (!options_.api_key.empty()) context.AddMetadata("authorization", "Bearer " + options_.api_key);
     context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
+    // A server restarted between rounds: the call waits for the channel to reconnect.
+    if (options_.between_rounds) context.set_wait_for_ready(true);
     const absl::Time sent = absl::Now();
     r.sent_ms = absl::ToDoubleMilliseconds(sent - start_);
     auto reader = stub.Chat(&context, request);
@@ -168,6 +170,11 @@ class Runner {
       }
     }
     if (workload_.turn_barrier && --round_pending_ == 0) {
+      if (options_.between_rounds && !waiting_.empty()) {
+        std::vector<std::string> ids;
+        for (int s : waiting_) ids.push_back(options_.session_prefix + workload_.sessions[s].session_id);
+        options_.between_rounds(ids);
+      }
       const double now = NowMs();
       for (int s : waiting_) due_.push(Due{now, s});
       round_pending_ = static_cast<int64_t>(waiting_.size());

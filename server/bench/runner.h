@@ -31,6 +31,10 @@ struct RunnerOptions {
   // Called after each finished turn with (finished or skipped turns, all turns); calls are
   // serialised, from worker threads. May be empty.
   std::function<void(int64_t done, int64_t total)> on_progress;
+  // With Workload::turn_barrier: called once every turn of a round has finished and
+  // before the next round is sent (nothing is in flight; the runner waits for it), with
+  // the full session IDs (prefix included) of the sessions that go on. May be empty.
+  std::function<void(const std::vector<std::string>& session_ids)> between_rounds;
 };
 
 // What one turn did. Times are milliseconds; latencies are measured by this client.

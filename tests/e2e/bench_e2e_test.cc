@@ -224,5 +224,29 @@ TEST(BenchE2eTest, StartsItsOwnServersAndComparesWithCacheOff) {
   EXPECT_NE(bench.Stdout().find("ratio p50"), std::string::npos) << bench.Stdout();
 }
 
+// --sweep_from_ssd: turn 1, every session persisted, the server restarted: turn 2 is an
+// SSD hit (the host tier and HBM are empty after a restart) that reuses turn 1's history.
+TEST(BenchE2eTest, SweepFromSsdServesTurnTwoFromTheSsdTierAfterARestart) {
+  const std::string base = "/tmp/strata-bench-e2e-ssd-" + std::to_string(getpid());
+  std::filesystem::create_directories(base + "/ssd");
+  const std::string json_path = base + "/report.json";
+  BenchProcess bench({"--sweep", "--history=64", "--new_tokens=8", "--concurrency=2", "--sweep_from_ssd",
+                      "--serve_flags=--pin_host_memory=false --chunk_tokens=16 --ssd_dirs=" + base +
+                          "/ssd --ssd_capacity_bytes=16777216",
+                      "--json=" + json_path});
+  ASSERT_EQ(bench.Wait(), 0) << "stderr:\n" << bench.Stderr();
+  const nlohmann::json report = ReadJson(json_path);
+  std::filesystem::remove_all(base);
+  ASSERT_TRUE(report.contains("sweep") && report["sweep"].size() == 1) << report.dump(2);
+  const nlohmann::json& run = report["sweep"][0]["runs"][0];
+  EXPECT_EQ(run["turns_ok"].get<int>(), 4);
+  EXPECT_GE(run["cached_tokens"].get<int>(), 2 * 64) << "turn 2 must reuse turn 1's history from SSD";
+  EXPECT_EQ(run["hits_by_tier"].value("ssd", 0), 2) << run.dump(2);
+  // Without an SSD tier the flag is refused.
+  BenchProcess bad({"--sweep", "--sweep_from_ssd"});
+  EXPECT_EQ(bad.Wait(), 2);
+  EXPECT_NE(bad.Stderr().find("--ssd_dirs"), std::string::npos) << bad.Stderr();
+}
+
 }  // namespace
 }  // namespace strata
