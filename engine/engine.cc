@@ -376,6 +376,9 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
 
 void Engine::Loop() {
   for (;;) {
+    // Idle, nothing but write-backs in flight: wait for them (their sessions' next turns
+    // may be what is queued).
+    ReleaseSaves(/*wait=*/running_.empty());
     std::vector<Queued> admitted;
     std::vector<Promotion> promote;
     {
@@ -420,7 +423,9 @@ void Engine::Loop() {
     StartLoads(loaded);
     Step();
     ReleaseLoads(/*wait=*/false);
+    ReleaseSaves(/*wait=*/false);
   }
+  ReleaseSaves(/*wait=*/true);
   ReleaseLoads(/*wait=*/true);
   for (auto& r : running_) r->stream->Fail(absl::UnavailableError("the server is shutting down"));
   running_.clear();
@@ -601,29 +606,32 @@ void Engine::ReleaseLoads(bool wait) {
 }
 
 void Engine::End(Running& r, FinishReason reason) {
+  bool saving = false;
   if (store_ != nullptr && r.computed > 0) {
+    // Asynchronous write-back: the copies are enqueued chunk by chunk into the chunks the
+    // store reserves, and the session counts as saved when they complete (ReleaseSaves).
     const storage::ChunkLayout& layout = store_->layout();
+    std::vector<int32_t> tokens(r.tokens.begin(), r.tokens.begin() + r.computed);
     absl::Status fill_status;
-    absl::Status saved = store_->Save(
-        r.request.key, absl::Span<const int32_t>(r.tokens.data(), static_cast<size_t>(r.computed)),
-        r.keep, [&](int64_t begin, int count, absl::Span<std::byte> payload) {
-          absl::Status s = model_->SaveKv(*r.seq, begin, count, payload, layout);
-          // The copies are enqueued chunk by chunk and waited for once, at the last.
-          if (s.ok() && begin + count == r.computed) s = model_->FinishKvSaves();
-          if (fill_status.ok()) fill_status = s;
+    absl::StatusOr<uint64_t> fill =
+        store_->SaveAsync(r.request.key, tokens, r.keep, [&](int64_t begin, int count, absl::Span<std::byte> payload) {
+          if (!fill_status.ok()) return;
+          fill_status = model_->SaveKv(*r.seq, begin, count, payload, layout);
         });
-    if (absl::Status s = model_->FinishKvSaves(); !s.ok() && fill_status.ok()) fill_status = s;
-    if (!fill_status.ok()) {
-      // The chunks may hold garbage: the session must not be served from them.
-      LOG(WARNING) << "copying KV to the session cache failed; dropping the session: " << fill_status;
-      (void)store_->Drop(r.request.key);
-    }
-    if (!saved.ok() && !absl::IsResourceExhausted(saved)) {
-      LOG(WARNING) << "session cache save failed: " << saved;
-    }
-    // Saved to the host tier: the sequence may stay in HBM for the session's next turn.
-    if (saved.ok() && fill_status.ok()) {
-      hbm_->Keep(r.request.key, std::move(r.seq), std::vector<int32_t>(r.tokens.begin(), r.tokens.begin() + r.computed));
+    if (fill.ok()) {
+      absl::StatusOr<uint64_t> ticket = fill_status.ok() ? model_->MarkKvSaves() : fill_status;
+      if (ticket.ok()) {
+        saves_in_flight_.push_back(SaveInFlight{*ticket, *fill, r.request.key, r.session_key, std::move(r.seq),
+                                                std::move(tokens)});
+        saving = true;
+      } else {
+        // The chunks may hold garbage: the session must not be served from them.
+        LOG(WARNING) << "copying KV to the session cache failed; dropping the session: " << ticket.status();
+        (void)model_->FinishKvSaves();
+        store_->FinishFill(*fill, ticket.status());
+      }
+    } else if (!absl::IsResourceExhausted(fill.status())) {
+      LOG(WARNING) << "session cache save failed: " << fill.status();
     }
   }
   TurnResult result;
@@ -639,9 +647,42 @@ void Engine::End(Running& r, FinishReason reason) {
   } else {
     r.stream->Finish(result);
   }
-  r.seq.reset();  // marks the turn as ended for the step's clean-up
+  r.seq.reset();  // marks the turn as ended for the step's clean-up (a saving one moved it)
+  if (saving) return;  // the session stays active until its write-back completes
   MutexLock lock(&mu_);
   active_sessions_.erase(r.session_key);
+}
+
+void Engine::ReleaseSaves(bool wait) {
+  if (saves_in_flight_.empty()) return;
+  absl::Status fault;
+  if (wait) fault = model_->FinishKvSaves();
+  while (!saves_in_flight_.empty()) {
+    SaveInFlight& f = saves_in_flight_.front();
+    if (fault.ok() && !wait) {
+      absl::StatusOr<bool> done = model_->KvSavesDone(f.ticket);
+      if (!done.ok()) {
+        fault = done.status();
+        (void)model_->FinishKvSaves();  // nothing moves any more; let it settle
+      } else if (!*done) {
+        return;
+      }
+    }
+    if (!fault.ok()) {
+      LOG(WARNING) << "copying KV to the session cache failed; dropping the session: " << fault;
+      store_->FinishFill(f.fill, fault);
+    } else {
+      store_->FinishFill(f.fill, absl::OkStatus());
+      // Saved to the host tier: the sequence may stay in HBM for the session's next turn.
+      hbm_->Keep(f.key, std::move(f.seq), std::move(f.tokens));
+    }
+    f.seq.reset();
+    {
+      MutexLock lock(&mu_);
+      active_sessions_.erase(f.session_key);
+    }
+    saves_in_flight_.pop_front();
+  }
 }
 
 }  // namespace strata::engine

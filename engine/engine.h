@@ -136,6 +136,10 @@ class Engine {
   void StartLoads(const std::vector<Running*>& loaded);
   // Releases the leases of loads that have completed (with `wait`, of all of them).
   void ReleaseLoads(bool wait);
+  // Ends the write-backs whose copies have completed (with `wait`, all of them): the
+  // store may serve and persist the session, its sequence joins the HBM tier, and the
+  // session's next turn may start.
+  void ReleaseSaves(bool wait);
   void Step();
   // Samples after a step; returns true when the turn has ended.
   bool AfterStep(Running& r);
@@ -168,6 +172,18 @@ class Engine {
   };
   std::deque<LoadsInFlight> loads_in_flight_;
   std::vector<storage::ChunkLease> round_leases_;  // queued this admission round
+  // Turns' KV on its way to the host tier (asynchronous write-back), oldest first (engine
+  // loop only). The sequence is held (its pages untouched) until the copy completes; the
+  // session stays in active_sessions_ until then, so its next turn waits for it alone.
+  struct SaveInFlight {
+    uint64_t ticket;  // the backend's (MarkKvSaves)
+    uint64_t fill;    // the store's (SaveAsync)
+    storage::SessionKey key;
+    std::string session_key;
+    std::unique_ptr<model::SequenceState> seq;
+    std::vector<int32_t> tokens;
+  };
+  std::deque<SaveInFlight> saves_in_flight_;
   std::thread loop_;
 };
 

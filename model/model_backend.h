@@ -92,7 +92,9 @@ class ModelBackend {
                               const storage::ChunkLayout& layout) = 0;
   // The reverse: writes the KV of tokens [begin, begin + count) of `seq` (K before RoPE,
   // as the projection produced it) into a chunk payload, which holds it once
-  // FinishKvTransfers returns.
+  // KvSavesDone says so for a ticket from MarkKvSaves taken after the call (or
+  // FinishKvSaves returns). Until then `seq` must not change or go (no Forward or LoadKv
+  // into it, no resize, not destroyed): a device backend still reads its pages.
   virtual absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                               const storage::ChunkLayout& layout) = 0;
 
@@ -103,6 +105,11 @@ class ModelBackend {
   // Whether the transfers of `ticket` (and those before) have completed: the payloads
   // they read may go. Never blocks. Internal on a device fault.
   virtual absl::StatusOr<bool> KvTransfersDone(uint64_t /*ticket*/) { return true; }
+  // A ticket for every SaveKv so far, and whether those of `ticket` have completed (their
+  // payloads hold the rows; the sequences are free again). Never blocks. Internal on a
+  // device fault.
+  virtual absl::StatusOr<uint64_t> MarkKvSaves() { return uint64_t{0}; }
+  virtual absl::StatusOr<bool> KvSavesDone(uint64_t /*ticket*/) { return true; }
   // Waits until every LoadKv and SaveKv so far has completed: then loaded KV is in place
   // (Forward waits for that on its own) and saved payloads hold their rows. Internal for a
   // device fault. A host backend's transfers complete as they are called.

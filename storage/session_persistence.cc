@@ -118,7 +118,8 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
   {
     MutexLock lock(&mu_);
     auto it = sessions_.find(map_key);
-    if (degraded_ || it == sessions_.end() || it->second->version != version || it->second->host.empty()) {
+    if (degraded_ || it == sessions_.end() || it->second->version != version || it->second->host.empty() ||
+        it->second->filling != 0) {
       return;  // dropped, demoted before it was written, or a newer version will follow
     }
     Session& s = *it->second;

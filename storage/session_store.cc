@@ -183,6 +183,7 @@ PrefixMatch SessionStoreImpl::Match(const SessionKey& key, absl::Span<const int3
     RemoveLocked(map_key);
     return {};
   }
+  if (s.filling != 0) return {};  // its payloads are still being copied in
   const bool on_host = !s.host.empty();
   if (!on_host && !s.persisted) return {};
   TouchLocked(s);
@@ -207,6 +208,7 @@ absl::StatusOr<ChunkLease> SessionStoreImpl::Lease(const SessionKey& key, int64_
     return absl::NotFoundError(absl::StrCat("session '", key.session_id, "' is not stored"));
   }
   Session* s = it->second.get();
+  if (s->filling != 0) return ChunkLease();  // its payloads are still being copied in
   if (s->host.empty()) {
     if (!s->persisted) return ChunkLease();
     // Promote, waiting (this caller only) for the SSD reads with the lock released.
@@ -412,8 +414,44 @@ bool SessionStoreImpl::MakeHostRoomLocked(int64_t blocks, const Session* keep, R
 
 absl::Status SessionStoreImpl::Save(const SessionKey& key, absl::Span<const int32_t> tokens,
                                 int64_t keep_tokens, FillFn fill) {
-  const ChunkLayout& layout = options_.layout;
   MutexLock lock(&mu_);
+  return SaveLocked(key, tokens, keep_tokens, fill, nullptr);
+}
+
+absl::StatusOr<uint64_t> SessionStoreImpl::SaveAsync(const SessionKey& key, absl::Span<const int32_t> tokens,
+                                                     int64_t keep_tokens, FillFn fill) {
+  MutexLock lock(&mu_);
+  uint64_t ticket = 0;
+  if (absl::Status s = SaveLocked(key, tokens, keep_tokens, fill, &ticket); !s.ok()) return s;
+  return ticket;
+}
+
+void SessionStoreImpl::FinishFill(uint64_t ticket, absl::Status filled) {
+  MutexLock lock(&mu_);
+  auto f = fills_.find(ticket);
+  if (f == fills_.end()) return;
+  Fill fill = std::move(f->second);
+  fills_.erase(f);
+  for (uint32_t b : fill.blocks) {
+    --lease_pins_[b];
+    host_->Free(b);  // the pin's reference; the session's own remains if it still has the block
+  }
+  --leases_out_;
+  auto it = sessions_.find(fill.map_key);
+  if (it == sessions_.end() || it->second->filling != ticket) return;  // re-saved or gone meanwhile
+  Session& s = *it->second;
+  s.filling = 0;
+  if (!filled.ok() || s.version != fill.version) {
+    LOG(WARNING) << "session '" << s.session_id << "' was not filled (" << filled << "); it is dropped";
+    RemoveLocked(fill.map_key);
+    return;
+  }
+  EnqueueWriteBackLocked(fill.map_key, s);
+}
+
+absl::Status SessionStoreImpl::SaveLocked(const SessionKey& key, absl::Span<const int32_t> tokens,
+                                          int64_t keep_tokens, FillFn fill, uint64_t* fill_ticket) {
+  const ChunkLayout& layout = options_.layout;
   std::string map_key = SessionMapKey(key);
   auto it = sessions_.find(map_key);
   const int64_t stored = it == sessions_.end() ? 0 : static_cast<int64_t>(it->second->tokens.size());
@@ -436,6 +474,7 @@ absl::Status SessionStoreImpl::Save(const SessionKey& key, absl::Span<const int3
   // Only whole chunks are kept, and only from a host copy (a session saved right after an
   // SSD read has one); a kept partial chunk is rewritten with its new tokens.
   size_t keep_chunks = std::min(static_cast<size_t>(keep_tokens / layout.chunk_tokens), s.host.size());
+  if (s.filling != 0) keep_chunks = 0;  // chunks still being filled are not known to hold anything
   DropHostLocked(s, keep_chunks);
   s.checksums.resize(keep_chunks);
   const int64_t needed = total_chunks - static_cast<int64_t>(keep_chunks);
@@ -462,6 +501,16 @@ absl::Status SessionStoreImpl::Save(const SessionKey& key, absl::Span<const int3
     s.host.push_back(b);
     s.checksums.push_back(std::nullopt);
   }
+  Fill pending;
+  if (fill_ticket != nullptr) {
+    // The payloads land later: pinned (as a lease pins) until FinishFill.
+    for (size_t c = keep_chunks; c < s.host.size(); ++c) {
+      host_->Ref(s.host[c]);
+      ++lease_pins_[s.host[c]];
+      pending.blocks.push_back(s.host[c]);
+    }
+    ++leases_out_;
+  }
   if (needed > 0) AddHostSampleLocked(true, needed * layout.BlockBytes(), absl::Now() - start);
   s.tokens.assign(tokens.begin(), tokens.end());
   // The SSD copy (if any) now holds an older version; it stays named by the committed
@@ -469,7 +518,16 @@ absl::Status SessionStoreImpl::Save(const SessionKey& key, absl::Span<const int3
   s.persisted = false;
   ++s.version;
   TouchLocked(s);
-  EnqueueWriteBackLocked(map_key, s);
+  if (fill_ticket == nullptr) {
+    s.filling = 0;
+    EnqueueWriteBackLocked(map_key, s);
+    return absl::OkStatus();
+  }
+  *fill_ticket = next_fill_++;
+  s.filling = *fill_ticket;
+  pending.map_key = map_key;
+  pending.version = s.version;
+  fills_.emplace(*fill_ticket, std::move(pending));
   return absl::OkStatus();
 }
 

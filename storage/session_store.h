@@ -275,6 +275,16 @@ class SessionStore {
   virtual absl::Status Save(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t keep_tokens,
                               FillFn fill) = 0;
 
+  // Save, for a caller whose copies into the payloads complete later (a DMA engine):
+  // `fill` only starts them. Until FinishFill(ticket, OK) the new chunks' blocks stay
+  // pinned (never reused, even if the session leaves), and the session is neither served
+  // (Match and Lease miss) nor written back; FinishFill with an error drops it. Returns the
+  // ticket for FinishFill (which must come, also after a failed copy), or Save's errors
+  // (then there is nothing to finish).
+  virtual absl::StatusOr<uint64_t> SaveAsync(const SessionKey& key, absl::Span<const int32_t> tokens,
+                                             int64_t keep_tokens, FillFn fill) = 0;
+  virtual void FinishFill(uint64_t ticket, absl::Status filled) = 0;
+
   // Blocks until the session as last saved is persisted (OK), or `timeout` passes
   // (DeadlineExceeded). NotFound when there is no such session; FailedPrecondition when
   // there is no SSD tier or it is degraded (nothing can be persisted).

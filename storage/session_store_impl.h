@@ -46,6 +46,9 @@ class SessionStoreImpl final : public SessionStore {
   double ssd_read_bytes_per_second() const override;
   absl::Status Save(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t keep_tokens,
                     FillFn fill) override;
+  absl::StatusOr<uint64_t> SaveAsync(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t keep_tokens,
+                                     FillFn fill) override;
+  void FinishFill(uint64_t ticket, absl::Status filled) override;
   absl::Status Flush(const SessionKey& key, absl::Duration timeout) override;
   absl::StatusOr<SessionInfo> Get(const SessionKey& key) const override;
   absl::Status Drop(const SessionKey& key) override;
@@ -83,8 +86,19 @@ class SessionStoreImpl final : public SessionStore {
     bool prefetched = false;           // on host thanks to a prefetch, not yet used
     int64_t last_access_unix_ms = 0;
     int readers = 0;                   // promotions in flight for this session (0 or 1)
+    uint64_t filling = 0;              // SaveAsync's ticket while its payloads are being filled
     std::shared_ptr<Promotion> promotion;  // set while SSD reads are in flight
   };
+  // A SaveAsync whose payloads are still being filled: its new blocks stay pinned.
+  struct Fill {
+    std::string map_key;
+    uint64_t version = 0;
+    std::vector<uint32_t> blocks;
+  };
+  // Save and SaveAsync; with `fill_ticket` the new blocks are pinned for FinishFill and
+  // the write-back waits for it.
+  absl::Status SaveLocked(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t keep_tokens,
+                          FillFn fill, uint64_t* fill_ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct PersistJob {
     std::string map_key;
     uint64_t version = 0;
@@ -147,7 +161,9 @@ class SessionStoreImpl final : public SessionStore {
   int persist_busy_ ABSL_GUARDED_BY(mu_) = 0;
   int promotions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint16_t> lease_pins_ ABSL_GUARDED_BY(mu_);  // leases pinning each host block
-  int64_t leases_out_ ABSL_GUARDED_BY(mu_) = 0;             // leases not yet released
+  int64_t leases_out_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<uint64_t, Fill> fills_ ABSL_GUARDED_BY(mu_);  // by ticket
+  uint64_t next_fill_ ABSL_GUARDED_BY(mu_) = 1;             // leases not yet released
   Placement placement_ ABSL_GUARDED_BY(mu_);
   double ssd_read_bytes_per_second_ ABSL_GUARDED_BY(mu_) = 0;  // EWMA over promotions
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

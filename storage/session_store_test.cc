@@ -353,6 +353,62 @@ TEST_F(SessionStoreTest, ConcurrentLeaseReleaseSaveAndDropKeepBytesAndBlocksStra
   EXPECT_EQ(HostBlocksUsed(), 0) << "every pin was released and every block came back";
 }
 
+// SaveAsync: the payloads are filled after it returns (as a DMA engine does). Until
+// FinishFill the session is not served and its blocks are never handed to another
+// session, even once it has been evicted; a failed fill drops it.
+// SaveAsync: the payloads are filled after it returns (as a DMA engine does). Until
+// FinishFill the session is not served and its blocks are never handed to another
+// session; a failed fill drops it.
+TEST_F(SessionStoreTest, AsyncSaveIsServedOnlyOnceFilledAndItsBlocksStayPinnedTillThen) {
+  MakeStore(4);  // 4 chunks of 4 tokens
+  const ChunkLayout& layout = store_->layout();
+  std::vector<absl::Span<std::byte>> payloads;
+  auto collect = [&](int64_t, int, absl::Span<std::byte> p) { payloads.push_back(p); };
+  // What the DMA engine writes, late: SaveAll's bytes.
+  auto land = [&] {
+    for (size_t c = 0; c < payloads.size(); ++c)
+      for (int i = 0; i < 4; ++i)
+        for (int l = 0; l < layout.layers; ++l)
+          for (int kv = 0; kv < 2; ++kv)
+            std::memset(payloads[c].data() + layout.RowOffset(l, kv, i),
+                        static_cast<int>(RowByte(static_cast<int64_t>(c) * 4 + i, l, kv, 0)),
+                        static_cast<size_t>(layout.row_bytes));
+    payloads.clear();
+  };
+  SessionKey a{"t", "a"};
+  auto ticket = store_->SaveAsync(a, Iota(8), 0, collect);
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  ASSERT_EQ(payloads.size(), 2u);
+  EXPECT_EQ(store_->Match(a, Iota(8), 100).tokens, 0) << "served before it was filled";
+  EXPECT_TRUE(store_->Lease(a, 8)->empty());
+  land();
+  store_->FinishFill(*ticket, absl::OkStatus());
+  EXPECT_EQ(store_->Match(a, Iota(8), 100).tokens, 8);
+  EXPECT_EQ(ReadAndCheck(a, 8), 8);
+
+  // A session being filled is passed over for room: a save that needs its blocks gets
+  // only a's and is refused.
+  SessionKey b{"t", "b"};
+  auto second = store_->SaveAsync(b, Iota(8, 300), 0, collect);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(SaveAll({"t", "c"}, Iota(16, 500), 0)));
+  EXPECT_EQ(HostBlocksUsed(), 2) << "b's blocks went to another session while b was being filled";
+  land();
+  store_->FinishFill(*second, absl::OkStatus());
+  EXPECT_EQ(ReadAndCheck(b, 8), 8);
+
+  // A failed fill drops the session; a second finish changes nothing.
+  SessionKey d{"t", "d"};
+  auto third = store_->SaveAsync(d, Iota(4, 700), 0, collect);
+  ASSERT_TRUE(third.ok());
+  payloads.clear();
+  store_->FinishFill(*third, absl::InternalError("the copy failed"));
+  EXPECT_TRUE(absl::IsNotFound(store_->Get(d).status()));
+  store_->FinishFill(*third, absl::OkStatus());
+  EXPECT_TRUE(absl::IsNotFound(store_->Get(d).status()));
+  EXPECT_EQ(ReadAndCheck(b, 8), 8);
+}
+
 TEST_F(SessionStoreTest, DropFreesSpace) {
   MakeStore(8);
   SessionKey key{"t", "s"};

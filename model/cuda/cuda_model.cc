@@ -47,7 +47,6 @@ absl::Status CudaModel::Impl::Init(int device) {
   }
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&write_stream, cudaStreamNonBlocking));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&saves_done, cudaEventDisableTiming));
   if (absl::Status s = loader.Init(config, {options.kv_read_buffer_layers, options.kv_read_group_tokens}); !s.ok()) {
     return s;
   }
@@ -81,10 +80,11 @@ absl::Status CudaModel::Impl::StageSave(const CudaSequence& seq, int64_t begin, 
   // Each chunk's index gets its own place, so earlier copies still in flight keep theirs.
   const int64_t index_bytes = cuda_internal::AlignUp(cuda_internal::ChunkIndexBytes(count), 16);
   const int64_t end = kv_meta_used + index_bytes;
-  if (saves_pending &&
-      (save_stored.bytes() < payload_bytes || save_host_meta.bytes() < end || save_meta.bytes() < end)) {
-    // A buffer must grow: let what reads the old ones finish first.
-    if (absl::Status s = FinishKvTransfers(); !s.ok()) return s;
+  if (saves_pending && (save_stored.bytes() < payload_bytes || save_host_meta.bytes() < end ||
+                        save_meta.bytes() < end || end > kMaxSaveIndexBytes)) {
+    // A buffer must grow, or the indexes of saves in flight fill their room: let what
+    // reads the old ones finish first (rare: saves complete within a few steps).
+    if (absl::Status s = FinishSaves(); !s.ok()) return s;
   }
   const int64_t at = kv_meta_used;
   for (absl::Status s : {save_stored.Reserve(payload_bytes, &save_generation),
@@ -101,23 +101,30 @@ absl::Status CudaModel::Impl::StageSave(const CudaSequence& seq, int64_t begin, 
 absl::StatusOr<uint64_t> CudaModel::Impl::StartLoads() {
   if (!loader.has_queued()) return loader.last_ticket();
   if (absl::Status s = UseDevice(); !s.ok()) return s;
-  // A save still gathering from pages a load rewrites must finish first.
-  cudaEvent_t after = nullptr;
-  if (saves_pending) {
-    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(saves_done, write_stream));
-    after = saves_done;
-  }
-  return loader.Start(pool, weights.inv_freq, after);
+  // No save reads pages a load writes: the engine keeps a saving sequence (and its pages)
+  // until KvSavesDone.
+  return loader.Start(pool, weights.inv_freq, /*after=*/nullptr);
 }
 
 absl::Status CudaModel::Impl::FinishKvTransfers() {
   if (absl::Status s = UseDevice(); !s.ok()) return s;
   if (absl::StatusOr<uint64_t> started = StartLoads(); !started.ok()) return started.status();
   if (absl::Status s = loader.Finish(); !s.ok()) return s;
+  return FinishSaves();
+}
+
+absl::Status CudaModel::Impl::FinishSaves() {
   if (!saves_pending) return absl::OkStatus();
+  if (absl::Status s = UseDevice(); !s.ok()) return s;
   saves_pending = false;
+  saves_unmarked = false;
   kv_meta_used = 0;
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(write_stream));
+  for (auto& [t, e] : saves_in_flight) {
+    saves_done_ticket = t;
+    spare_save_events.push_back(e);
+  }
+  saves_in_flight.clear();
   return absl::OkStatus();
 }
 
@@ -232,13 +239,9 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   Impl& m = *impl_;
   if (absl::Status s = m.UseDevice(); !s.ok()) return s;
   // Loads queued for this step's sequences start now, beside it: its layers wait for
-  // theirs one by one (so the step runs eagerly); saves before it are fenced on the device.
+  // theirs one by one (so the step runs eagerly). Saves run beside it: they read
+  // sequences the step does not touch (see SaveKv).
   if (absl::StatusOr<uint64_t> started = m.StartLoads(); !started.ok()) return started.status();
-  if (m.saves_unfenced) {
-    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(m.saves_done, m.write_stream));
-    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(m.stream, m.saves_done, 0));
-    m.saves_unfenced = false;
-  }
   const bool wait_loads = m.loader.waits_pending();
   const ModelConfig& c = m.config;
   StepPlan plan;
@@ -327,7 +330,7 @@ absl::Status CudaModel::SaveKv(const SequenceState& seq, int64_t begin, int coun
   }
   drain.Done();
   m.saves_pending = true;   // FinishKvTransfers waits for it
-  m.saves_unfenced = true;  // the next step waits for it on the device
+  m.saves_unmarked = true;  // no ticket covers it yet
   return absl::OkStatus();
 }
 
@@ -340,14 +343,49 @@ absl::StatusOr<bool> CudaModel::KvTransfersDone(uint64_t ticket) {
 
 absl::Status CudaModel::FinishKvTransfers() { return impl_->FinishKvTransfers(); }
 
-absl::Status CudaModel::FinishKvSaves() {
+absl::Status CudaModel::FinishKvSaves() { return impl_->FinishSaves(); }
+
+absl::StatusOr<uint64_t> CudaModel::MarkKvSaves() {
   Impl& m = *impl_;
-  if (!m.saves_pending) return absl::OkStatus();
+  if (!m.saves_unmarked) return m.next_save_ticket - 1;  // nothing new: the last ticket covers it
   if (absl::Status s = m.UseDevice(); !s.ok()) return s;
-  m.saves_pending = false;
-  m.kv_meta_used = 0;
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.write_stream));
-  return absl::OkStatus();
+  cudaEvent_t e = nullptr;
+  if (m.spare_save_events.empty()) {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  } else {
+    e = m.spare_save_events.back();
+    m.spare_save_events.pop_back();
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(e, m.write_stream));
+  m.saves_in_flight.emplace_back(m.next_save_ticket, e);
+  m.saves_unmarked = false;
+  // The staging of the saves so far is the ticket's now: later saves take new index room
+  // until the ticket completes. (kv_meta_used restarts once nothing is in flight.)
+  return m.next_save_ticket++;
+}
+
+absl::StatusOr<bool> CudaModel::KvSavesDone(uint64_t ticket) {
+  Impl& m = *impl_;
+  if (ticket <= m.saves_done_ticket) return true;
+  if (absl::Status s = m.UseDevice(); !s.ok()) return s;
+  while (!m.saves_in_flight.empty()) {
+    auto [t, e] = m.saves_in_flight.front();
+    const cudaError_t q = cudaEventQuery(e);
+    if (q == cudaErrorNotReady) break;
+    if (q != cudaSuccess) {
+      cudaGetLastError();
+      return kernels::CudaStatus(q, "cudaEventQuery", __FILE__, __LINE__);
+    }
+    m.saves_done_ticket = t;
+    m.spare_save_events.push_back(e);
+    m.saves_in_flight.pop_front();
+  }
+  if (m.saves_in_flight.empty() && m.saves_pending && !m.saves_unmarked) {
+    // Every save enqueued is covered by a completed ticket: the staging is free again.
+    m.saves_pending = false;
+    m.kv_meta_used = 0;
+  }
+  return ticket <= m.saves_done_ticket;
 }
 
 CUstream_st* CudaModel::LoadCopyStreamForTesting() const { return impl_->loader.copy_stream(); }

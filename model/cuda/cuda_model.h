@@ -81,6 +81,8 @@ class CudaModel final : public ModelBackend {
   absl::StatusOr<bool> KvTransfersDone(uint64_t ticket) override;
   absl::Status FinishKvTransfers() override;
   absl::Status FinishKvSaves() override;
+  absl::StatusOr<uint64_t> MarkKvSaves() override;
+  absl::StatusOr<bool> KvSavesDone(uint64_t ticket) override;
   // cudaHostRegister of the host tier's arena (unregistered when the model goes).
   absl::Status RegisterHostMemory(absl::Span<std::byte> memory) override;
 

@@ -4,11 +4,12 @@
 // Streams: `stream` computes steps (Forward and RandomizeKvPool synchronise it before
 // they return); the loader's copy and place streams bring stored KV in layer by layer
 // (kv_loader.h); `write_stream` gathers and copies KV out to chunk payloads (SaveKv).
-// Every hand-off is an event: a step's layer l waits for the loads' layer l; loads wait
-// for the saves before them (a save may still read pages a load is about to rewrite);
-// saves wait for the loads before them; a step waits for the saves before it. Saves stage
-// through their own buffers (save_stored, save_meta, save_host_meta), so steps never wait
-// for transfers on the host. Steps' workspaces: any that moves bumps `generation`, and the
+// Every hand-off is an event: a step's layer l waits for the loads' layer l; a save waits
+// for the loads into its sequence still in flight; the engine hears that saves completed
+// from events polled by ticket (MarkKvSaves / KvSavesDone), and keeps their sequences
+// untouched until then, so neither steps nor loads wait for saves. Saves stage through
+// their own buffers (save_stored, save_meta, save_host_meta), so steps never wait for
+// transfers on the host. Steps' workspaces: any that moves bumps `generation`, and the
 // graph cache is dropped. Not thread-safe: the engine loop is the only caller.
 #ifndef STRATA_MODEL_CUDA_CUDA_MODEL_IMPL_H_
 #define STRATA_MODEL_CUDA_CUDA_MODEL_IMPL_H_
@@ -16,7 +17,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <utility>
+#include <vector>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -37,7 +41,6 @@ struct CudaModel::Impl {
   CudaModelOptions options;
   cudaStream_t stream = nullptr;        // compute
   cudaStream_t write_stream = nullptr;  // saves (HBM -> host)
-  cudaEvent_t saves_done = nullptr;     // recorded on write_stream after the last save
 
   cuda_internal::DeviceWeights weights;
   cuda_internal::KvPool pool;
@@ -54,9 +57,14 @@ struct CudaModel::Impl {
   cuda_internal::DeviceBuffer save_stored, save_meta;
   cuda_internal::PinnedBuffer save_host_meta;
   int64_t save_generation = 0;  // nothing captures the save staging
-  bool saves_pending = false;   // saves enqueued since the last FinishKvTransfers
-  bool saves_unfenced = false;  // saves enqueued since the last step waited for them
+  bool saves_pending = false;   // saves enqueued whose staging is not yet known free
+  bool saves_unmarked = false;  // saves enqueued since the last MarkKvSaves
   int64_t kv_meta_used = 0;
+  static constexpr int64_t kMaxSaveIndexBytes = int64_t{8} << 20;
+  // Save tickets: an event recorded on write_stream per MarkKvSaves, oldest first.
+  std::deque<std::pair<uint64_t, cudaEvent_t>> saves_in_flight;
+  std::vector<cudaEvent_t> spare_save_events;
+  uint64_t next_save_ticket = 1, saves_done_ticket = 0;
 
   cuda_internal::GraphCache graphs;
 
@@ -68,7 +76,8 @@ struct CudaModel::Impl {
     if (write_stream != nullptr) cudaStreamSynchronize(write_stream);
     if (registered != nullptr) cudaHostUnregister(registered);
     graphs.Drop();
-    if (saves_done != nullptr) cudaEventDestroy(saves_done);
+    for (auto& [t, e] : saves_in_flight) cudaEventDestroy(e);
+    for (cudaEvent_t e : spare_save_events) cudaEventDestroy(e);
     for (cudaStream_t s : {stream, write_stream}) {
       if (s != nullptr) cudaStreamDestroy(s);
     }
@@ -103,10 +112,12 @@ struct CudaModel::Impl {
             save_host_meta.data() + kv_meta_at};
   }
   int64_t kv_meta_at = 0;  // offset of the chunk StageSave prepared last
-  // Starts the queued loads (after the saves before them); their ticket.
+  // Starts the queued loads; their ticket.
   absl::StatusOr<uint64_t> StartLoads();
   // Waits for the KV transfers started or enqueued so far.
   absl::Status FinishKvTransfers();
+  // Waits for the saves enqueued so far (every save ticket completes).
+  absl::Status FinishSaves();
 };
 
 }  // namespace strata::model

@@ -34,6 +34,8 @@ absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequence(int64_t) {
 }
 absl::Status CudaModel::FinishKvTransfers() { return absl::OkStatus(); }
 absl::Status CudaModel::FinishKvSaves() { return absl::OkStatus(); }
+absl::StatusOr<uint64_t> CudaModel::MarkKvSaves() { return uint64_t{0}; }
+absl::StatusOr<bool> CudaModel::KvSavesDone(uint64_t) { return true; }
 absl::StatusOr<uint64_t> CudaModel::StartKvTransfers() { return uint64_t{0}; }
 absl::StatusOr<bool> CudaModel::KvTransfersDone(uint64_t) { return true; }
 CUstream_st* CudaModel::LoadCopyStreamForTesting() const { return nullptr; }

@@ -419,6 +419,7 @@ class Bench {
   // restarted on the same ports, so turn 2 finds its history only on SSD (host tier and
   // HBM are empty after a restart) and no hint says it is coming.
   void PersistAndRestart(Endpoint& e, const std::vector<std::string>& ids) {
+    const absl::Time start = absl::Now();
     auto stub = v1::CacheService::NewStub(grpc::CreateChannel(e.target, grpc::InsecureChannelCredentials()));
     v1::FlushRequest request;
     for (const std::string& id : ids) request.add_session_ids(id);
@@ -430,6 +431,7 @@ class Bench {
       std::fprintf(stderr, "strata bench: Flush before the restart: %s\n", s.error_message().c_str());
       failed_ = true;
     }
+    const absl::Time flushed = absl::Now();
     const int port = e.owned->port(), metrics_port = e.owned->metrics_port();
     e.owned->Stop();
     std::vector<std::string> flags = e.serve_flags;
@@ -442,6 +444,8 @@ class Bench {
       return;
     }
     e.owned = *std::move(p);
+    std::fprintf(stderr, "strata bench: %zu sessions persisted in %.1f s; server restarted in %.1f s\n", ids.size(),
+                 absl::ToDoubleSeconds(flushed - start), absl::ToDoubleSeconds(absl::Now() - flushed));
   }
 
   void RunFixed() {

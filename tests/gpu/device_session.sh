@@ -15,6 +15,9 @@
 #   kvload    kv_load_bench: layer-wise LoadKv and SaveKv of a 16K-token session vs
 #             cudaMemcpyAsync of the same bytes
 #   gputests  only the GPU unit tests (kernels, CUDA backend, engine on CUDA)
+#   bench-ssd strata bench --sweep_from_ssd at 4K and 16K: turn 2 with its history only on
+#             the machine's disk (server restarted, no hint) vs recomputed; then the same
+#             with fetch-or-recompute off (every SSD hit loaded), for the load's own TTFT
 # Logs and JSON go to $OUT (or ./device-out); a short summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -78,6 +81,15 @@ run_bench() {
   note "$tag concurrent sweep: rc=$?"; cat "$OUT/$tag-concurrent.txt" >>"$summary"
 }
 
+# The history sweep alone (one session at a time).
+run_bench_history() {
+  local tag=$1 extra=$2
+  "$B/strata" bench --sweep --history=1024,4096,16384,30720 --new_tokens=64 --concurrency=1 --sweep_repeats=3 \
+    --sweep_answer_tokens=16 --compare=cache_off --serve_flags="$SERVE8B $extra --host_cache_bytes=$((16 << 30))" \
+    --json="$OUT/$tag-history.json" >"$OUT/$tag-history.txt" 2>"$OUT/$tag-history.err"
+  note "$tag history sweep: rc=$?"; cat "$OUT/$tag-history.txt" >>"$summary"
+}
+
 run_step_e2e() {
   "$B/strata" bench --sweep --history=1024 --new_tokens=64 --concurrency=64 --sweep_output_tokens=128 \
     --serve_flags="$SERVE8B --host_cache_bytes=$((16 << 30))" \
@@ -98,6 +110,8 @@ run_sharegpt() {
 run_kvload() {
   "$B/kv_load_bench" >"$OUT/kv_load_bench.txt" 2>&1
   note "kv_load_bench: rc=$?"; cat "$OUT/kv_load_bench.txt" >>"$summary"
+  "$B/kv_load_bench" --writeback >"$OUT/kv_writeback_bench.txt" 2>&1
+  note "kv_load_bench --writeback: rc=$?"; cat "$OUT/kv_writeback_bench.txt" >>"$summary"
 }
 
 run_gpu_tests() {
@@ -106,6 +120,22 @@ run_gpu_tests() {
     note "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test-$t.log" | tr '\n' ' ')"
     grep -E 'Failure|Expected|Which is|differ' "$OUT/test-$t.log" | head -20 >>"$summary"
   done
+}
+
+run_bench_ssd() {
+  local ssd=$PWD/bench-ssd-dir
+  for mode in ${SSD_MODES:-rule load}; do
+    local extra="--fetch_or_recompute=true"
+    [ $mode = load ] && extra="--fetch_or_recompute=false"
+    rm -rf "$ssd" && mkdir -p "$ssd"
+    timeout "${SSD_TIMEOUT:-900}" "$B/strata" bench --sweep --sweep_from_ssd --history="${SSD_HISTORY:-4096,16384}" \
+      --new_tokens=64 --concurrency=1 --sweep_answer_tokens=16 --compare=cache_off \
+      --serve_flags="$SERVE8B --hbm_cache_bytes=0 --host_cache_bytes=$((4 << 30)) --ssd_dirs=$ssd --ssd_capacity_bytes=$((8 << 30)) $extra" \
+      --json="$OUT/bench-ssd-$mode.json" >"$OUT/bench-ssd-$mode.txt" 2>"$OUT/bench-ssd-$mode.err"
+    note "bench-ssd ($mode) sweep: rc=$?"; cat "$OUT/bench-ssd-$mode.txt" >>"$summary"
+    grep -E "persisted in|cannot|Flush" "$OUT/bench-ssd-$mode.err" | head -6 >>"$summary"
+  done
+  rm -rf "$ssd"
 }
 
 run_step() {
@@ -119,6 +149,7 @@ for phase in "$@"; do
     bench-host) run_bench bench-host --hbm_cache_bytes=0 ;; bench-hbm) run_bench bench-hbm "" ;;
     step-e2e) run_step_e2e ;; sharegpt) run_sharegpt ;; step) run_step ;;
     hf-old) run_hf_old ;; kvload) run_kvload ;; gputests) run_gpu_tests ;;
+    bench-ssd) run_bench_ssd ;; bench-host-history) run_bench_history bench-host --hbm_cache_bytes=0 ;;
     *) note "unknown phase $phase" ;;
   esac
 done

@@ -1,0 +1,189 @@
+// Asynchronous write-back, on a CPU backend whose saves complete only when the test says
+// (as a GPU's write stream completes later): the batch goes on while a turn's KV is on its
+// way to the host tier, the session is not served from chunks not yet filled, its next
+// turn waits for that session's copy alone and then reuses the KV, and a failed copy
+// drops the session (the next turn recomputes and answers the same).
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/engine.h"
+#include "engine/testing/engine_testing.h"
+#include "gtest/gtest.h"
+#include "model/cpu/cpu_model.h"
+
+namespace strata::engine {
+namespace {
+
+using testing::Collect;
+using testing::SmallConfig;
+using testing::TurnOutput;
+
+// Saves are recorded, and copied only when a ticket is polled after `release` is set (or
+// FinishKvSaves waits for them); `fail` makes the poll report a device fault instead.
+class LateSavesBackend final : public model::ModelBackend {
+ public:
+  struct Control {
+    std::atomic<bool> release{false};
+    std::atomic<bool> fail{false};
+    std::atomic<int> polled_not_done{0};
+  };
+  LateSavesBackend(std::unique_ptr<model::CpuModel> inner, std::shared_ptr<Control> control)
+      : inner_(std::move(inner)), control_(std::move(control)) {}
+  const model::ModelConfig& config() const override { return inner_->config(); }
+  std::string name() const override { return "late-saves-cpu"; }
+  uint64_t fingerprint() const override { return inner_->fingerprint(); }
+  int64_t kv_row_bytes() const override { return inner_->kv_row_bytes(); }
+  absl::StatusOr<std::unique_ptr<model::SequenceState>> NewSequence(int64_t capacity) override {
+    return inner_->NewSequence(capacity);
+  }
+  absl::Status ResizeSequence(model::SequenceState& seq, int64_t capacity) override {
+    return inner_->ResizeSequence(seq, capacity);
+  }
+  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override { return inner_->Forward(batch); }
+  absl::Status LoadKv(model::SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                      const storage::ChunkLayout& layout) override {
+    return inner_->LoadKv(seq, begin, count, payload, layout);
+  }
+  absl::Status SaveKv(const model::SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+                      const storage::ChunkLayout& layout) override {
+    // The payload is garbage until the copy lands.
+    std::fill(payload.begin(), payload.end(), std::byte{0xee});
+    pending_.push_back(Pending{&seq, begin, count, payload, layout, 0});
+    return absl::OkStatus();
+  }
+  absl::StatusOr<uint64_t> MarkKvSaves() override {
+    ++marked_;
+    for (Pending& p : pending_) {
+      if (p.ticket == 0) p.ticket = marked_;
+    }
+    return marked_;
+  }
+  absl::StatusOr<bool> KvSavesDone(uint64_t ticket) override {
+    if (control_->fail) return absl::InternalError("the write stream faulted");
+    if (!control_->release) {
+      ++control_->polled_not_done;
+      return ticket <= done_;
+    }
+    return Land(ticket).ok() && ticket <= done_;
+  }
+  absl::Status FinishKvSaves() override {
+    if (control_->fail) return absl::InternalError("the write stream faulted");
+    return Land(marked_);
+  }
+  absl::Status FinishKvTransfers() override { return FinishKvSaves(); }
+
+ private:
+  struct Pending {
+    const model::SequenceState* seq;
+    int64_t begin;
+    int count;
+    absl::Span<std::byte> payload;
+    storage::ChunkLayout layout;
+    uint64_t ticket;
+  };
+  absl::Status Land(uint64_t ticket) {
+    while (!pending_.empty() && pending_.front().ticket != 0 && pending_.front().ticket <= ticket) {
+      const Pending& p = pending_.front();
+      if (absl::Status s = inner_->SaveKv(*p.seq, p.begin, p.count, p.payload, p.layout); !s.ok()) return s;
+      pending_.erase(pending_.begin());
+    }
+    done_ = std::max(done_, ticket);
+    return absl::OkStatus();
+  }
+  std::unique_ptr<model::CpuModel> inner_;
+  std::shared_ptr<Control> control_;
+  std::vector<Pending> pending_;
+  uint64_t marked_ = 0, done_ = 0;
+};
+
+class WriteBackTest : public ::testing::Test {
+ protected:
+  void Build(bool late, bool cache = true) {
+    engine_.reset();
+    store_.reset();
+    control_ = std::make_shared<LateSavesBackend::Control>();
+    const model::ModelConfig c = SmallConfig();
+    auto cpu = std::make_unique<model::CpuModel>(model::ModelWeights::Random(c, 99, tokenizer_.SilentTokens()));
+    if (cache) {
+      storage::SessionStoreOptions so;
+      so.layout = Engine::ChunkLayoutFor(c, 16);
+      so.host_capacity_bytes = 64 << 20;
+      so.model_fingerprint = cpu->weights().fingerprint();
+      store_ = *storage::SessionStore::Create(so);
+    }
+    std::unique_ptr<model::ModelBackend> backend = std::move(cpu);
+    if (late) {
+      backend = std::make_unique<LateSavesBackend>(
+          std::unique_ptr<model::CpuModel>(static_cast<model::CpuModel*>(backend.release())), control_);
+    }
+    auto e = Engine::Create({}, std::move(backend), &tokenizer_, store_.get(), nullptr);
+    ASSERT_TRUE(e.ok()) << e.status();
+    engine_ = *std::move(e);
+  }
+  std::shared_ptr<TurnStream> Submit(const std::string& session, const std::vector<text::ChatMessage>& messages,
+                                     int max_new = 24) {
+    TurnRequest r;
+    r.key = {"t", session};
+    r.prompt = *tokenizer_.RenderChat(messages);
+    r.max_new_tokens = max_new;
+    auto stream = engine_->Submit(std::move(r));
+    EXPECT_TRUE(stream.ok()) << stream.status();
+    return *stream;
+  }
+  // b's long turn, a's first turn beside it, then a's second turn while b still runs
+  // (a's copy in flight, held back). Returns {a1, a2, b1}.
+  std::vector<TurnOutput> Conversation() {
+    auto b1 = Submit("b", {{"user", "Meanwhile, another session with a longer question to answer."}}, 200);
+    std::vector<text::ChatMessage> a = {{"user", "Hello there, strata."}};
+    TurnOutput a1 = Collect(Submit("a", a));
+    a.push_back({"assistant", a1.text});
+    a.push_back({"user", "Tell me more about caches."});
+    auto a2 = Submit("a", a);
+    TurnOutput b = Collect(b1);
+    control_->release = true;
+    return {a1, Collect(a2), b};
+  }
+
+  text::ByteTokenizer tokenizer_;
+  std::shared_ptr<LateSavesBackend::Control> control_;
+  std::unique_ptr<storage::SessionStore> store_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(WriteBackTest, ANextTurnWaitsForItsSessionsCopyAloneThenReusesIt) {
+  Build(/*late=*/false, /*cache=*/false);
+  const std::vector<TurnOutput> want = Conversation();
+  Build(/*late=*/true);
+  const std::vector<TurnOutput> got = Conversation();
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status;
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "turn " << i;
+  }
+  EXPECT_GT(control_->polled_not_done.load(), 0) << "the batch never ran beside a copy in flight";
+  // a's second turn started only once a's copy completed: from the HBM tier, all reused.
+  EXPECT_GT(got[1].result.usage.cached_tokens, 0);
+  EXPECT_EQ(got[1].result.cache_tier, storage::Tier::kHbm);
+}
+
+TEST_F(WriteBackTest, AFailedCopyDropsTheSessionAndTheNextTurnRecomputes) {
+  Build(/*late=*/false, /*cache=*/false);
+  const std::vector<TurnOutput> want = Conversation();
+  Build(/*late=*/true);
+  control_->fail = true;
+  const std::vector<TurnOutput> got = Conversation();
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status;
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "turn " << i;
+  }
+  EXPECT_EQ(got[1].result.usage.cached_tokens, 0) << "served from a copy that failed";
+  engine_.reset();  // waits for the copies in flight: they fail too
+  for (const char* session : {"a", "b"}) {
+    EXPECT_TRUE(absl::IsNotFound(store_->Get({"t", session}).status())) << session << "'s failed copy is stored";
+  }
+}
+
+}  // namespace
+}  // namespace strata::engine
