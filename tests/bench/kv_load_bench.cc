@@ -165,7 +165,7 @@ int RunWriteBack(bool quick) {
   std::byte* arena = HostBuffer(total);
   if (arena == nullptr || !m.RegisterHostMemory(absl::Span<std::byte>(arena, static_cast<size_t>(total))).ok()) return 1;
   std::vector<std::unique_ptr<SequenceState>> seqs;
-  for (int b = 0; b < batch; ++b) seqs.push_back(*m.NewSequence(context + 4096));
+  for (int b = 0; b < batch; ++b) seqs.push_back(*m.NewSequence(context + 256));
   auto saved = *m.NewSequence(int64_t{chunks} * chunk_tokens);
   std::vector<int32_t> tokens(batch, 17), next(batch);
   int pos = context;

@@ -222,10 +222,18 @@ TEST_F(ChatE2eTest, EditedHistoryReusesOnlyTheUnchangedPrefix) {
 TEST_F(ChatE2eTest, MetricsShowTheReuse) {
   Client on(cache_on_->target());
   ThreeTurns(on, "metrics");
-  auto body = metrics::HttpGet("127.0.0.1", cache_on_->metrics_port(), "/metrics");
-  ASSERT_TRUE(body.ok()) << body.status();
-  auto samples = metrics::ParsePrometheusText(*body);
-  ASSERT_TRUE(samples.ok()) << samples.status();
+  // The last turn's KV goes back to the host tier asynchronously (after ChatDone); the
+  // session is in the HBM tier once that copy completes, which the scrape may precede.
+  absl::StatusOr<std::map<std::string, double>> samples;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(10);;) {
+    auto body = metrics::HttpGet("127.0.0.1", cache_on_->metrics_port(), "/metrics");
+    ASSERT_TRUE(body.ok()) << body.status();
+    samples = metrics::ParsePrometheusText(*body);
+    ASSERT_TRUE(samples.ok()) << samples.status();
+    auto hbm = samples->find("strata_sessions{tier=\"hbm\"}");
+    if ((hbm != samples->end() && hbm->second >= 1) || absl::Now() > deadline) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   auto value = [&](const std::string& key) {
     auto it = samples->find(key);
     EXPECT_NE(it, samples->end()) << key << " missing from /metrics";
