@@ -25,4 +25,12 @@ LogLine::~LogLine() {
   (void)ignored;
 }
 
+bool ShouldLogEvery(std::atomic<int64_t>* last_ns, double seconds) {
+  const int64_t now = absl::GetCurrentTimeNanos();
+  int64_t last = last_ns->load(std::memory_order_relaxed);
+  if (last != INT64_MIN && static_cast<double>(now - last) < seconds * 1e9) return false;
+  // One thread of those racing here wins the line.
+  return last_ns->compare_exchange_strong(last, now, std::memory_order_relaxed);
+}
+
 }  // namespace strata::logging

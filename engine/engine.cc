@@ -30,9 +30,13 @@ struct Engine::Metrics {
                            "Lookups that reused a cached prefix, by the tier that served it.")),
         batch_size(r.AddHistogram("strata_batch_size", "Turns in one forward step.",
                                   metrics::ExponentialBuckets(1, 2, 8)).WithLabels({})),
+        ssd_decisions(&r.AddCounter("strata_ssd_fetch_decisions_total",
+                                    "Turns whose history was only on SSD, by what fetch-or-recompute chose: "
+                                    "load (from SSD) or recompute.")),
         queue_depth(r.AddGauge("strata_queue_depth", "Turns waiting for admission.").WithLabels({})),
         running(r.AddGauge("strata_running_turns", "Turns being computed.").WithLabels({})) {
     for (const char* tier : {"hbm", "host", "ssd"}) hits->WithLabels({{"tier", tier}});
+    for (const char* choice : {"load", "recompute"}) ssd_decisions->WithLabels({{"choice", choice}});
   }
   metrics::Histogram& ttft;
   metrics::Counter& prefill_computed;
@@ -41,6 +45,7 @@ struct Engine::Metrics {
   metrics::Counter& lookups;
   metrics::Family<metrics::Counter>* hits;
   metrics::Histogram& batch_size;
+  metrics::Family<metrics::Counter>* ssd_decisions;
   metrics::Gauge& queue_depth;
   metrics::Gauge& running;
 };
@@ -237,11 +242,18 @@ std::vector<Engine::Queued> Engine::AdmitLocked(std::vector<Promotion>* promote)
           const double prefill_tokens_per_s = stats_.prefill_tokens_per_second;
           const double tokens = static_cast<double>(
               std::min<int64_t>(info->cached_tokens, static_cast<int64_t>(it->request.prompt.size())));
-          if (ssd_bytes_per_s > 0 && prefill_tokens_per_s > 0 &&
-              tokens / prefill_tokens_per_s < static_cast<double>(info->bytes) / ssd_bytes_per_s) {
+          const double load_s = ssd_bytes_per_s > 0 ? static_cast<double>(info->bytes) / ssd_bytes_per_s : 0;
+          const double compute_s = prefill_tokens_per_s > 0 ? tokens / prefill_tokens_per_s : 0;
+          if (ssd_bytes_per_s > 0 && prefill_tokens_per_s > 0 && compute_s < load_s) {
             it->recompute = true;
             ++stats_.recomputed_instead_of_load;
           }
+          if (metrics_) metrics_->ssd_decisions->WithLabels({{"choice", it->recompute ? "recompute" : "load"}}).Increment();
+          LOG_EVERY_N_SEC(INFO, 10) << "a turn's history is only on SSD (" << info->bytes << " bytes, "
+                                    << static_cast<int64_t>(tokens) << " tokens): "
+                                    << (it->recompute ? "recomputing" : "loading") << " it (load ~"
+                                    << static_cast<int64_t>(load_s * 1e3) << " ms at the SSD's rate, recompute ~"
+                                    << static_cast<int64_t>(compute_s * 1e3) << " ms)";
         }
         if (info.ok() && info->tier == storage::Tier::kSsd && !it->recompute) {
           it->load = Queued::Load::kPromoting;
@@ -603,6 +615,13 @@ void Engine::ReleaseLoads(bool wait) {
     if (!*done) return;
     loads_in_flight_.pop_front();
   }
+}
+
+bool Engine::AwaitIdle(absl::Duration timeout) {
+  MutexLock lock(&mu_);
+  // A session is active from admission until its write-back completes.
+  return mu_.AwaitWithTimeout(
+      [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && active_sessions_.empty(); }, timeout);
 }
 
 void Engine::End(Running& r, FinishReason reason) {

@@ -77,6 +77,11 @@ class Engine {
   // Thread-safe; never blocks on the engine loop.
   absl::StatusOr<std::shared_ptr<TurnStream>> Submit(TurnRequest request);
 
+  // Blocks until no turn is queued or running and every finished turn's write-back has
+  // completed (its session is then in the host tier and, if kept, the HBM tier), or until
+  // `timeout` passes. Returns whether the engine went idle. Thread-safe.
+  bool AwaitIdle(absl::Duration timeout);
+
   const model::ModelConfig& config() const { return model_->config(); }
   const model::ModelBackend& model() const { return *model_; }
   EngineStats Stats() const;

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "base/metrics.h"
+#include "base/prometheus_text.h"
 #include "engine/testing/engine_testing.h"
 #include "gtest/gtest.h"
 #include "model/cpu/cpu_model.h"
@@ -25,7 +27,7 @@ class FetchOrRecomputeTest : public ::testing::Test {
   // `ssd_bytes_per_second`: the SSD read speed the store assumes (< 0: none and no probe,
   // so nothing is known before the first promotion); `cache`: false for no store at all.
   void Build(bool cache, double ssd_bytes_per_second) {
-    engine_.reset();
+    engine_.reset();  // before the store and registry it uses
     store_.reset();
     tmp_ = std::make_unique<storage::testing::TempDir>("strata-fetch");
     const model::ModelConfig c = SmallConfig();
@@ -48,7 +50,8 @@ class FetchOrRecomputeTest : public ::testing::Test {
     }
     EngineOptions eo;
     eo.hbm.capacity_bytes = 0;  // nothing stays resident: the history is on SSD or nowhere
-    auto e = Engine::Create(eo, std::move(model), &tokenizer_, store_.get(), nullptr);
+    registry_ = std::make_unique<metrics::Registry>();
+    auto e = Engine::Create(eo, std::move(model), &tokenizer_, store_.get(), registry_.get());
     ASSERT_TRUE(e.ok()) << e.status();
     engine_ = *std::move(e);
   }
@@ -81,7 +84,16 @@ class FetchOrRecomputeTest : public ::testing::Test {
     return Run("a", a);
   }
 
+  // strata_ssd_fetch_decisions_total{choice}: what operators see of the choice.
+  double Decisions(const std::string& choice) {
+    auto samples = metrics::ParsePrometheusText(registry_->Serialize());
+    EXPECT_TRUE(samples.ok()) << samples.status();
+    auto it = samples->find("strata_ssd_fetch_decisions_total{choice=\"" + choice + "\"}");
+    return it == samples->end() ? -1 : it->second;
+  }
+
   text::ByteTokenizer tokenizer_;
+  std::unique_ptr<metrics::Registry> registry_;
   std::unique_ptr<storage::testing::TempDir> tmp_;
   std::unique_ptr<storage::SessionStore> store_;
   std::unique_ptr<Engine> engine_;
@@ -101,6 +113,8 @@ TEST_F(FetchOrRecomputeTest, ASlowSsdIsRecomputedFromTheFirstDecision) {
   const TurnOutput got = SecondTurnFromSsd();
   ASSERT_TRUE(got.status.ok()) << got.status;
   EXPECT_EQ(engine_->Stats().recomputed_instead_of_load, 1);
+  EXPECT_EQ(Decisions("recompute"), 1);
+  EXPECT_EQ(Decisions("load"), 0);
   EXPECT_EQ(got.result.usage.cached_tokens, 0);
   EXPECT_EQ(got.result.cache_tier, storage::Tier::kNone);
   EXPECT_EQ(got.tokens, want.tokens);
@@ -114,6 +128,8 @@ TEST_F(FetchOrRecomputeTest, AFastSsdIsLoaded) {
   const TurnOutput got = SecondTurnFromSsd();
   ASSERT_TRUE(got.status.ok()) << got.status;
   EXPECT_EQ(engine_->Stats().recomputed_instead_of_load, 0);
+  EXPECT_EQ(Decisions("load"), 1);
+  EXPECT_EQ(Decisions("recompute"), 0);
   EXPECT_GT(got.result.usage.cached_tokens, 0);
   EXPECT_EQ(got.result.cache_tier, storage::Tier::kSsd);
   EXPECT_EQ(got.tokens, want.tokens);

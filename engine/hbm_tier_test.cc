@@ -85,6 +85,8 @@ TEST_F(HbmTierTest, ReturningTurnReusesItsResidentKvAndAnswersAsWithoutIt) {
   TurnOutput second = Turn("s", "And then?");
   EXPECT_EQ(second.result.cache_tier, storage::Tier::kHbm);
   EXPECT_GT(second.result.usage.cached_tokens, 0);
+  // The session returns to the HBM tier once its write-back completes, after ChatDone.
+  ASSERT_TRUE(engine_->AwaitIdle(absl::Seconds(10)));
   const std::string text = registry_->Serialize();
   EXPECT_NE(text.find("strata_cache_hits_total{tier=\"hbm\"} 1"), std::string::npos) << text;
   EXPECT_NE(text.find("strata_sessions{tier=\"hbm\"} 1"), std::string::npos) << text;
@@ -108,6 +110,7 @@ TEST_F(HbmTierTest, CapacityBoundsTheResidentSessions) {
   Turn("a", "First question.");
   Turn("b", "Second question.");
   EXPECT_EQ(Turn("a", "More?").result.cache_tier, storage::Tier::kHost);
+  ASSERT_TRUE(engine_->AwaitIdle(absl::Seconds(10)));
   const std::string text = registry_->Serialize();
   EXPECT_NE(text.find("strata_sessions{tier=\"hbm\"} 1"), std::string::npos) << text;
 }

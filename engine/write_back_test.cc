@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
 #include "engine/engine.h"
 #include "engine/testing/engine_testing.h"
 #include "gtest/gtest.h"
@@ -21,8 +22,9 @@ using testing::Collect;
 using testing::SmallConfig;
 using testing::TurnOutput;
 
-// Saves are recorded, and copied only when a ticket is polled after `release` is set (or
-// FinishKvSaves waits for them); `fail` makes the poll report a device fault instead.
+// Saves are recorded, and copied only once `release` is set (a poll of the ticket then
+// lands them; FinishKvSaves waits for `release`, up to 30 s); `fail` makes the poll report
+// a device fault instead.
 class LateSavesBackend final : public model::ModelBackend {
  public:
   struct Control {
@@ -71,6 +73,8 @@ class LateSavesBackend final : public model::ModelBackend {
   }
   absl::Status FinishKvSaves() override {
     if (control_->fail) return absl::InternalError("the write stream faulted");
+    // Waiting for the stream: the copies land when the test releases them.
+    for (int i = 0; i < 30000 && !control_->release; ++i) absl::SleepFor(absl::Milliseconds(1));
     return Land(marked_);
   }
   absl::Status FinishKvTransfers() override { return FinishKvSaves(); }
@@ -183,6 +187,21 @@ TEST_F(WriteBackTest, AFailedCopyDropsTheSessionAndTheNextTurnRecomputes) {
   for (const char* session : {"a", "b"}) {
     EXPECT_TRUE(absl::IsNotFound(store_->Get({"t", session}).status())) << session << "'s failed copy is stored";
   }
+}
+
+// AwaitIdle (what a drain waits for) covers the write-back: not idle while a finished
+// turn's copy is held back, idle once it lands, with the session then stored.
+TEST_F(WriteBackTest, IdleOnlyOnceTheWriteBacksHaveLanded) {
+  Build(/*late=*/true);
+  TurnOutput a1 = Collect(Submit("a", {{"user", "Hello there, strata."}}));
+  ASSERT_TRUE(a1.status.ok()) << a1.status;
+  EXPECT_FALSE(engine_->AwaitIdle(absl::Milliseconds(200))) << "idle with a copy in flight";
+  const std::vector<int32_t> prompt = *tokenizer_.RenderChat({{"user", "Hello there, strata."}});
+  EXPECT_EQ(store_->Match({"t", "a"}, prompt, static_cast<int64_t>(prompt.size())).tokens, 0)
+      << "served before its copy landed";
+  control_->release = true;
+  ASSERT_TRUE(engine_->AwaitIdle(absl::Seconds(10)));
+  EXPECT_GT(store_->Match({"t", "a"}, prompt, static_cast<int64_t>(prompt.size())).tokens, 0);
 }
 
 }  // namespace

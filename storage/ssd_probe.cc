@@ -7,8 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/mutex.h"
 #include "base/random.h"
 
 namespace strata::storage {
@@ -20,19 +20,19 @@ class Batch {
   explicit Batch(int n) : left_(n) {}
   SsdTier::Callback Done() {
     return [this](absl::Status s) {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (status_.ok()) status_ = s;
       --left_;
     };
   }
   absl::Status Wait() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(+[](int* left) { return *left == 0; }, &left_));
+    MutexLock lock(&mu_);
+    mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return left_ == 0; });
     return status_;
   }
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
   int left_ ABSL_GUARDED_BY(mu_);
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };

@@ -5,6 +5,7 @@
 #             tests, and the chat and bench e2e suites with `strata serve` on the GPU
 #   hf        tests/gpu/check_hf_logits.py, CPU and CUDA backends against HF transformers
 #   sanitize  compute-sanitizer racecheck and synccheck over the CUDA backend's tests
+#             (env SAN_TOOLS, SAN_TESTS, SAN_FILTER, SAN_TIMEOUT narrow it)
 #   bench-host  strata bench on random:llama3-8b: TTFT cached (history on host, HBM tier
 #             off) vs recomputed by history, and at 32 and 64 concurrent sessions
 #   bench-hbm the same with the HBM tier on (the history still resident in the KV pool)
@@ -13,11 +14,15 @@
 #   sharegpt  strata bench's ShareGPT-shaped workload at two rates, cache on vs off
 #   step      model_bench's decode step for llama3-8b (the peer of the end-to-end step)
 #   kvload    kv_load_bench: layer-wise LoadKv and SaveKv of a 16K-token session vs
-#             cudaMemcpyAsync of the same bytes
+#             cudaMemcpyAsync of the same bytes, then writeback
+#   writeback kv_load_bench --writeback: a decode batch's steps with and without a 16K
+#             save in flight on the write stream
 #   gputests  only the GPU unit tests (kernels, CUDA backend, engine on CUDA)
 #   bench-ssd strata bench --sweep_from_ssd at 4K and 16K: turn 2 with its history only on
 #             the machine's disk (server restarted, no hint) vs recomputed; then the same
 #             with fetch-or-recompute off (every SSD hit loaded), for the load's own TTFT
+#             (env SSD_MODES, SSD_HISTORY, SSD_TIMEOUT; a watchdog saves the servers'
+#             stacks before the timeout, and their logs are copied to $OUT)
 # Logs and JSON go to $OUT (or ./device-out); a short summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -58,9 +63,10 @@ run_hf_old() {
 
 run_sanitize() {
   local cs=/usr/local/cuda/bin/compute-sanitizer
-  for tool in racecheck synccheck; do
-    for t in cuda_model_test cuda_engine_test; do
-      timeout 600 "$cs" --tool "$tool" --error-exitcode 9 "$B/$t" --gtest_brief=1 >"$OUT/san-$tool-$t.log" 2>&1
+  for tool in ${SAN_TOOLS:-racecheck synccheck}; do
+    for t in ${SAN_TESTS:-cuda_model_test cuda_engine_test}; do
+      timeout "${SAN_TIMEOUT:-600}" "$cs" --tool "$tool" --error-exitcode 9 "$B/$t" --gtest_brief=1 \
+        ${SAN_FILTER:+--gtest_filter=$SAN_FILTER} >"$OUT/san-$tool-$t.log" 2>&1
       note "compute-sanitizer $tool $t: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san-$tool-$t.log" | tr '\n' ' ')"
     done
   done
@@ -110,6 +116,10 @@ run_sharegpt() {
 run_kvload() {
   "$B/kv_load_bench" >"$OUT/kv_load_bench.txt" 2>&1
   note "kv_load_bench: rc=$?"; cat "$OUT/kv_load_bench.txt" >>"$summary"
+  run_writeback
+}
+
+run_writeback() {
   "$B/kv_load_bench" --writeback >"$OUT/kv_writeback_bench.txt" 2>&1
   note "kv_load_bench --writeback: rc=$?"; cat "$OUT/kv_writeback_bench.txt" >>"$summary"
 }
@@ -128,11 +138,24 @@ run_bench_ssd() {
     local extra="--fetch_or_recompute=true"
     [ $mode = load ] && extra="--fetch_or_recompute=false"
     rm -rf "$ssd" && mkdir -p "$ssd"
+    local before; before=$(ls -d /tmp/strata-serve-* 2>/dev/null)
     timeout "${SSD_TIMEOUT:-900}" "$B/strata" bench --sweep --sweep_from_ssd --history="${SSD_HISTORY:-4096,16384}" \
       --new_tokens=64 --concurrency=1 --sweep_answer_tokens=16 --compare=cache_off \
       --serve_flags="$SERVE8B --hbm_cache_bytes=0 --host_cache_bytes=$((4 << 30)) --ssd_dirs=$ssd --ssd_capacity_bytes=$((8 << 30)) $extra" \
-      --json="$OUT/bench-ssd-$mode.json" >"$OUT/bench-ssd-$mode.txt" 2>"$OUT/bench-ssd-$mode.err"
-    note "bench-ssd ($mode) sweep: rc=$?"; cat "$OUT/bench-ssd-$mode.txt" >>"$summary"
+      --json="$OUT/bench-ssd-$mode.json" >"$OUT/bench-ssd-$mode.txt" 2>"$OUT/bench-ssd-$mode.err" &
+    local bench=$!
+    # A watchdog: shortly before the timeout, the servers' threads' stacks go to $OUT.
+    ( sleep $(( ${SSD_TIMEOUT:-900} - 15 )); for p in $(pgrep -f "strata serve"); do
+        for dbg in gdb /usr/local/cuda/bin/cuda-gdb; do command -v $dbg >/dev/null || continue
+          timeout 10 $dbg -p "$p" -batch -ex "thread apply all bt 12" >"$OUT/stacks-$mode-$p.txt" 2>&1 && break; done
+      done ) &
+    local dog=$!
+    wait $bench; local rc=$?
+    kill $dog 2>/dev/null
+    note "bench-ssd ($mode) sweep: rc=$rc"; cat "$OUT/bench-ssd-$mode.txt" >>"$summary"
+    for d in $(ls -d /tmp/strata-serve-* 2>/dev/null); do
+      grep -qx "$d" <<<"$before" || cp "$d/serve.log" "$OUT/serve-$mode-$(basename "$d").log" 2>/dev/null
+    done
     grep -E "persisted in|cannot|Flush" "$OUT/bench-ssd-$mode.err" | head -6 >>"$summary"
   done
   rm -rf "$ssd"
@@ -148,7 +171,7 @@ for phase in "$@"; do
     tests) run_tests ;; hf) run_hf ;; sanitize) run_sanitize ;;
     bench-host) run_bench bench-host --hbm_cache_bytes=0 ;; bench-hbm) run_bench bench-hbm "" ;;
     step-e2e) run_step_e2e ;; sharegpt) run_sharegpt ;; step) run_step ;;
-    hf-old) run_hf_old ;; kvload) run_kvload ;; gputests) run_gpu_tests ;;
+    hf-old) run_hf_old ;; kvload) run_kvload ;; writeback) run_writeback ;; gputests) run_gpu_tests ;;
     bench-ssd) run_bench_ssd ;; bench-host-history) run_bench_history bench-host --hbm_cache_bytes=0 ;;
     *) note "unknown phase $phase" ;;
   esac
