@@ -87,9 +87,13 @@ absl::Status CudaModel::Impl::StageSave(const CudaSequence& seq, int64_t begin, 
     if (absl::Status s = FinishSaves(); !s.ok()) return s;
   }
   const int64_t at = kv_meta_used;
+  // The index room is taken whole at the first save: grown chunk by chunk, every growth
+  // would wait for the saves in flight, and a long session's write-back would run on
+  // the engine thread.
+  const int64_t meta_bytes = std::max(at + index_bytes, kMaxSaveIndexBytes);
   for (absl::Status s : {save_stored.Reserve(payload_bytes, &save_generation),
-                         save_host_meta.Reserve(at + index_bytes, &save_generation),
-                         save_meta.Reserve(at + index_bytes, &save_generation)}) {
+                         save_host_meta.Reserve(meta_bytes, &save_generation),
+                         save_meta.Reserve(meta_bytes, &save_generation)}) {
     if (!s.ok()) return s;
   }
   cuda_internal::WriteChunkIndex(pool, seq, begin, count, save_host_meta.data() + at);

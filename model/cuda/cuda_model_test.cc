@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "kernels/testing/delay.h"
 #include "model/cpu/cpu_model.h"
 #include "gtest/gtest.h"
@@ -231,6 +232,50 @@ TEST_F(CudaModelTest, KvTransfersDoneOnlyOnceTheCopiesLanded) {
   done = m.KvTransfersDone(*ticket);
   ASSERT_TRUE(done.ok());
   EXPECT_TRUE(*done);
+}
+
+// A long session's saves are only enqueued: with the write stream held up, SaveKv of
+// every chunk returns at once (no wait on the host), and the ticket completes after.
+TEST_F(CudaModelTest, SavesAreEnqueuedWithoutWaitingForTheWriteStream) {
+  auto model = CudaModel::Create(ModelWeights::Random(Config(), 4, {}), SmallPool());
+  ASSERT_TRUE(model.ok()) << model.status();
+  CudaModel& m = **model;
+  const int chunk = 8, chunks = 64;
+  const storage::ChunkLayout layout = ChunkLayoutFor(m, chunk);
+  const std::vector<int32_t> tokens = Tokens(chunk * chunks, 3);
+  auto computed = *m.NewSequence(chunk * chunks);
+  ForwardEntry fill{computed.get(), 0, tokens};
+  ASSERT_TRUE(m.Forward({&fill, 1}).ok());
+  std::vector<std::vector<std::byte>> payloads(chunks, std::vector<std::byte>(static_cast<size_t>(layout.PayloadBytes())));
+  ASSERT_EQ(kernels::testing::LaunchDelay(m.WriteStreamForTesting(), 400000), cudaSuccess);
+  const absl::Time t0 = absl::Now();
+  for (int i = 0; i < chunks; ++i) {
+    ASSERT_TRUE(m.SaveKv(*computed, int64_t{i} * chunk, chunk, absl::MakeSpan(payloads[i]), layout).ok());
+  }
+  absl::StatusOr<uint64_t> ticket = m.MarkKvSaves();
+  const absl::Duration enqueue = absl::Now() - t0;
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  EXPECT_LT(enqueue, absl::Milliseconds(200)) << "the saves waited for the write stream (held up 400 ms)";
+  absl::StatusOr<bool> done = m.KvSavesDone(*ticket);
+  ASSERT_TRUE(done.ok());
+  EXPECT_FALSE(*done);
+  ASSERT_TRUE(m.FinishKvSaves().ok());
+  done = m.KvSavesDone(*ticket);
+  ASSERT_TRUE(done.ok() && *done);
+  // What landed is the computed KV: loaded back, the next step's logits are the same.
+  auto loaded = *m.NewSequence(chunk * chunks + 1);
+  for (int i = 0; i < chunks; ++i) {
+    ASSERT_TRUE(m.LoadKv(*loaded, int64_t{i} * chunk, chunk, payloads[i], layout).ok());
+  }
+  const int32_t next = 7;
+  std::vector<float> want(m.config().vocab_size), got(m.config().vocab_size);
+  auto grown = m.ResizeSequence(*computed, chunk * chunks + 1);
+  ASSERT_TRUE(grown.ok()) << grown;
+  ForwardEntry a{computed.get(), chunk * chunks, absl::Span<const int32_t>(&next, 1), want.data()};
+  ASSERT_TRUE(m.Forward({&a, 1}).ok());
+  ForwardEntry b{loaded.get(), chunk * chunks, absl::Span<const int32_t>(&next, 1), got.data()};
+  ASSERT_TRUE(m.Forward({&b, 1}).ok());
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
 }
 
 // Decode steps run as captured graphs (per batch and context bucket) give the
