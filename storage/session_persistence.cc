@@ -43,7 +43,9 @@ absl::Status SessionStoreImpl::Recover() {
           ssd_->MarkAllocated(loc);
           s->ssd.push_back(loc);
           s->checksums.push_back(c.checksum);  // checked against the chunk at its first promotion
+          s->committed_checksums.push_back(c.checksum);
         }
+        s->committed_tokens = r.tokens;
         s->persisted = true;
         s->last_access_unix_ms = r.last_access_unix_ms;
         MutexLock lock(&mu_);
@@ -133,12 +135,22 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
       }
       placement_.OrderVictims(candidates, RoomFor::kLeaveStore);
       std::vector<std::string> victims;
-      for (const PlacementCandidate& c : candidates) victims.emplace_back(c.key);
+      int64_t could_free = ssd_->free_blocks();
+      for (const PlacementCandidate& c : candidates) {
+        victims.emplace_back(c.key);
+        could_free += static_cast<int64_t>(sessions_.at(c.key)->ssd.size());
+      }
+      // Only when the room can be made: evicting for a write that still does not fit
+      // would delete persisted sessions for nothing.
+      if (could_free < n) victims.clear();
       int64_t freeing = 0;
       for (const std::string& victim_key : victims) {
         if (ssd_->free_blocks() + freeing >= n) break;
         Session& victim = *sessions_.at(victim_key);
         freeing += static_cast<int64_t>(victim.ssd.size());
+        ++stats_.persisted_deleted;
+        LOG(INFO) << "session '" << victim.session_id << "' of tenant '" << victim.tenant << "': its persisted copy ("
+                  << victim.committed_tokens.size() << " tokens) is deleted: the SSD tier needed its room";
         evicted.push_back({SessionKey{victim.tenant, victim.session_id}, std::move(victim.ssd)});
         sessions_.erase(victim_key);
         ++stats_.evictions;
@@ -260,7 +272,17 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
   // The committed record now names `targets`; the blocks of the previous record are free.
   for (const SsdLocation& loc : s.ssd) ssd_->Free(loc);
   s.ssd = std::move(targets);
+  s.committed_tokens = record.tokens;
+  s.committed_checksums.clear();
+  for (const IndexedChunk& c : record.chunks) s.committed_checksums.push_back(c.checksum);
   s.persisted = s.version == version;
+  if (!s.persisted && s.host.empty() && s.filling == 0) {
+    // The version written was dropped from host meanwhile (the session fell back to an
+    // older record): what was just committed is newer than that, and is what it holds now.
+    s.tokens = s.committed_tokens;
+    s.checksums.assign(s.committed_checksums.begin(), s.committed_checksums.end());
+    s.persisted = true;
+  }
 }
 
 void SessionStoreImpl::EnterDegradedLocked(const absl::Status& why) {
@@ -278,7 +300,7 @@ void SessionStoreImpl::SweepExpiredLocked() {
   for (const auto& [k, s] : sessions_) {
     if (s->readers == 0 && ExpiredLocked(*s)) expired.push_back(k);
   }
-  for (const std::string& k : expired) RemoveLocked(k);
+  for (const std::string& k : expired) RemoveLocked(k, "its TTL passed");
   stats_.expired += static_cast<int64_t>(expired.size());
 }
 
@@ -288,14 +310,20 @@ absl::Status SessionStoreImpl::Flush(const SessionKey& key, absl::Duration timeo
   MutexLock lock(&mu_);
   auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = sessions_.find(map_key);
-    return it == sessions_.end() || it->second->persisted || degraded_;
+    return it == sessions_.end() || it->second->persisted || it->second->dropped_newer != nullptr || degraded_;
   };
   bool done = mu_.AwaitWithTimeout(settled, timeout);
   auto it = sessions_.find(map_key);
   if (it == sessions_.end()) {
     return absl::NotFoundError(absl::StrCat("session '", key.session_id, "' is not stored"));
   }
-  if (it->second->persisted) return absl::OkStatus();
+  const Session& s = *it->second;
+  if (s.dropped_newer != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the session's last version was dropped before it was persisted (", s.dropped_newer,
+        "); it holds its persisted ", s.tokens.size(), " tokens"));
+  }
+  if (s.persisted) return absl::OkStatus();
   if (degraded_) return absl::FailedPreconditionError("the SSD tier is degraded: nothing can be persisted");
   (void)done;
   return absl::DeadlineExceededError("the session was not persisted in time");

@@ -157,7 +157,7 @@ void SessionStoreImpl::FinishPromotion(const std::string& map_key, const std::sh
       }
       if (s->tokens.empty()) {
         ++stats_.promotion_failures;
-        RemoveLocked(map_key);  // nothing survived: the record goes too
+        RemoveLocked(map_key, "no chunk of it survived verification");  // the record goes too
         result = absl::DataLossError("no chunk of the session survived verification");
       } else {
         if (good < n) EnqueueWriteBackLocked(map_key, *s);  // replace the record with the verified prefix

@@ -180,7 +180,7 @@ PrefixMatch SessionStoreImpl::Match(const SessionKey& key, absl::Span<const int3
   Session& s = *it->second;
   if (ExpiredLocked(s) && s.readers == 0) {
     ++stats_.expired;
-    RemoveLocked(map_key);
+    RemoveLocked(map_key, "its TTL passed");
     return {};
   }
   if (s.filling != 0) return {};  // its payloads are still being copied in
@@ -308,7 +308,7 @@ void SessionStoreImpl::CutCorruptLocked(const std::string& map_key, Session& s, 
   s.persisted = false;
   ++s.version;
   if (s.tokens.empty()) {
-    RemoveLocked(map_key);
+    RemoveLocked(map_key, "its first chunk failed verification");
   } else {
     EnqueueWriteBackLocked(map_key, s);
   }
@@ -350,10 +350,15 @@ void SessionStoreImpl::DropHostLocked(Session& s, size_t keep_chunks) {
   }
 }
 
-void SessionStoreImpl::RemoveLocked(const std::string& map_key) {
+void SessionStoreImpl::RemoveLocked(const std::string& map_key, const char* why) {
   auto it = sessions_.find(map_key);
   if (it == sessions_.end()) return;
   Session& s = *it->second;
+  if (!s.ssd.empty()) {
+    ++stats_.persisted_deleted;
+    LOG(INFO) << "session '" << s.session_id << "' of tenant '" << s.tenant << "': its persisted copy ("
+              << s.committed_tokens.size() << " tokens) is deleted: " << why;
+  }
   DropHostLocked(s, 0);
   if (index_ != nullptr) {
     PersistJob job;
@@ -364,6 +369,35 @@ void SessionStoreImpl::RemoveLocked(const std::string& map_key) {
     persist_queue_.push_back(std::move(job));
   }
   sessions_.erase(it);
+}
+
+void SessionStoreImpl::DropNewerVersionLocked(const std::string& map_key, const char* why) {
+  auto it = sessions_.find(map_key);
+  if (it == sessions_.end()) return;
+  Session& s = *it->second;
+  if (s.ssd.empty()) {
+    RemoveLocked(map_key, why);  // nothing acknowledged to fall back to
+    return;
+  }
+  s.prefetched = false;
+  if (s.persisted) {
+    // The version held is the persisted one (Save had begun to replace it): it stays on SSD.
+    DropHostLocked(s, 0);
+    s.checksums.assign(s.committed_checksums.begin(), s.committed_checksums.end());
+    s.dropped_newer = why;
+    return;
+  }
+  LOG(WARNING) << "session '" << s.session_id << "' of tenant '" << s.tenant << "': its newer version ("
+               << s.tokens.size() << " tokens) is dropped (" << why << "); it falls back to its persisted "
+               << s.committed_tokens.size() << " tokens";
+  ++stats_.reverted_to_persisted;
+  s.dropped_newer = why;
+  DropHostLocked(s, 0);
+  s.tokens = s.committed_tokens;
+  s.checksums.assign(s.committed_checksums.begin(), s.committed_checksums.end());
+  s.persisted = true;
+  s.filling = 0;  // a fill still in flight finds the session re-versioned and lets go
+  ++s.version;    // and so does a write-back of the dropped version
 }
 
 bool SessionStoreImpl::MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose) {
@@ -397,9 +431,12 @@ bool SessionStoreImpl::MakeHostRoomLocked(int64_t blocks, const Session* keep, R
       DropHostLocked(victim, 0);  // the SSD copy stays: a demotion
       ++stats_.demotions;
     } else if (placement_.MayLeaveStore(key)) {
-      RemoveLocked(key);
-      ++stats_.evictions;
-      ++stats_.evictions_host_full;
+      // Not yet on SSD: this version goes; an older persisted one stays.
+      if (victim.ssd.empty()) {
+        ++stats_.evictions;
+        ++stats_.evictions_host_full;
+      }
+      DropNewerVersionLocked(key, "the host tier needed its room");
     } else {
       continue;  // queued within the eviction window: it stays
     }
@@ -442,8 +479,8 @@ void SessionStoreImpl::FinishFill(uint64_t ticket, absl::Status filled) {
   Session& s = *it->second;
   s.filling = 0;
   if (!filled.ok() || s.version != fill.version) {
-    LOG(WARNING) << "session '" << s.session_id << "' was not filled (" << filled << "); it is dropped";
-    RemoveLocked(fill.map_key);
+    LOG(WARNING) << "session '" << s.session_id << "' was not filled (" << filled << ")";
+    DropNewerVersionLocked(fill.map_key, "its KV copy failed");
     return;
   }
   EnqueueWriteBackLocked(fill.map_key, s);
@@ -479,7 +516,7 @@ absl::Status SessionStoreImpl::SaveLocked(const SessionKey& key, absl::Span<cons
   s.checksums.resize(keep_chunks);
   const int64_t needed = total_chunks - static_cast<int64_t>(keep_chunks);
   if (!MakeHostRoomLocked(needed, &s)) {
-    RemoveLocked(map_key);
+    DropNewerVersionLocked(map_key, "it does not fit the host tier");
     ++stats_.save_rejected;
     return absl::ResourceExhaustedError(absl::StrCat(
         "session of ", tokens.size(), " tokens needs ", total_chunks, " chunks; the host tier holds ",
@@ -513,6 +550,7 @@ absl::Status SessionStoreImpl::SaveLocked(const SessionKey& key, absl::Span<cons
   }
   if (needed > 0) AddHostSampleLocked(true, needed * layout.BlockBytes(), absl::Now() - start);
   s.tokens.assign(tokens.begin(), tokens.end());
+  s.dropped_newer = nullptr;
   // The SSD copy (if any) now holds an older version; it stays named by the committed
   // record until the write-back of this version replaces it.
   s.persisted = false;
@@ -547,7 +585,7 @@ absl::Status SessionStoreImpl::Drop(const SessionKey& key) {
   if (it == sessions_.end()) {
     return absl::NotFoundError(absl::StrCat("session '", key.session_id, "' is not stored"));
   }
-  RemoveLocked(map_key);
+  RemoveLocked(map_key, "DropSession");
   return absl::OkStatus();
 }
 

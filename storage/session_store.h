@@ -129,6 +129,10 @@ struct SessionStoreStats {
   int64_t save_rejected = 0;   // saves that did not fit even after eviction
   int64_t corrupt_chunks = 0;  // chunks that failed verification (read, promotion, write-back)
   int64_t expired = 0;         // sessions dropped by TTL
+  // Newer unpersisted versions dropped (no host room, failed fill) whose session fell
+  // back to its persisted version instead of leaving the store.
+  int64_t reverted_to_persisted = 0;
+  int64_t persisted_deleted = 0;  // persisted versions deleted (drop, TTL, corruption, SSD room)
   int64_t persisted_saves = 0; // write-backs that committed an index record
   int64_t ssd_write_errors = 0;
   int64_t ssd_bytes_written = 0;
@@ -287,7 +291,10 @@ class SessionStore {
 
   // Blocks until the session as last saved is persisted (OK), or `timeout` passes
   // (DeadlineExceeded). NotFound when there is no such session; FailedPrecondition when
-  // there is no SSD tier or it is degraded (nothing can be persisted).
+  // there is no SSD tier or it is degraded (nothing can be persisted), or when the last
+  // version saved was dropped before it was persisted (it did not fit the host tier, or
+  // its copy failed): the session then holds its older persisted version, if any — a
+  // persisted version is deleted only by Drop, TTL, corruption or the SSD tier's room.
   virtual absl::Status Flush(const SessionKey& key, absl::Duration timeout) = 0;
 
   // NotFound when the tenant has no such session.

@@ -75,6 +75,13 @@ class SessionStoreImpl final : public SessionStore {
     std::vector<int32_t> tokens;       // tokens whose KV the chunks hold
     std::vector<uint32_t> host;        // host block of each chunk; empty: no host copy
     std::vector<SsdLocation> ssd;      // SSD copy named by the committed index record
+    // What that committed record holds (empty when there is none): the version the
+    // session falls back to when a newer, unpersisted one cannot be kept.
+    std::vector<int32_t> committed_tokens;
+    std::vector<uint64_t> committed_checksums;
+    // Set when the last version saved was dropped before it was persisted (why), so that
+    // Flush does not report it persisted; cleared by the next save.
+    const char* dropped_newer = nullptr;
     // Payload checksum of each chunk: set when the write-back sealed it or the index
     // record named it, nullopt while unsealed. Binds the record to the bytes: every chunk
     // of a persisted session has one, and it is the one its record and header hold.
@@ -120,8 +127,14 @@ class SessionStoreImpl final : public SessionStore {
   bool LeasedLocked(const Session& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLease(std::vector<uint32_t> blocks) override;
   // Removes the session from every tier; the SSD blocks are freed after its record is
-  // deleted (in the background).
-  void RemoveLocked(const std::string& map_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // deleted (in the background). `why` names the cause in the one log line and the count
+  // of deleted persisted versions (DropSession, TTL, corruption), when it had one.
+  void RemoveLocked(const std::string& map_key, const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The session's newer, unpersisted version cannot be kept (no host room, a failed
+  // fill): it goes, and the session falls back to its committed record (SSD only,
+  // persisted), or leaves the store when it has none. An acknowledged version is never
+  // lost this way.
+  void DropNewerVersionLocked(const std::string& map_key, const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Demotes or evicts sessions other than `keep`, in the placement policy's order, until `blocks` host
   // blocks are free.
   bool MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose = RoomFor::kHost)

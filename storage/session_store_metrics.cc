@@ -29,6 +29,12 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
   auto& corrupt = r.AddCounter("strata_cache_corrupt_chunks_total",
                                "Chunks that failed their checksum or fingerprint (served as misses).");
   auto& expired = r.AddCounter("strata_cache_expired_total", "Sessions dropped by TTL.");
+  auto& reverted = r.AddCounter("strata_cache_reverted_to_persisted_total",
+                                "Newer unpersisted versions dropped (no host room, a failed copy) whose "
+                                "session kept its persisted version.");
+  auto& persisted_deleted = r.AddCounter(
+      "strata_cache_persisted_deleted_total",
+      "Persisted session versions deleted (DropSession, TTL, corruption, the SSD tier's capacity).");
   auto& io_seconds = r.AddHistogram(
       "strata_tier_io_seconds",
       "Latency of tier I/O: host = a session's chunk copies in or out of the arena, ssd = one "
@@ -42,7 +48,7 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
   };
   r.AddCollector([=, &tier_bytes, &tier_capacity, &sessions, &evictions, &prefetches, &lookahead, &demotions,
                   &promotions,
-                  &moved, &persisted, &ssd_errors, &degraded, &rejected, &corrupt, &expired, &io_seconds] {
+                  &moved, &persisted, &ssd_errors, &degraded, &rejected, &corrupt, &expired, &reverted, &persisted_deleted, &io_seconds] {
     SessionStoreStats s;
     if (store != nullptr) {
       s = store->Stats();
@@ -76,6 +82,8 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
     sync(rejected.WithLabels({}), s.save_rejected);
     sync(corrupt.WithLabels({}), s.corrupt_chunks);
     sync(expired.WithLabels({}), s.expired);
+    sync(reverted.WithLabels({}), s.reverted_to_persisted);
+    sync(persisted_deleted.WithLabels({}), s.persisted_deleted);
   });
 }
 

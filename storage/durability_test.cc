@@ -1,0 +1,113 @@
+// A session acknowledged as persisted is deleted only by Drop, TTL, corruption or the SSD
+// tier's own room: a newer version that cannot be kept (too large for the host tier, its
+// copy failed, pushed out of the host tier before it was written) goes alone, and the
+// session falls back to its persisted version — also after a restart. Every deletion of
+// a persisted version is counted.
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "storage/testing/store_fixture.h"
+
+namespace strata::storage {
+namespace {
+
+class DurabilityTest : public TieredStoreTest {
+ protected:
+  // The session holds its persisted `tokens` (written with `salt`) on SSD, served from there,
+  // and so it does after a restart.
+  void ExpectPersisted(const SessionKey& key, int tokens, int salt = 0) {
+    auto info = store_->Get(key);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_TRUE(info->persisted);
+    EXPECT_EQ(info->cached_tokens, tokens);
+    PrefixMatch m = store_->Match(key, Iota(tokens), tokens);
+    EXPECT_EQ(m.tokens, tokens);
+    EXPECT_EQ(ReadAndCheck(key, tokens, salt), tokens);
+    MakeTiered(host_chunks_, ssd_chunks_);
+    info = store_->Get(key);
+    ASSERT_TRUE(info.ok()) << "lost across a restart: " << info.status();
+    EXPECT_EQ(info->cached_tokens, tokens);
+    EXPECT_EQ(ReadAndCheck(key, tokens, salt), tokens);
+  }
+  void Make(int64_t host_chunks, int64_t ssd_chunks) {
+    host_chunks_ = host_chunks;
+    ssd_chunks_ = ssd_chunks;
+    MakeTiered(host_chunks, ssd_chunks);
+  }
+  int64_t host_chunks_ = 0, ssd_chunks_ = 0;
+};
+
+TEST_F(DurabilityTest, ANewerVersionTooLargeForTheHostTierLeavesThePersistedOne) {
+  Make(4, 32);  // chunks of 4 tokens
+  SessionKey key{"t", "s"};
+  ASSERT_TRUE(SaveAll(key, Iota(10), 0).ok());
+  ASSERT_TRUE(store_->Flush(key, absl::Seconds(10)).ok());
+  absl::Status grown = SaveAll(key, Iota(40), 8);
+  EXPECT_TRUE(absl::IsResourceExhausted(grown)) << grown;
+  EXPECT_EQ(store_->Stats().save_rejected, 1);
+  // The turn that grew it is not persisted, and Flush says so.
+  absl::Status flush = store_->Flush(key, absl::Seconds(1));
+  EXPECT_TRUE(absl::IsFailedPrecondition(flush)) << flush;
+  EXPECT_EQ(store_->Stats().persisted_deleted, 0);
+  ExpectPersisted(key, 10);
+}
+
+TEST_F(DurabilityTest, AFailedCopyOfANewerVersionLeavesThePersistedOne) {
+  Make(8, 32);
+  SessionKey key{"t", "s"};
+  ASSERT_TRUE(SaveAll(key, Iota(10), 0).ok());
+  ASSERT_TRUE(store_->Flush(key, absl::Seconds(10)).ok());
+  auto ticket = store_->SaveAsync(key, Iota(20), 8, [](int64_t, int, absl::Span<std::byte>) {});
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  store_->FinishFill(*ticket, absl::InternalError("the copy failed"));
+  EXPECT_EQ(store_->Stats().reverted_to_persisted, 1);
+  EXPECT_TRUE(absl::IsFailedPrecondition(store_->Flush(key, absl::Seconds(1))));
+  ExpectPersisted(key, 10);
+  // The next version saved and flushed is persisted as usual.
+  ASSERT_TRUE(SaveAll(key, Iota(14), 8).ok());
+  EXPECT_TRUE(store_->Flush(key, absl::Seconds(10)).ok());
+  ExpectPersisted(key, 14);
+}
+
+// The newer version is pushed out of the host tier before it could be written (the SSD
+// had no room for it): the persisted older one stays, on SSD.
+TEST_F(DurabilityTest, HostEvictionOfAnUnwrittenNewerVersionLeavesThePersistedOne) {
+  tweak_ = [](SessionStoreOptions& o) { o.placement = PlacementPolicy::kLru; };
+  Make(9, 6);
+  SessionKey a{"t", "a"}, b{"t", "b"}, c{"t", "c"};
+  ASSERT_TRUE(SaveAll(a, Iota(8), 0).ok());  // 2 chunks
+  ASSERT_TRUE(store_->Flush(a, absl::Seconds(10)).ok());
+  ASSERT_TRUE(SaveAll(b, Iota(16, 300), 0).ok());  // 4 chunks: the SSD is full
+  ASSERT_TRUE(store_->Flush(b, absl::Seconds(10)).ok());
+  // a's newer version (3 chunks) finds no SSD room (b still has its host copy, so it may
+  // not be evicted from SSD): it stays on host only.
+  ASSERT_TRUE(SaveAll(a, Iota(12), 8).ok());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(store_->Flush(a, absl::Milliseconds(300))));
+  // c needs 7 host blocks: b is demoted, and a's newer version is pushed out.
+  ASSERT_TRUE(SaveAll(c, Iota(28, 600), 0).ok());
+  EXPECT_EQ(store_->Stats().reverted_to_persisted, 1);
+  EXPECT_EQ(store_->Stats().evictions_host_full, 0) << "a did not leave the store";
+  // c (7 chunks) can never fit the 6-chunk SSD: it evicts nobody for it.
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(store_->Stats().persisted_deleted, 0);
+  EXPECT_EQ(store_->Stats().evictions_ssd_full, 0);
+  auto info = store_->Get(b);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(info->persisted);
+  ExpectPersisted(a, 8);
+}
+
+TEST_F(DurabilityTest, EveryDeletionOfAPersistedVersionIsCounted) {
+  Make(8, 32);
+  SessionKey key{"t", "s"}, fresh{"t", "fresh"};
+  ASSERT_TRUE(SaveAll(key, Iota(10), 0).ok());
+  ASSERT_TRUE(store_->Flush(key, absl::Seconds(10)).ok());
+  ASSERT_TRUE(SaveAll(fresh, Iota(6), 0).ok());
+  ASSERT_TRUE(store_->Drop(fresh).ok());  // never persisted: nothing to count
+  ASSERT_TRUE(store_->Drop(key).ok());
+  EXPECT_EQ(store_->Stats().persisted_deleted, 1);
+}
+
+}  // namespace
+}  // namespace strata::storage
