@@ -25,7 +25,7 @@ struct SamplingOptions {
 struct TurnRequest {
   storage::SessionKey key;
   std::vector<int32_t> prompt;  // the whole conversation, rendered
-  int max_new_tokens = 0;
+  int64_t max_new_tokens = 0;
   SamplingOptions sampling;
   std::vector<std::string> stop;  // stop strings
   absl::Time arrival = absl::Now();

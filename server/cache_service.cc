@@ -35,41 +35,41 @@ grpc::Status CacheServiceImpl::GetSession(grpc::ServerContext* context,
                                           const v1::GetSessionRequest* request,
                                           v1::SessionInfo* response) {
   auto key = KeyFor(context, request->session_id());
-  if (!key.ok()) return requests_->Count(ToGrpcStatus(key.status()));
-  if (store_ == nullptr) return requests_->Count(ToGrpcStatus(CacheOff()));
+  if (!key.ok()) return ToGrpcStatus(key.status());
+  if (store_ == nullptr) return ToGrpcStatus(CacheOff());
   auto info = store_->Get(*key);
-  if (!info.ok()) return requests_->Count(ToGrpcStatus(info.status()));
+  if (!info.ok()) return ToGrpcStatus(info.status());
   Fill(*info, response);
-  return requests_->Count(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status CacheServiceImpl::DropSession(grpc::ServerContext* context,
                                            const v1::DropSessionRequest* request,
                                            v1::DropSessionResponse*) {
   auto key = KeyFor(context, request->session_id());
-  if (!key.ok()) return requests_->Count(ToGrpcStatus(key.status()));
-  if (store_ == nullptr) return requests_->Count(ToGrpcStatus(CacheOff()));
-  return requests_->Count(ToGrpcStatus(store_->Drop(*key)));
+  if (!key.ok()) return ToGrpcStatus(key.status());
+  if (store_ == nullptr) return ToGrpcStatus(CacheOff());
+  return ToGrpcStatus(store_->Drop(*key));
 }
 
 grpc::Status CacheServiceImpl::ListSessions(grpc::ServerContext* context,
                                             const v1::ListSessionsRequest*,
                                             v1::ListSessionsResponse* response) {
   auto tenant = TenantOf(*context, *api_keys_);
-  if (!tenant.ok()) return requests_->Count(ToGrpcStatus(tenant.status()));
+  if (!tenant.ok()) return ToGrpcStatus(tenant.status());
   if (store_ != nullptr) {
     for (const storage::SessionInfo& info : store_->List(*tenant)) Fill(info, response->add_sessions());
   }
-  return requests_->Count(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status CacheServiceImpl::Prefetch(grpc::ServerContext* context,
                                         const v1::PrefetchRequest* request,
                                         v1::PrefetchResponse* response) {
   auto tenant = TenantOf(*context, *api_keys_);
-  if (!tenant.ok()) return requests_->Count(ToGrpcStatus(tenant.status()));
+  if (!tenant.ok()) return ToGrpcStatus(tenant.status());
   for (const std::string& id : request->session_ids()) {
-    if (absl::Status s = ValidateSessionId(id); !s.ok()) return requests_->Count(ToGrpcStatus(s));
+    if (absl::Status s = ValidateSessionId(id); !s.ok()) return ToGrpcStatus(s);
   }
   // The sessions join the placement look-ahead after the engine's queue: those held only
   // on SSD come up to host memory in the background as room allows (never at a queued
@@ -81,16 +81,17 @@ grpc::Status CacheServiceImpl::Prefetch(grpc::ServerContext* context,
     }
   }
   response->set_accepted(accepted);
-  return requests_->Count(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status CacheServiceImpl::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
                                      v1::StatsResponse* response) {
   auto tenant = TenantOf(*context, *api_keys_);
-  if (!tenant.ok()) return requests_->Count(ToGrpcStatus(tenant.status()));
+  if (!tenant.ok()) return ToGrpcStatus(tenant.status());
   response->set_model_fingerprint(absl::StrFormat("%016x", fingerprint_));
   if (store_ != nullptr) {
-    storage::SessionStoreStats s = store_->Stats();
+    const bool everything = !admin_tenant_.empty() && *tenant == admin_tenant_;
+    storage::SessionStoreStats s = everything ? store_->Stats() : store_->TenantStats(*tenant);
     v1::TierStats* host = response->add_tiers();
     host->set_tier(v1::TIER_HOST);
     host->set_capacity_bytes(static_cast<uint64_t>(s.host_capacity_bytes));
@@ -109,25 +110,25 @@ grpc::Status CacheServiceImpl::Stats(grpc::ServerContext* context, const v1::Sta
     response->set_reused_tokens(static_cast<uint64_t>(s.hit_tokens));
     response->set_evictions(static_cast<uint64_t>(s.evictions));
   }
-  return requests_->Count(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status CacheServiceImpl::Flush(grpc::ServerContext* context, const v1::FlushRequest* request,
                                      v1::FlushResponse*) {
   auto tenant = TenantOf(*context, *api_keys_);
-  if (!tenant.ok()) return requests_->Count(ToGrpcStatus(tenant.status()));
+  if (!tenant.ok()) return ToGrpcStatus(tenant.status());
   for (const std::string& id : request->session_ids()) {
-    if (absl::Status s = ValidateSessionId(id); !s.ok()) return requests_->Count(ToGrpcStatus(s));
+    if (absl::Status s = ValidateSessionId(id); !s.ok()) return ToGrpcStatus(s);
   }
-  if (store_ == nullptr) return requests_->Count(ToGrpcStatus(CacheOff()));
+  if (store_ == nullptr) return ToGrpcStatus(CacheOff());
   const absl::Duration timeout =
       request->timeout_ms() == 0 ? absl::Seconds(30) : absl::Milliseconds(request->timeout_ms());
   const absl::Time deadline = absl::Now() + timeout;
   for (const std::string& id : request->session_ids()) {
     absl::Status s = store_->Flush(storage::SessionKey{*tenant, id}, deadline - absl::Now());
-    if (!s.ok()) return requests_->Count(ToGrpcStatus(s));
+    if (!s.ok()) return ToGrpcStatus(s);
   }
-  return requests_->Count(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 }  // namespace strata::server

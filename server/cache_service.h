@@ -17,8 +17,8 @@ class CacheServiceImpl final : public v1::CacheService::Service {
  public:
   // `store` is null when the cache is off: every session is then NOT_FOUND.
   CacheServiceImpl(storage::SessionStore* store, uint64_t model_fingerprint,
-                   const std::map<std::string, std::string>* api_keys, RequestCounter* requests)
-      : store_(store), fingerprint_(model_fingerprint), api_keys_(api_keys), requests_(requests) {}
+                   const std::map<std::string, std::string>* api_keys, std::string admin_tenant = "")
+      : store_(store), fingerprint_(model_fingerprint), api_keys_(api_keys), admin_tenant_(std::move(admin_tenant)) {}
 
   grpc::Status GetSession(grpc::ServerContext* context, const v1::GetSessionRequest* request,
                           v1::SessionInfo* response) override;
@@ -28,6 +28,8 @@ class CacheServiceImpl final : public v1::CacheService::Service {
                             v1::ListSessionsResponse* response) override;
   grpc::Status Prefetch(grpc::ServerContext* context, const v1::PrefetchRequest* request,
                         v1::PrefetchResponse* response) override;
+  // The caller's tenant only (its lookups, hits, sessions and bytes); the admin tenant
+  // sees the whole store.
   grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
                      v1::StatsResponse* response) override;
   grpc::Status Flush(grpc::ServerContext* context, const v1::FlushRequest* request,
@@ -40,7 +42,7 @@ class CacheServiceImpl final : public v1::CacheService::Service {
   storage::SessionStore* store_;
   uint64_t fingerprint_;
   const std::map<std::string, std::string>* api_keys_;
-  RequestCounter* requests_;
+  const std::string admin_tenant_;  // Stats of every tenant; empty: none
 };
 
 }  // namespace strata::server

@@ -20,19 +20,6 @@ v1::Tier ToProto(storage::Tier tier) {
 
 }  // namespace
 
-RequestCounter::RequestCounter(metrics::Registry& registry)
-    : family_(registry.AddCounter("strata_requests_total", "gRPC calls by final status code.")) {
-  for (auto code : {grpc::StatusCode::OK, grpc::StatusCode::INVALID_ARGUMENT,
-                    grpc::StatusCode::NOT_FOUND, grpc::StatusCode::RESOURCE_EXHAUSTED}) {
-    family_.WithLabels({{"code", GrpcCodeName(code)}});
-  }
-}
-
-grpc::Status RequestCounter::Count(grpc::Status status) {
-  family_.WithLabels({{"code", GrpcCodeName(status.error_code())}}).Increment();
-  return status;
-}
-
 absl::Status ValidateSessionId(const std::string& session_id) {
   if (session_id.empty()) return absl::InvalidArgumentError("session_id is empty");
   if (session_id.size() > kMaxSessionIdBytes) {
@@ -44,7 +31,7 @@ absl::Status ValidateSessionId(const std::string& session_id) {
 
 grpc::Status ChatServiceImpl::Chat(grpc::ServerContext* context, const v1::ChatRequest* request,
                                    grpc::ServerWriter<v1::ChatEvent>* writer) {
-  return requests_->Count(DoChat(context, *request, writer));
+  return DoChat(context, *request, writer);
 }
 
 grpc::Status ChatServiceImpl::DoChat(grpc::ServerContext* context, const v1::ChatRequest& request,
@@ -79,7 +66,7 @@ grpc::Status ChatServiceImpl::DoChat(grpc::ServerContext* context, const v1::Cha
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "the conversation is empty: give messages or token_ids");
   }
-  turn.max_new_tokens = static_cast<int>(std::min<uint32_t>(request.max_new_tokens(), 1u << 30));
+  turn.max_new_tokens = request.max_new_tokens();  // validated by the engine, as sent
   turn.sampling.temperature = request.sampling().temperature();
   turn.sampling.top_p = request.sampling().top_p() == 0 ? 1.0f : request.sampling().top_p();
   turn.sampling.seed = request.sampling().seed();

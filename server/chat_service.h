@@ -17,16 +17,6 @@ namespace strata::server {
 inline constexpr size_t kMaxSessionIdBytes = 128;
 inline constexpr int kMaxMessages = 4096;
 
-// Counts every RPC by its final code: strata_requests_total{code}.
-class RequestCounter {
- public:
-  explicit RequestCounter(metrics::Registry& registry);
-  grpc::Status Count(grpc::Status status);
-
- private:
-  metrics::Family<metrics::Counter>& family_;
-};
-
 // InvalidArgument unless 1 <= bytes <= kMaxSessionIdBytes.
 absl::Status ValidateSessionId(const std::string& session_id);
 
@@ -34,9 +24,8 @@ class ChatServiceImpl final : public v1::ChatService::Service {
  public:
   // `store` may be null (cache off); it answers the per-turn `persist` option.
   ChatServiceImpl(engine::Engine* engine, const text::Tokenizer* tokenizer,
-                  storage::SessionStore* store, const std::map<std::string, std::string>* api_keys,
-                  RequestCounter* requests)
-      : engine_(engine), tokenizer_(tokenizer), store_(store), api_keys_(api_keys), requests_(requests) {}
+                  storage::SessionStore* store, const std::map<std::string, std::string>* api_keys)
+      : engine_(engine), tokenizer_(tokenizer), store_(store), api_keys_(api_keys) {}
 
   grpc::Status Chat(grpc::ServerContext* context, const v1::ChatRequest* request,
                     grpc::ServerWriter<v1::ChatEvent>* writer) override;
@@ -49,7 +38,6 @@ class ChatServiceImpl final : public v1::ChatService::Service {
   const text::Tokenizer* tokenizer_;
   storage::SessionStore* store_;
   const std::map<std::string, std::string>* api_keys_;
-  RequestCounter* requests_;
 };
 
 }  // namespace strata::server

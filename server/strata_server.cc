@@ -1,6 +1,7 @@
 #include "server/strata_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <algorithm>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
@@ -11,6 +12,7 @@
 #include "storage/session_store_metrics.h"
 #include "server/cache_service.h"
 #include "server/chat_service.h"
+#include "server/request_metrics.h"
 
 namespace strata::server {
 
@@ -28,6 +30,11 @@ absl::Status ServerOptions::Validate() const {
   if (store.ttl <= absl::ZeroDuration()) return absl::InvalidArgumentError("--ttl_seconds must be positive");
   if (store.layout.chunk_tokens <= 0 || store.layout.chunk_tokens > 65536) {
     return absl::InvalidArgumentError("--chunk_tokens must be in 1..65536");
+  }
+  if (!admin_tenant.empty() &&
+      std::none_of(api_keys.begin(), api_keys.end(), [&](const auto& kv) { return kv.second == admin_tenant; })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--admin_tenant '", admin_tenant, "' is the tenant of no key in --api_keys"));
   }
   if (absl::Status s = model.backend.Validate(); !s.ok()) return s;
   return engine.Validate();
@@ -72,13 +79,10 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   server->tokenizer_ = std::move(tokenizer);
   server->engine_ = *std::move(engine);
 
-  auto requests = std::make_shared<RequestCounter>(server->registry_);
-  server->requests_ = requests;
   server->chat_service_ = std::make_unique<ChatServiceImpl>(
-      server->engine_.get(), server->tokenizer_.get(), server->store_.get(), &server->options_.api_keys,
-      requests.get());
+      server->engine_.get(), server->tokenizer_.get(), server->store_.get(), &server->options_.api_keys);
   server->cache_service_ = std::make_unique<CacheServiceImpl>(
-      server->store_.get(), fingerprint, &server->options_.api_keys, requests.get());
+      server->store_.get(), fingerprint, &server->options_.api_keys, server->options_.admin_tenant);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -86,6 +90,9 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->chat_service_.get());
   builder.RegisterService(server->cache_service_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(RequestMetricsInterceptor(server->registry_));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen_address));

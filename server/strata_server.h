@@ -38,6 +38,9 @@ struct ServerOptions {
   engine::EngineOptions engine;
   // API key -> tenant. Empty: no authentication, every caller is tenant "default".
   std::map<std::string, std::string> api_keys;
+  // A tenant whose CacheService.Stats covers every tenant (an operator's key); empty:
+  // none, each caller sees its own tenant only.
+  std::string admin_tenant;
 
   absl::Status Validate() const;
   // The store's defaults with the server's: 256-token chunks, a locked host arena.
@@ -71,7 +74,6 @@ class StrataServer {
   std::unique_ptr<text::Tokenizer> tokenizer_;
   std::unique_ptr<storage::SessionStore> store_;
   std::unique_ptr<engine::Engine> engine_;
-  std::shared_ptr<class RequestCounter> requests_;
   std::unique_ptr<grpc::Service> chat_service_;
   std::unique_ptr<grpc::Service> cache_service_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -151,8 +151,9 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
         ++stats_.persisted_deleted;
         LOG(INFO) << "session '" << victim.session_id << "' of tenant '" << victim.tenant << "': its persisted copy ("
                   << victim.committed_tokens.size() << " tokens) is deleted: the SSD tier needed its room";
+        ++tenant_stats_[victim.tenant].evictions;
         evicted.push_back({SessionKey{victim.tenant, victim.session_id}, std::move(victim.ssd)});
-        sessions_.erase(victim_key);
+        sessions_.erase(victim_key);  // `victim` is gone
         ++stats_.evictions;
         ++stats_.evictions_ssd_full;
         // Their blocks are freed below, once their records are deleted.

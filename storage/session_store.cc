@@ -174,6 +174,8 @@ PrefixMatch SessionStoreImpl::Match(const SessionKey& key, absl::Span<const int3
                                 int64_t max_tokens) {
   MutexLock lock(&mu_);
   ++stats_.lookups;
+  SessionStoreStats& mine = tenant_stats_[key.tenant];
+  ++mine.lookups;
   std::string map_key = SessionMapKey(key);
   auto it = sessions_.find(map_key);
   if (it == sessions_.end()) return {};
@@ -197,6 +199,8 @@ PrefixMatch SessionStoreImpl::Match(const SessionKey& key, absl::Span<const int3
   if (n == 0) return {};
   ++stats_.hits;
   stats_.hit_tokens += n;
+  ++mine.hits;
+  mine.hit_tokens += n;
   return {n, on_host ? Tier::kHost : Tier::kSsd};
 }
 
@@ -435,6 +439,7 @@ bool SessionStoreImpl::MakeHostRoomLocked(int64_t blocks, const Session* keep, R
       if (victim.ssd.empty()) {
         ++stats_.evictions;
         ++stats_.evictions_host_full;
+        ++tenant_stats_[victim.tenant].evictions;
       }
       DropNewerVersionLocked(key, "the host tier needed its room");
     } else {
@@ -622,6 +627,31 @@ SessionStoreStats SessionStoreImpl::Stats() const {
 }  // namespace strata::storage
 
 namespace strata::storage {
+
+SessionStoreStats SessionStoreImpl::TenantStats(const std::string& tenant) const {
+  MutexLock lock(&mu_);
+  SessionStoreStats s;
+  if (auto it = tenant_stats_.find(tenant); it != tenant_stats_.end()) {
+    s.lookups = it->second.lookups;
+    s.hits = it->second.hits;
+    s.hit_tokens = it->second.hit_tokens;
+    s.evictions = it->second.evictions;
+  }
+  s.host_capacity_bytes = host_->capacity_bytes();
+  const int64_t block = options_.layout.BlockBytes();
+  for (const auto& [k, session] : sessions_) {
+    if (session->tenant != tenant) continue;
+    ++s.sessions;
+    if (!session->host.empty()) ++s.host_sessions;
+    if (session->persisted) ++s.ssd_sessions;
+    s.host_used_bytes += static_cast<int64_t>(session->host.size()) * block;
+    s.ssd_used_bytes += static_cast<int64_t>(session->ssd.size()) * block;
+  }
+  s.ssd_enabled = ssd_ != nullptr;
+  s.ssd_degraded = degraded_;
+  if (ssd_ != nullptr) s.ssd_capacity_bytes = ssd_->capacity_bytes();
+  return s;
+}
 
 absl::Span<std::byte> SessionStoreImpl::host_arena() const {
   MutexLock lock(&mu_);

@@ -303,6 +303,10 @@ class SessionStore {
   virtual absl::Status Drop(const SessionKey& key) = 0;
   virtual std::vector<SessionInfo> List(const std::string& tenant) const = 0;
   virtual SessionStoreStats Stats() const = 0;
+  // The same, seen by one tenant: its own lookups, hits, reused tokens and evictions, and
+  // its own sessions and the bytes they hold in each tier (capacities and the degraded
+  // state are the store's).
+  virtual SessionStoreStats TenantStats(const std::string& tenant) const = 0;
   // Latency samples since the last call (bounded; the oldest are dropped).
   virtual std::vector<TierIoSample> TakeIoSamples() = 0;
 

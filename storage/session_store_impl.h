@@ -54,6 +54,7 @@ class SessionStoreImpl final : public SessionStore {
   absl::Status Drop(const SessionKey& key) override;
   std::vector<SessionInfo> List(const std::string& tenant) const override;
   SessionStoreStats Stats() const override;
+  SessionStoreStats TenantStats(const std::string& tenant) const override;
   std::vector<TierIoSample> TakeIoSamples() override;
   const ChunkLayout& layout() const override { return options_.layout; }
   absl::Span<std::byte> host_arena() const override;
@@ -168,6 +169,8 @@ class SessionStoreImpl final : public SessionStore {
   absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
   SessionStoreStats stats_ ABSL_GUARDED_BY(mu_);
+  // Per tenant: lookups, hits, hit_tokens and evictions (the other fields unused).
+  absl::flat_hash_map<std::string, SessionStoreStats> tenant_stats_ ABSL_GUARDED_BY(mu_);
   bool degraded_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<PersistJob> persist_queue_ ABSL_GUARDED_BY(mu_);
   std::deque<TierIoSample> host_samples_ ABSL_GUARDED_BY(mu_);

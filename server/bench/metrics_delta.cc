@@ -1,5 +1,7 @@
 #include "server/bench/metrics_delta.h"
 
+#include <map>
+#include <optional>
 #include <string_view>
 
 #include "absl/strings/numbers.h"
@@ -23,6 +25,30 @@ std::string SoleLabel(std::string_view key, std::string_view name, std::string_v
     return "";
   }
   return std::string(key.substr(head.size(), key.size() - head.size() - 2));
+}
+
+// The labels of `key` = `name{a="x",b="y"}` (ParsePrometheusText's form), or nullopt when
+// the key is another metric.
+std::optional<std::map<std::string, std::string>> LabelsOf(std::string_view key, std::string_view name) {
+  if (key.size() < name.size() + 2 || key.substr(0, name.size()) != name || key[name.size()] != '{' ||
+      key.back() != '}') {
+    return std::nullopt;
+  }
+  std::map<std::string, std::string> labels;
+  std::string_view rest = key.substr(name.size() + 1, key.size() - name.size() - 2);
+  while (!rest.empty()) {
+    const size_t eq = rest.find("=\"");
+    if (eq == std::string_view::npos) return std::nullopt;
+    std::string label(rest.substr(0, eq)), value;
+    size_t i = eq + 2;
+    for (; i < rest.size() && rest[i] != '"'; ++i) {
+      if (rest[i] == '\\' && i + 1 < rest.size()) ++i;
+      value += rest[i];
+    }
+    labels[label] = value;
+    rest = i + 1 < rest.size() ? rest.substr(i + 2) : std::string_view();  // past `",`
+  }
+  return labels;
 }
 
 }  // namespace
@@ -51,8 +77,10 @@ ServerCounters CountersBetween(const MetricsSample& before, const MetricsSample&
     if (std::string tier = SoleLabel(key, "strata_cache_hits_total", "tier"); !tier.empty()) {
       c.hits_by_tier[tier] = value - Get(before, key);
     }
-    if (std::string code = SoleLabel(key, "strata_requests_total", "code"); !code.empty()) {
-      if (double d = value - Get(before, key); d != 0) c.requests_by_code[code] = d;
+    // The Chat calls (the bench's own), by code.
+    if (auto labels = LabelsOf(key, "strata_requests_total");
+        labels && (*labels)["method"] == "strata.v1.ChatService/Chat" && !(*labels)["code"].empty()) {
+      if (double d = value - Get(before, key); d != 0) c.requests_by_code[(*labels)["code"]] += d;
     }
   }
   return c;

@@ -25,7 +25,7 @@ struct ServerCounters {
   double cache_lookups = 0;            // strata_cache_lookups_total
   double generated_tokens = 0;         // strata_generated_tokens_total
   std::map<std::string, double> hits_by_tier;       // strata_cache_hits_total by tier label
-  std::map<std::string, double> requests_by_code;   // strata_requests_total by code label (non-zero only)
+  std::map<std::string, double> requests_by_code;   // strata_requests_total of Chat calls by code (non-zero only)
   double ttft_count = 0;      // strata_ttft_seconds_count
   double ttft_sum_s = 0;      // strata_ttft_seconds_sum
 };

@@ -55,19 +55,20 @@ TEST(SummarizeTest, CountsErrorsByCodeAndReuseOfSuccessfulTurnsOnly) {
 TEST(CountersBetweenTest, SubtractsAndSplitsLabels) {
   MetricsSample before = {{"strata_prefill_tokens_total{source=\"reused\"}", 10},
                           {"strata_cache_hits_total{tier=\"host\"}", 1},
-                          {"strata_requests_total{code=\"ok\"}", 4}};
+                          {"strata_requests_total{code=\"ok\",method=\"strata.v1.ChatService/Chat\"}", 4}};
   MetricsSample after = {{"strata_prefill_tokens_total{source=\"reused\"}", 35},
                          {"strata_prefill_tokens_total{source=\"computed\"}", 50},
                          {"strata_cache_hits_total{tier=\"host\"}", 3},
                          {"strata_cache_hits_total{tier=\"ssd\"}", 0},
-                         {"strata_requests_total{code=\"ok\"}", 9},
-                         {"strata_requests_total{code=\"not_found\"}", 0}};
+                         {"strata_requests_total{code=\"ok\",method=\"strata.v1.ChatService/Chat\"}", 9},
+                         {"strata_requests_total{code=\"not_found\",method=\"strata.v1.ChatService/Chat\"}", 0},
+                         {"strata_requests_total{code=\"ok\",method=\"grpc.health.v1.Health/Check\"}", 7}};
   ServerCounters c = CountersBetween(before, after);
   EXPECT_EQ(c.prefill_reused_tokens, 25);
   EXPECT_EQ(c.prefill_computed_tokens, 50);
   EXPECT_EQ(c.hits_by_tier.at("host"), 2);
   EXPECT_EQ(c.hits_by_tier.at("ssd"), 0);
-  EXPECT_EQ(c.requests_by_code.at("ok"), 5);
+  EXPECT_EQ(c.requests_by_code.at("ok"), 5) << "only the Chat calls count";
   EXPECT_EQ(c.requests_by_code.count("not_found"), 0u) << "codes that did not move are left out";
 }
 

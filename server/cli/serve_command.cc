@@ -40,6 +40,8 @@ ABSL_FLAG(int, max_step_tokens, 512, "serve: most tokens in one forward step");
 ABSL_FLAG(int, max_new_tokens_limit, 4096, "serve: largest max_new_tokens a request may ask for");
 ABSL_FLAG(std::string, api_keys, "",
           "serve: comma-separated key=tenant pairs; empty: no auth, one tenant 'default'");
+ABSL_FLAG(std::string, admin_tenant, "",
+          "serve: a tenant (of --api_keys) whose CacheService.Stats covers every tenant; empty: none");
 ABSL_FLAG(std::string, port_file, "", "serve: write 'grpc_port metrics_port' here once listening");
 
 namespace strata::server::cli {
@@ -91,6 +93,7 @@ bool OptionsFromFlags(ServerOptions& o) {
     }
     o.api_keys[kv[0]] = kv[1];
   }
+  o.admin_tenant = absl::GetFlag(FLAGS_admin_tenant);
   return true;
 }
 

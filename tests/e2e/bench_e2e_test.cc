@@ -133,7 +133,7 @@ TEST(BenchE2eTest, ReportedReuseAndHitsEqualTheServersMetrics) {
   const double hbm_hits = Moved(before, after, "strata_cache_hits_total{tier=\"hbm\"}");
   const double host_hits = Moved(before, after, "strata_cache_hits_total{tier=\"host\"}");
   const double hits = hbm_hits + host_hits;
-  const double ok = Moved(before, after, "strata_requests_total{code=\"ok\"}");
+  const double ok = Moved(before, after, "strata_requests_total{code=\"ok\",method=\"strata.v1.ChatService/Chat\"}");
   EXPECT_GT(reused, 0) << "later turns must reuse the session cache";
   EXPECT_GT(hits, 0);
   // Client-side sums of ChatDone against the server's own counters.
@@ -165,7 +165,7 @@ TEST(BenchE2eTest, ServerKilledMidRunExitsNonZeroWithUnavailableErrors) {
   // Kill the server once the bench is under way.
   bool started = false;
   for (int i = 0; i < 300 && !started; ++i) {
-    started = Moved({}, Scrape(**server), "strata_requests_total{code=\"ok\"}") >= 3;
+    started = Moved({}, Scrape(**server), "strata_requests_total{code=\"ok\",method=\"strata.v1.ChatService/Chat\"}") >= 3;
     if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_TRUE(started) << "bench never got three turns through";

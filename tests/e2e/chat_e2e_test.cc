@@ -107,7 +107,7 @@ class Client {
 };
 
 v1::ChatRequest Request(const std::string& session, const std::vector<std::pair<std::string, std::string>>& msgs,
-                        int max_new = 16) {
+                        int64_t max_new = 16) {
   v1::ChatRequest r;
   r.set_session_id(session);
   r.set_max_new_tokens(static_cast<uint32_t>(max_new));
@@ -246,7 +246,7 @@ TEST_F(ChatE2eTest, MetricsShowTheReuse) {
   EXPECT_GE(value("strata_sessions{tier=\"hbm\"}"), 1);
   EXPECT_GT(value("strata_tier_bytes{tier=\"hbm\"}"), 0);
   EXPECT_GE(value("strata_cache_lookups_total"), 3);
-  EXPECT_GE(value("strata_requests_total{code=\"ok\"}"), 3);
+  EXPECT_GE(value("strata_requests_total{code=\"ok\",method=\"strata.v1.ChatService/Chat\"}"), 3);
   EXPECT_GE(value("strata_ttft_seconds_count"), 3);
   EXPECT_GT(value("strata_generated_tokens_total"), 0);
   EXPECT_GT(value("strata_tier_bytes{tier=\"host\"}"), 0);
@@ -260,7 +260,24 @@ TEST_F(ChatE2eTest, BadInputGetsClearStatusAndChangesNothing) {
   ASSERT_TRUE(client.Chat(Request("victim", {{"user", "keep me"}}, 4)).status.ok());
   auto before = client.GetSession("victim");
   ASSERT_TRUE(before.ok());
+  // strata_requests_total{method="strata.v1.ChatService/Chat",code="invalid_argument"}
+  auto refused = [&]() {
+    auto body = metrics::HttpGet("127.0.0.1", cache_on_->metrics_port(), "/metrics");
+    EXPECT_TRUE(body.ok()) << body.status();
+    auto samples = metrics::ParsePrometheusText(body.ok() ? *body : "");
+    EXPECT_TRUE(samples.ok()) << samples.status();
+    for (const auto& [key, value] : *samples) {
+      if (key.starts_with("strata_requests_total{") && key.find("method=\"strata.v1.ChatService/Chat\"") != std::string::npos &&
+          key.find("code=\"invalid_argument\"") != std::string::npos) {
+        return value;
+      }
+    }
+    return 0.0;
+  };
+  const double refused_before = refused();
+  int invalid = 0;
   auto expect = [&](const v1::ChatRequest& r, grpc::StatusCode code, const std::string& what) {
+    if (code == grpc::StatusCode::INVALID_ARGUMENT) ++invalid;
     TurnOutput out = client.Chat(r);
     EXPECT_EQ(out.status.error_code(), code) << what << ": " << out.status.error_message();
     EXPECT_FALSE(out.status.error_message().empty()) << what;
@@ -274,6 +291,11 @@ TEST_F(ChatE2eTest, BadInputGetsClearStatusAndChangesNothing) {
   expect(Request("victim", {{"user", std::string(9000, 'a')}}), C::INVALID_ARGUMENT, "longer than context");
   expect(Request("victim", {{"user", "keep me"}}, 0), C::INVALID_ARGUMENT, "max_new_tokens 0");
   expect(Request("victim", {{"user", "keep me"}}, 2000000000), C::INVALID_ARGUMENT, "absurd max_new_tokens");
+  // The largest value the field holds is reported as sent, not clamped first.
+  TurnOutput huge = client.Chat(Request("victim", {{"user", "keep me"}}, 4294967295u));
+  ++invalid;
+  EXPECT_EQ(huge.status.error_code(), C::INVALID_ARGUMENT);
+  EXPECT_NE(huge.status.error_message().find("4294967295"), std::string::npos) << huge.status.error_message();
   v1::ChatRequest both = Request("victim", {{"user", "x"}});
   both.add_token_ids(1);
   expect(both, C::INVALID_ARGUMENT, "messages and token_ids");
@@ -294,6 +316,9 @@ TEST_F(ChatE2eTest, BadInputGetsClearStatusAndChangesNothing) {
   // session_id (field 1) sent as a varint instead of a string.
   grpc::Status wrong_type = client.ChatRaw(std::string("\x08\x05", 2));
   EXPECT_EQ(wrong_type.error_code(), C::INVALID_ARGUMENT) << wrong_type.error_message();
+  invalid += 3;
+  // Every refusal is counted, also those that never reached the handler (did not parse).
+  EXPECT_EQ(refused() - refused_before, invalid);
 
   auto after = client.GetSession("victim");
   ASSERT_TRUE(after.ok());
@@ -409,6 +434,50 @@ TEST(TenancyE2eTest, TenantsAreIsolatedAndKeysRequired) {
   auto again = alpha.Chat(Request("shared-id", {{"user", "alpha's secret prompt"}, {"assistant", first.text},
                                                 {"user", "more"}}, 4));
   EXPECT_GT(again.done.usage().cached_tokens(), 0u);
+  EXPECT_EQ((*server)->Stop() >> 8, 0);
+}
+
+// CacheService.Stats shows the caller's tenant only; the admin tenant sees every tenant.
+TEST(TenancyE2eTest, StatsShowOnlyTheCallersTenant) {
+  EXPECT_FALSE(ServerProcess::Start({"--api_keys=key-a=alpha", "--admin_tenant=nobody"}).ok())
+      << "an admin tenant no key names must be refused";
+  auto server = ServerProcess::Start({"--api_keys=key-a=alpha,key-b=beta,key-ops=ops", "--admin_tenant=ops"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client alpha((*server)->target(), "key-a");
+  Client beta((*server)->target(), "key-b");
+  Client ops((*server)->target(), "key-ops");
+  auto stats = [](Client& c) {
+    grpc::ClientContext ctx;
+    c.Authorize(ctx);
+    v1::StatsResponse r;
+    EXPECT_TRUE(c.cache().Stats(&ctx, v1::StatsRequest(), &r).ok());
+    return r;
+  };
+  auto host = [](const v1::StatsResponse& r) {
+    for (const v1::TierStats& t : r.tiers()) {
+      if (t.tier() == v1::TIER_HOST) return t;
+    }
+    return v1::TierStats();
+  };
+  auto first = alpha.Chat(Request("s", {{"user", "alpha's question"}}, 4));
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  auto second = alpha.Chat(Request("s", {{"user", "alpha's question"}, {"assistant", first.text}, {"user", "more"}}, 4));
+  ASSERT_TRUE(second.status.ok());
+  ASSERT_GT(second.done.usage().cached_tokens(), 0u);
+  const v1::StatsResponse a = stats(alpha), b = stats(beta), all = stats(ops);
+  EXPECT_EQ(a.lookups(), 2u);
+  EXPECT_EQ(a.hits(), 1u);
+  EXPECT_EQ(a.reused_tokens(), second.done.usage().cached_tokens());
+  EXPECT_EQ(host(a).sessions(), 1u);
+  EXPECT_GT(host(a).used_bytes(), 0u);
+  EXPECT_EQ(b.lookups(), 0u) << "beta sees alpha's lookups";
+  EXPECT_EQ(b.hits(), 0u);
+  EXPECT_EQ(b.reused_tokens(), 0u);
+  EXPECT_EQ(host(b).sessions(), 0u) << "beta sees alpha's sessions";
+  EXPECT_EQ(host(b).used_bytes(), 0u);
+  EXPECT_EQ(host(b).capacity_bytes(), host(a).capacity_bytes()) << "the capacity is the server's";
+  EXPECT_EQ(all.lookups(), 2u);
+  EXPECT_EQ(host(all).sessions(), 1u);
   EXPECT_EQ((*server)->Stop() >> 8, 0);
 }
 

@@ -133,7 +133,7 @@ class GatewayE2eTest(unittest.TestCase):
         m = self.on.metrics()
         self.assertGreater(m['strata_prefill_tokens_total{source="reused"}'], 0)
         self.assertGreaterEqual(m['strata_cache_hits_total{tier="hbm"}'], 2)
-        self.assertGreaterEqual(m['strata_requests_total{code="ok"}'], 3)
+        self.assertGreaterEqual(m['strata_requests_total{method="strata.v1.ChatService/Chat",code="ok"}'], 3)
 
     def test_bad_input_gets_invalid_argument_and_changes_nothing(self):
         turn(self.on, "py-victim", [("user", "keep me")], max_new=4)
