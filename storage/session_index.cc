@@ -123,25 +123,116 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes) {
   return r;
 }
 
-absl::StatusOr<std::unique_ptr<SessionIndex>> SessionIndex::Open(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create index directory ", dir, ": ", ec.message()));
+namespace {
+
+rocksdb::Options IndexOptions() {
   rocksdb::Options options;
   options.create_if_missing = true;
   options.paranoid_checks = true;
   options.max_open_files = 256;
   options.keep_log_file_num = 4;
-  rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
-  if (!s.ok()) return FromRocks(s, absl::StrCat("cannot open the session index in ", dir));
-  return std::unique_ptr<SessionIndex>(new SessionIndex(std::unique_ptr<rocksdb::DB>(db)));
+  // Records are small (token IDs and chunk locations): small files, little to reserve.
+  options.write_buffer_size = 4 << 20;
+  options.manifest_preallocation_size = 256 << 10;
+  return options;
 }
 
-SessionIndex::SessionIndex(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
+}  // namespace
+
+int64_t SessionIndex::FreeBytes(const std::string& path) {
+  std::filesystem::path dir(path);
+  std::error_code ec;
+  while (!dir.empty() && !std::filesystem::exists(dir, ec)) dir = dir.parent_path();
+  auto space = std::filesystem::space(dir.empty() ? "." : dir, ec);
+  return ec ? -1 : static_cast<int64_t>(space.available);
+}
+
+absl::StatusOr<std::unique_ptr<SessionIndex>> SessionIndex::Open(const std::string& dir) {
+  const int64_t free_bytes = FreeBytes(dir);
+  std::string why;
+  if (free_bytes >= 0 && free_bytes < kMinFreeBytes) {
+    why = absl::StrCat("its file system has ", free_bytes, " bytes free (", kMinFreeBytes, " needed to write)");
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      why = absl::StrCat("cannot create ", dir, ": ", ec.message());
+    } else {
+      rocksdb::DB* db = nullptr;
+      rocksdb::Status s = rocksdb::DB::Open(IndexOptions(), dir, &db);
+      if (s.ok()) return std::unique_ptr<SessionIndex>(new SessionIndex(dir, std::unique_ptr<rocksdb::DB>(db), ""));
+      if (!s.IsIOError()) return FromRocks(s, absl::StrCat("cannot open the session index in ", dir));
+      why = s.ToString();  // e.g. a read-only file system
+    }
+  }
+  // Read-only: what is persisted stays readable, nothing is written.
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "CURRENT", ec)) {
+    return std::unique_ptr<SessionIndex>(new SessionIndex(dir, nullptr, why));
+  }
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(IndexOptions(), dir, &db);
+  if (!s.ok()) return FromRocks(s, absl::StrCat("cannot open the session index in ", dir, " (read-only: ", why, ")"));
+  return std::unique_ptr<SessionIndex>(new SessionIndex(dir, std::unique_ptr<rocksdb::DB>(db), why));
+}
+
+SessionIndex::SessionIndex(std::string dir, std::unique_ptr<rocksdb::DB> db, std::string read_only_reason)
+    : dir_(std::move(dir)), db_(std::move(db)), read_only_reason_(std::move(read_only_reason)) {}
 
 SessionIndex::~SessionIndex() {
   if (db_ != nullptr) db_->Close().PermitUncheckedError();
+}
+
+bool SessionIndex::read_only() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !read_only_reason_.empty();
+}
+
+std::string SessionIndex::read_only_reason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return read_only_reason_;
+}
+
+absl::Status SessionIndex::Refuse() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (read_only_reason_.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("the session index is read-only: ", read_only_reason_));
+}
+
+absl::Status SessionIndex::Written(absl::Status s) {
+  if (!s.ok() && !absl::IsNotFound(s)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (read_only_reason_.empty()) read_only_reason_ = absl::StrCat("a write failed: ", s.message());
+  }
+  return s;
+}
+
+absl::Status SessionIndex::ReopenWritable() {
+  if (!read_only()) return absl::OkStatus();
+  const int64_t free_bytes = FreeBytes(dir_);
+  if (free_bytes >= 0 && free_bytes < kMinFreeBytes) {
+    return absl::FailedPreconditionError(absl::StrCat("the index's file system has ", free_bytes, " bytes free"));
+  }
+  if (db_ != nullptr) {
+    db_->Close().PermitUncheckedError();
+    db_.reset();
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = ec ? rocksdb::Status::IOError(ec.message()) : rocksdb::DB::Open(IndexOptions(), dir_, &db);
+  if (!s.ok()) {
+    // Back to reading what there is.
+    if (std::filesystem::exists(std::filesystem::path(dir_) / "CURRENT", ec) &&
+        rocksdb::DB::OpenForReadOnly(IndexOptions(), dir_, &db).ok()) {
+      db_.reset(db);
+    }
+    return absl::FailedPreconditionError(absl::StrCat("cannot reopen the session index for writing: ", s.ToString()));
+  }
+  db_.reset(db);
+  std::lock_guard<std::mutex> lock(mu_);
+  read_only_reason_.clear();
+  return absl::OkStatus();
 }
 
 std::string SessionIndex::Key(const std::string& tenant, const std::string& session_id) {
@@ -152,13 +243,15 @@ std::string SessionIndex::Key(const std::string& tenant, const std::string& sess
 }
 
 absl::Status SessionIndex::Put(const SessionRecord& record) {
+  if (absl::Status r = Refuse(); !r.ok()) return r;
   rocksdb::WriteOptions wo;
   wo.sync = true;
-  return FromRocks(db_->Put(wo, Key(record.tenant, record.session_id), EncodeSessionRecord(record)),
-                   "session index put");
+  return Written(FromRocks(db_->Put(wo, Key(record.tenant, record.session_id), EncodeSessionRecord(record)),
+                           "session index put"));
 }
 
 absl::Status SessionIndex::Delete(const std::string& tenant, const std::string& session_id) {
+  if (absl::Status r = Refuse(); !r.ok()) return r;
   std::string value;
   rocksdb::Status g = db_->Get(rocksdb::ReadOptions(), Key(tenant, session_id), &value);
   if (g.IsNotFound()) return absl::NotFoundError(absl::StrCat("no index record for '", session_id, "'"));
@@ -166,14 +259,16 @@ absl::Status SessionIndex::Delete(const std::string& tenant, const std::string& 
 }
 
 absl::Status SessionIndex::DeleteKey(std::string_view key) {
+  if (absl::Status r = Refuse(); !r.ok()) return r;
   rocksdb::WriteOptions wo;
   wo.sync = true;
-  return FromRocks(db_->Delete(wo, rocksdb::Slice(key.data(), key.size())), "session index delete");
+  return Written(FromRocks(db_->Delete(wo, rocksdb::Slice(key.data(), key.size())), "session index delete"));
 }
 
 absl::StatusOr<SessionRecord> SessionIndex::Get(const std::string& tenant,
                                                 const std::string& session_id) const {
   std::string value;
+  if (db_ == nullptr) return absl::NotFoundError(absl::StrCat("no index record for '", session_id, "'"));
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), Key(tenant, session_id), &value);
   if (s.IsNotFound()) return absl::NotFoundError(absl::StrCat("no index record for '", session_id, "'"));
   if (!s.ok()) return FromRocks(s, "session index get");
@@ -183,6 +278,7 @@ absl::StatusOr<SessionRecord> SessionIndex::Get(const std::string& tenant,
 absl::Status SessionIndex::ForEach(
     const std::function<void(const SessionRecord&)>& visit,
     const std::function<void(std::string_view key, const absl::Status&)>& bad) const {
+  if (db_ == nullptr) return absl::OkStatus();  // read-only, and no database yet
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     std::string_view key(it->key().data(), it->key().size());

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,7 +54,15 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes);
 
 class SessionIndex {
  public:
-  // Opens (creating if needed) the RocksDB database in `dir`.
+  // Free bytes the index's file system must have for the index to be opened for writing
+  // (RocksDB writes a new MANIFEST and WAL when it opens; on a full disk Debian's build
+  // aborts there instead of failing).
+  static constexpr int64_t kMinFreeBytes = int64_t{16} << 20;
+
+  // Opens (creating if needed) the RocksDB database in `dir` for writing. On a full or
+  // read-only file system it opens it read-only instead (an empty index when there is
+  // none yet): read_only() says so, and writes are FailedPrecondition until
+  // ReopenWritable() succeeds.
   static absl::StatusOr<std::unique_ptr<SessionIndex>> Open(const std::string& dir);
   ~SessionIndex();
   SessionIndex(const SessionIndex&) = delete;
@@ -72,9 +81,28 @@ class SessionIndex {
 
   static std::string Key(const std::string& tenant, const std::string& session_id);
 
+  // Whether writes are refused: opened read-only (no room, read-only file system), or a
+  // write failed (RocksDB must not be written again through that handle).
+  bool read_only() const;
+  // Why it is read-only ("" when it is not).
+  std::string read_only_reason() const;
+  // When read-only: reopens the database for writing if its file system has room now.
+  // OK when writable afterwards; FailedPrecondition (why) otherwise. Not concurrent with
+  // other calls (the store's persist thread is the only caller after recovery).
+  absl::Status ReopenWritable();
+
+  // Free bytes of the file system holding `dir` (or its nearest existing parent); -1
+  // when unknown.
+  static int64_t FreeBytes(const std::string& dir);
+
  private:
-  explicit SessionIndex(std::unique_ptr<rocksdb::DB> db);
-  std::unique_ptr<rocksdb::DB> db_;
+  SessionIndex(std::string dir, std::unique_ptr<rocksdb::DB> db, std::string read_only_reason);
+  absl::Status Refuse() const;
+  absl::Status Written(absl::Status s);  // a failed write makes the index read-only
+  const std::string dir_;
+  std::unique_ptr<rocksdb::DB> db_;  // null: read-only and no database yet
+  mutable std::mutex mu_;            // guards read_only_reason_
+  std::string read_only_reason_;
 };
 
 }  // namespace strata::storage

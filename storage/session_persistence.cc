@@ -59,10 +59,13 @@ absl::Status SessionStoreImpl::Recover() {
         bad_keys.emplace_back(key);
       });
   if (!scan.ok()) return scan;
+  // A read-only index keeps them (not recovered, so never served) until a later start.
   for (const SessionRecord& r : stale) {
+    if (index_->read_only()) break;
     if (absl::Status s = index_->Delete(r.tenant, r.session_id); !s.ok() && !absl::IsNotFound(s)) return s;
   }
   for (const std::string& key : bad_keys) {
+    if (index_->read_only()) break;
     if (absl::Status s = index_->DeleteKey(key); !s.ok() && !absl::IsNotFound(s)) return s;
   }
   LOG(INFO) << "session index: recovered " << recovered << " persisted sessions, dropped "
@@ -82,6 +85,12 @@ void SessionStoreImpl::PersistLoop() {
       if (persist_queue_.empty()) {
         if (stopping_) return;
         SweepExpiredLocked();
+        if (degraded_ && absl::Now() >= next_recovery_try_) {
+          next_recovery_try_ = absl::Now() + kSweepInterval;
+          mu_.Unlock();
+          TryLeaveDegraded();
+          mu_.Lock();
+        }
         continue;
       }
       job = std::move(persist_queue_.front());
@@ -100,6 +109,12 @@ void SessionStoreImpl::RunPersistJob(PersistJob job) {
     return;
   }
   absl::Status s = index_->Delete(job.tenant, job.session_id);
+  if (absl::IsFailedPrecondition(s)) {
+    // The index is read-only: the record goes (and the blocks come free) once it is writable.
+    MutexLock lock(&mu_);
+    deferred_drops_.push_back(std::move(job));
+    return;
+  }
   if (!s.ok() && !absl::IsNotFound(s)) {
     // The record may still name these blocks: keep them allocated rather than risk
     // another session's bytes under this record after a restart.
@@ -292,8 +307,30 @@ void SessionStoreImpl::EnterDegradedLocked(const absl::Status& why) {
   degraded_ = true;
   LOG(ERROR) << "SSD tier write failed (" << why
              << "); continuing with host-only caching. Sessions persisted before this stay "
-                "readable; free space or replace the device and restart to persist again.";
+                "readable; persisting resumes by itself once the SSD's file systems have room again.";
   std::erase_if(persist_queue_, [](const PersistJob& j) { return !j.drop; });
+}
+
+void SessionStoreImpl::TryLeaveDegraded() {
+  for (const std::string& dir : options_.ssd_dirs) {
+    const int64_t free_bytes = SessionIndex::FreeBytes(dir);
+    if (free_bytes >= 0 && free_bytes < SessionIndex::kMinFreeBytes) return;  // still full
+  }
+  if (absl::Status s = index_->ReopenWritable(); !s.ok()) return;
+  MutexLock lock(&mu_);
+  if (!degraded_) return;
+  degraded_ = false;
+  int waiting = 0;
+  for (const auto& [key, s] : sessions_) {
+    if (!s->host.empty() && !s->persisted && s->filling == 0) {
+      EnqueueWriteBackLocked(key, *s);
+      ++waiting;
+    }
+  }
+  for (PersistJob& job : deferred_drops_) persist_queue_.push_back(std::move(job));
+  deferred_drops_.clear();
+  LOG(INFO) << "the SSD tier and its index are writable again: persisting resumes (" << waiting
+            << " sessions to write back)";
 }
 
 void SessionStoreImpl::SweepExpiredLocked() {

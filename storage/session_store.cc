@@ -116,6 +116,14 @@ SessionStoreImpl::SessionStoreImpl(const SessionStoreOptions& options, std::uniq
 absl::Status SessionStoreImpl::Start() {
   if (ssd_ == nullptr) return absl::OkStatus();
   if (absl::Status s = Recover(); !s.ok()) return s;
+  if (index_->read_only()) {
+    MutexLock lock(&mu_);
+    degraded_ = true;
+    next_recovery_try_ = absl::Now();
+    LOG(ERROR) << "the session index is read-only (" << index_->read_only_reason()
+               << "): caching is host-only; persisted sessions stay readable, and persisting resumes "
+                  "by itself once its file system has room";
+  }
   double ssd_rate = options_.ssd_read_bytes_per_second;
   if (ssd_rate <= 0 && options_.ssd_probe_bytes > 0) {
     absl::StatusOr<double> probed = MeasureSsdReadBytesPerSecond(*ssd_, options_.ssd_probe_bytes);

@@ -155,6 +155,10 @@ class SessionStoreImpl final : public SessionStore {
   void RunPersistJob(PersistJob job);
   void WriteBack(const std::string& map_key, uint64_t version);
   void EnterDegradedLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // While degraded, at most every sweep interval: when the SSD and index file systems
+  // have room again, reopens the index for writing and resumes persisting (the sessions
+  // waiting for it and the deferred drops). Called by the persist thread, unlocked.
+  void TryLeaveDegraded();
   void SweepExpiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues the write-back of the session's current version (no-op without an SSD tier).
   void EnqueueWriteBackLocked(const std::string& map_key, const Session& s)
@@ -172,6 +176,9 @@ class SessionStoreImpl final : public SessionStore {
   // Per tenant: lookups, hits, hit_tokens and evictions (the other fields unused).
   absl::flat_hash_map<std::string, SessionStoreStats> tenant_stats_ ABSL_GUARDED_BY(mu_);
   bool degraded_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time next_recovery_try_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Record deletions the index refused while read-only: retried when it is writable.
+  std::deque<PersistJob> deferred_drops_ ABSL_GUARDED_BY(mu_);
   std::deque<PersistJob> persist_queue_ ABSL_GUARDED_BY(mu_);
   std::deque<TierIoSample> host_samples_ ABSL_GUARDED_BY(mu_);
   int persist_busy_ ABSL_GUARDED_BY(mu_) = 0;

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <filesystem>
 
 #include "absl/time/clock.h"
@@ -213,6 +216,70 @@ TEST_F(SsdE2eTest, FullDiskDegradesToHostOnlyAndEveryAnswerStaysCorrect) {
   EXPECT_FALSE(asked.done.persisted());
   int status = server->Stop();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+
+double Metric(const ServerProcess& server, const std::string& key) {
+  auto body = metrics::HttpGet("127.0.0.1", server.metrics_port(), "/metrics");
+  if (!body.ok()) return -1;
+  auto samples = metrics::ParsePrometheusText(*body);
+  return samples.ok() && samples->contains(key) ? samples->at(key) : -1;
+}
+
+// Writes zeros into `path` until the file system is full.
+void FillUp(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return;
+  std::vector<char> zeros(1 << 16);
+  while (std::fwrite(zeros.data(), 1, zeros.size(), f) == zeros.size()) {
+  }
+  std::fclose(f);
+  sync();
+}
+
+// The index on a full file system (its default place, beside the SSD tier's file): the
+// server starts (RocksDB would abort opening it for writing), serves with host-only
+// caching and says so, still serves what was persisted, and persists again by itself
+// once there is room.
+TEST_F(SsdE2eTest, FullDiskUnderTheIndexStartsHostOnlyAndRecoversWhenSpaceReturns) {
+  SmallFileSystem fs;
+  if (std::string why = fs.Mount(dir_, 64); !why.empty()) GTEST_SKIP() << "disk-full test skipped: " << why;
+  const std::vector<std::string> flags = {"--device=cpu", "--hbm_cache_bytes=0",
+                                          "--host_cache_bytes=" + std::to_string(3 * 1052672),
+                                          "--ssd_dirs=" + fs.path() + "/ssd", "--ssd_capacity_bytes=4210688"};
+  std::filesystem::create_directories(fs.path() + "/ssd");
+  std::vector<std::pair<std::string, std::string>> conv = {{"user", "Remember the number forty-two."}};
+  {
+    auto s = ServerProcess::Start(flags);
+    ASSERT_TRUE(s.ok()) << s.status();
+    Turn first = Chat((*s)->target(), "kept", conv, /*persist=*/true);
+    ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+    ASSERT_TRUE(first.done.persisted());
+    conv.push_back({"assistant", first.text});
+    EXPECT_EQ((*s)->Stop(), 0);
+  }
+  FillUp(fs.path() + "/filler");
+  auto s = ServerProcess::Start(flags);
+  ASSERT_TRUE(s.ok()) << "a full disk under the index must not stop the server: " << s.status();
+  ServerProcess& server = **s;
+  EXPECT_EQ(Metric(server, "strata_ssd_degraded"), 1) << "the full disk was not reported";
+  conv.push_back({"user", "Which number?"});
+  Turn second = Chat(server.target(), "kept", conv, /*persist=*/false);
+  Turn want = Chat(cache_off_->target(), "kept", conv, false);
+  ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+  EXPECT_EQ(second.tokens, want.tokens);
+  EXPECT_GT(second.done.usage().cached_tokens(), 0u) << "the persisted session was not served";
+  Turn fresh = Chat(server.target(), "fresh", {{"user", "A new session."}}, /*persist=*/true);
+  ASSERT_TRUE(fresh.status.ok()) << fresh.status.error_message();
+  EXPECT_FALSE(fresh.done.persisted()) << "persisted on a full disk?";
+  // Room again: persisting resumes within a sweep interval (10 s), with no restart.
+  std::filesystem::remove(fs.path() + "/filler");
+  for (int i = 0; i < 300 && Metric(server, "strata_ssd_degraded") != 0; ++i) absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(Metric(server, "strata_ssd_degraded"), 0) << "did not recover once the disk had room";
+  Turn again = Chat(server.target(), "fresh2", {{"user", "Another new session."}}, /*persist=*/true);
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_TRUE(again.done.persisted());
+  EXPECT_EQ(server.Stop(), 0);
 }
 
 }  // namespace
