@@ -3,6 +3,9 @@
 // copy failed, pushed out of the host tier before it was written) goes alone, and the
 // session falls back to its persisted version — also after a restart. Every deletion of
 // a persisted version is counted.
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -107,6 +110,65 @@ TEST_F(DurabilityTest, EveryDeletionOfAPersistedVersionIsCounted) {
   ASSERT_TRUE(store_->Drop(fresh).ok());  // never persisted: nothing to count
   ASSERT_TRUE(store_->Drop(key).ok());
   EXPECT_EQ(store_->Stats().persisted_deleted, 1);
+}
+
+// A data file deleted or cut short while the server was down: the records it cannot back
+// are dropped at start (counted, logged), not advertised; the rest are served intact.
+TEST_F(DurabilityTest, RecordsTheDataFileCannotBackAreDroppedAtStart) {
+  Make(16, 64);
+  for (int i = 0; i < 6; ++i) {
+    SessionKey key{"t", "s" + std::to_string(i)};
+    ASSERT_TRUE(SaveAll(key, Iota(8), 0).ok());  // 2 chunks each, blocks in order
+    ASSERT_TRUE(store_->Flush(key, absl::Seconds(10)).ok());
+  }
+  store_.reset();
+  const std::string data = dir_ + "/ssd/strata-ssd.data";
+  ASSERT_TRUE(std::filesystem::exists(data));
+  const int64_t block = ChunkLayout{.layers = 2, .chunk_tokens = 4, .row_bytes = 8}.BlockBytes();
+  // Cut after the sixth block: the first three sessions' chunks remain (the probe's blocks
+  // were given back before any session was written).
+  std::filesystem::resize_file(data, 6 * block);
+  MakeTiered(16, 64);
+  SessionStoreStats stats = store_->Stats();
+  EXPECT_EQ(stats.unbacked_records, 3);
+  EXPECT_EQ(stats.ssd_sessions, 3);
+  for (int i = 0; i < 6; ++i) {
+    SessionKey key{"t", "s" + std::to_string(i)};
+    if (i < 3) {
+      EXPECT_EQ(ReadAndCheck(key, 8), 8) << key.session_id;
+    } else {
+      EXPECT_TRUE(absl::IsNotFound(store_->Get(key).status())) << key.session_id << " is advertised";
+    }
+  }
+  store_.reset();
+  std::filesystem::remove(data);
+  MakeTiered(16, 64);
+  EXPECT_EQ(store_->Stats().unbacked_records, 3);
+  EXPECT_EQ(store_->Stats().ssd_sessions, 0);
+}
+
+// A damaged index never stops the store: it is repaired (here from its log), counted and
+// the damaged copy kept aside; the persisted sessions come back bit-exact.
+TEST_F(DurabilityTest, ADamagedIndexIsRepairedAndTheStoreStarts) {
+  Make(16, 64);
+  for (int i = 0; i < 3; ++i) {
+    SessionKey key{"t", "s" + std::to_string(i)};
+    ASSERT_TRUE(SaveAll(key, Iota(8), 0).ok());
+    ASSERT_TRUE(store_->Flush(key, absl::Seconds(10)).ok());
+  }
+  store_.reset();
+  std::ofstream(dir_ + "/index/CURRENT", std::ios::trunc) << "MANIFEST-999999\n";  // names no manifest
+  MakeTiered(16, 64);
+  ASSERT_NE(store_, nullptr);
+  EXPECT_TRUE(store_->Stats().index_damaged);
+  int aside = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+    aside += e.path().filename().string().starts_with("index.damaged-");
+  }
+  EXPECT_EQ(aside, 1) << "the damaged index was not kept for inspection";
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(ReadAndCheck({"t", "s" + std::to_string(i)}, 8), 8);
+  MakeTiered(16, 64);
+  EXPECT_FALSE(store_->Stats().index_damaged) << "a repaired index is healthy at the next start";
 }
 
 }  // namespace

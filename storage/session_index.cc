@@ -1,9 +1,15 @@
 #include "storage/session_index.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "xxhash.h"
@@ -134,7 +140,50 @@ rocksdb::Options IndexOptions() {
   // Records are small (token IDs and chunk locations): small files, little to reserve.
   options.write_buffer_size = 4 << 20;
   options.manifest_preallocation_size = 256 << 10;
+  // A torn last record is what a crash leaves (tolerated); damage inside the log is not
+  // (Open fails, and OpenDamaged decides).
+  options.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   return options;
+}
+
+// The database in `dir` failed to open with `why` (not for lack of room): copies it aside,
+// then replays the log skipping damaged records, or repairs it, or starts it empty.
+// Returns the database and says what was done in `note`.
+absl::StatusOr<rocksdb::DB*> OpenDamaged(const std::string& dir, const rocksdb::Status& why, std::string* note) {
+  const std::string aside = absl::StrCat(dir, ".damaged-", absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::UTCTimeZone()));
+  std::error_code ec;
+  std::filesystem::copy(dir, aside, std::filesystem::copy_options::recursive, ec);
+  const std::string kept = ec ? absl::StrCat("(it could not be copied aside: ", ec.message(), ")")
+                              : absl::StrCat("(the damaged index is kept in ", aside, ")");
+  rocksdb::Options skip = IndexOptions();
+  skip.wal_recovery_mode = rocksdb::WALRecoveryMode::kSkipAnyCorruptedRecords;
+  rocksdb::DB* db = nullptr;
+  if (rocksdb::DB::Open(skip, dir, &db).ok()) {
+    *note = absl::StrCat("the session index's log was damaged (", why.ToString(),
+                         "); it was replayed skipping the damaged records, whose sessions are lost ", kept);
+    return db;
+  }
+  if (rocksdb::RepairDB(dir, skip).ok() && rocksdb::DB::Open(skip, dir, &db).ok()) {
+    *note = absl::StrCat("the session index was damaged (", why.ToString(),
+                         "); it was repaired from its tables and log, and what could not be read is lost ", kept);
+    return db;
+  }
+  std::filesystem::remove_all(dir, ec);
+  rocksdb::Status fresh = rocksdb::DB::Open(IndexOptions(), dir, &db);
+  if (!fresh.ok()) return FromRocks(fresh, absl::StrCat("cannot start a new session index in ", dir));
+  *note = absl::StrCat("the session index was damaged beyond repair (", why.ToString(),
+                       "); it starts empty, and the sessions it named are lost ", kept);
+  return db;
+}
+
+// "" when a file can be created in `dir`; otherwise why not (a read-only file system).
+std::string WriteProbe(const std::string& dir) {
+  const std::string probe = (std::filesystem::path(dir) / ".strata-write-probe").string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::StrCat("cannot write in ", dir, ": ", std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return "";
 }
 
 }  // namespace
@@ -158,11 +207,19 @@ absl::StatusOr<std::unique_ptr<SessionIndex>> SessionIndex::Open(const std::stri
     if (ec) {
       why = absl::StrCat("cannot create ", dir, ": ", ec.message());
     } else {
+      why = WriteProbe(dir);
+    }
+    if (why.empty()) {
       rocksdb::DB* db = nullptr;
       rocksdb::Status s = rocksdb::DB::Open(IndexOptions(), dir, &db);
       if (s.ok()) return std::unique_ptr<SessionIndex>(new SessionIndex(dir, std::unique_ptr<rocksdb::DB>(db), ""));
-      if (!s.IsIOError()) return FromRocks(s, absl::StrCat("cannot open the session index in ", dir));
-      why = s.ToString();  // e.g. a read-only file system
+      // The file system takes writes: the database itself is damaged.
+      std::string note;
+      absl::StatusOr<rocksdb::DB*> repaired = OpenDamaged(dir, s, &note);
+      if (!repaired.ok()) return repaired.status();
+      std::unique_ptr<SessionIndex> index(new SessionIndex(dir, std::unique_ptr<rocksdb::DB>(*repaired), ""));
+      index->damage_note_ = std::move(note);
+      return index;
     }
   }
   // Read-only: what is persisted stays readable, nothing is written.

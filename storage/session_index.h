@@ -81,6 +81,13 @@ class SessionIndex {
 
   static std::string Key(const std::string& tenant, const std::string& session_id);
 
+  // What was wrong with the database when it was opened, "" when nothing: a damaged
+  // index is never fatal. A log damaged in its middle is replayed skipping the damaged
+  // records; a damaged MANIFEST or CURRENT is repaired (RocksDB's RepairDB); what cannot
+  // be repaired starts empty. The damaged database is first copied aside (the note names
+  // the copy) for inspection.
+  const std::string& damage_note() const { return damage_note_; }
+
   // Whether writes are refused: opened read-only (no room, read-only file system), or a
   // write failed (RocksDB must not be written again through that handle).
   bool read_only() const;
@@ -100,6 +107,7 @@ class SessionIndex {
   absl::Status Refuse() const;
   absl::Status Written(absl::Status s);  // a failed write makes the index read-only
   const std::string dir_;
+  std::string damage_note_;
   std::unique_ptr<rocksdb::DB> db_;  // null: read-only and no database yet
   mutable std::mutex mu_;            // guards read_only_reason_
   std::string read_only_reason_;

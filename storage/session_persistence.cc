@@ -20,7 +20,12 @@ constexpr absl::Duration kSweepInterval = absl::Seconds(10);
 absl::Status SessionStoreImpl::Recover() {
   std::vector<SessionRecord> stale;
   std::vector<std::string> bad_keys;
-  int recovered = 0;
+  int recovered = 0, unbacked = 0;
+  if (!index_->damage_note().empty()) {
+    LOG(ERROR) << index_->damage_note();
+    MutexLock lock(&mu_);
+    stats_.index_damaged = true;
+  }
   absl::Status scan = index_->ForEach(
       [&](const SessionRecord& r) {
         bool usable = r.model_fingerprint == options_.model_fingerprint && !r.chunks.empty() &&
@@ -30,6 +35,14 @@ absl::Status SessionStoreImpl::Recover() {
         usable = usable && static_cast<int64_t>(r.chunks.size()) ==
                                (static_cast<int64_t>(r.tokens.size()) + chunk_tokens - 1) / chunk_tokens;
         for (const IndexedChunk& c : r.chunks) usable = usable && ssd_->IsValidLocation({c.file, c.offset});
+        if (usable) {
+          for (const IndexedChunk& c : r.chunks) {
+            if (ssd_->FoundAtOpen({c.file, c.offset})) continue;
+            usable = false;
+            ++unbacked;
+            break;
+          }
+        }
         if (!usable) {
           stale.push_back(r);
           return;
@@ -67,6 +80,12 @@ absl::Status SessionStoreImpl::Recover() {
   for (const std::string& key : bad_keys) {
     if (index_->read_only()) break;
     if (absl::Status s = index_->DeleteKey(key); !s.ok() && !absl::IsNotFound(s)) return s;
+  }
+  if (unbacked > 0) {
+    LOG(ERROR) << "session index: " << unbacked << " records name SSD blocks their data file no longer holds "
+               << "(the file is missing or shorter than when they were written); they are dropped";
+    MutexLock lock(&mu_);
+    stats_.unbacked_records = unbacked;
   }
   LOG(INFO) << "session index: recovered " << recovered << " persisted sessions, dropped "
             << stale.size() + bad_keys.size() << " stale or unreadable records";

@@ -133,6 +133,10 @@ struct SessionStoreStats {
   // back to its persisted version instead of leaving the store.
   int64_t reverted_to_persisted = 0;
   int64_t persisted_deleted = 0;  // persisted versions deleted (drop, TTL, corruption, SSD room)
+  // At the last start: the index was damaged (repaired, replayed past damage or reset),
+  // and records dropped because the SSD data file (missing or cut short) cannot back them.
+  bool index_damaged = false;
+  int64_t unbacked_records = 0;
   int64_t persisted_saves = 0; // write-backs that committed an index record
   int64_t ssd_write_errors = 0;
   int64_t ssd_bytes_written = 0;

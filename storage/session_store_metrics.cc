@@ -32,6 +32,13 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
   auto& reverted = r.AddCounter("strata_cache_reverted_to_persisted_total",
                                 "Newer unpersisted versions dropped (no host room, a failed copy) whose "
                                 "session kept its persisted version.");
+  auto& index_damaged = r.AddGauge(
+      "strata_index_damaged_at_start",
+      "1 when the session index was found damaged at start (repaired, replayed past the damage or reset; "
+      "the log says which, and where the damaged copy was kept).");
+  auto& unbacked = r.AddGauge("strata_index_unbacked_records_at_start",
+                              "Index records dropped at start because the SSD data file (missing or cut short) "
+                              "cannot back them.");
   auto& persisted_deleted = r.AddCounter(
       "strata_cache_persisted_deleted_total",
       "Persisted session versions deleted (DropSession, TTL, corruption, the SSD tier's capacity).");
@@ -48,7 +55,7 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
   };
   r.AddCollector([=, &tier_bytes, &tier_capacity, &sessions, &evictions, &prefetches, &lookahead, &demotions,
                   &promotions,
-                  &moved, &persisted, &ssd_errors, &degraded, &rejected, &corrupt, &expired, &reverted, &persisted_deleted, &io_seconds] {
+                  &moved, &persisted, &ssd_errors, &degraded, &rejected, &corrupt, &expired, &reverted, &persisted_deleted, &index_damaged, &unbacked, &io_seconds] {
     SessionStoreStats s;
     if (store != nullptr) {
       s = store->Stats();
@@ -84,6 +91,8 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
     sync(expired.WithLabels({}), s.expired);
     sync(reverted.WithLabels({}), s.reverted_to_persisted);
     sync(persisted_deleted.WithLabels({}), s.persisted_deleted);
+    index_damaged.WithLabels({}).Set(s.index_damaged ? 1 : 0);
+    unbacked.WithLabels({}).Set(static_cast<double>(s.unbacked_records));
   });
 }
 

@@ -42,6 +42,7 @@ class SsdTier::Impl {
     std::string path;
     int fd = -1;
     uint64_t blocks = 0;
+    int64_t found_bytes = 0;  // the file's size when it was opened (0: created then)
     std::set<uint64_t> free;  // free block indices; the lowest is handed out first
   };
   struct Request {
@@ -106,6 +107,7 @@ class SsdTier::Impl {
       File& file = files_.back();
       struct stat st;
       if (fstat(file.fd, &st) != 0) return ErrnoStatus(errno, absl::StrCat("cannot stat ", file.path));
+      file.found_bytes = static_cast<int64_t>(st.st_size);
       // fallocate keeps existing bytes (a warm restart reads them back) and extends.
       if (fallocate(file.fd, 0, 0, bytes) != 0) {
         const int err = errno;
@@ -190,6 +192,11 @@ class SsdTier::Impl {
     if (loc.file >= files_.size()) return false;
     const uint64_t bb = static_cast<uint64_t>(options_.block_bytes);
     return loc.offset % bb == 0 && loc.offset / bb < files_[loc.file].blocks;
+  }
+
+  bool FoundAtOpen(const SsdLocation& loc) const {
+    if (!IsValidLocation(loc)) return false;
+    return static_cast<int64_t>(loc.offset) + options_.block_bytes <= files_[loc.file].found_bytes;
   }
 
   void Submit(bool write, const SsdLocation& loc, std::byte* buf, Callback done) {
@@ -358,6 +365,7 @@ std::optional<SsdLocation> SsdTier::Allocate() { return impl_->Allocate(); }
 void SsdTier::Free(const SsdLocation& loc) { impl_->Free(loc); }
 bool SsdTier::MarkAllocated(const SsdLocation& loc) { return impl_->MarkAllocated(loc); }
 bool SsdTier::IsValidLocation(const SsdLocation& loc) const { return impl_->IsValidLocation(loc); }
+bool SsdTier::FoundAtOpen(const SsdLocation& loc) const { return impl_->FoundAtOpen(loc); }
 void SsdTier::Write(const SsdLocation& loc, const std::byte* src, Callback done) {
   impl_->Submit(true, loc, const_cast<std::byte*>(src), std::move(done));
 }

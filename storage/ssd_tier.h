@@ -75,6 +75,10 @@ class SsdTier {
   // not a valid location or already in use.
   bool MarkAllocated(const SsdLocation& loc);
   bool IsValidLocation(const SsdLocation& loc) const;
+  // Whether the block lay within its file as the file was found at open: a block of a
+  // file created at open (the old one deleted) or cut short since cannot hold what an
+  // index record says it holds.
+  bool FoundAtOpen(const SsdLocation& loc) const;
 
   // Queue a block write from `src` / a block read into `dst` (block_bytes, 4096-aligned).
   // `done` runs on the completion thread with OK, or the error (a short transfer is

@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <memory>
 #include <queue>
 #include <thread>
@@ -143,6 +145,11 @@ class Runner {
     r.status_code = status.error_code();
     if (!status.ok()) {
       r.error = status.error_message();
+      // The first failures say why on stderr (the report counts them all by code).
+      if (failures_logged_.fetch_add(1) < 5) {
+        std::fprintf(stderr, "strata bench: turn %d of session %d failed after %.0f ms: %s (code %d)\n", turn + 1,
+                     session, r.e2e_ms, r.error.c_str(), static_cast<int>(r.status_code));
+      }
       r.server_ttft_ms = -1;
       r.prompt_tokens = r.cached_tokens = r.computed_tokens = r.completion_tokens = 0;
       r.tier = 0;
@@ -190,6 +197,7 @@ class Runner {
   absl::Time start_;
   absl::Mutex mu_;
   absl::CondVar cv_;
+  std::atomic<int> failures_logged_{0};
   // Per session: its prompt so far, and the index of its next turn; see SendTurn.
   std::vector<std::vector<int32_t>> histories_;
   std::vector<int> next_turn_ ABSL_GUARDED_BY(mu_);

@@ -234,7 +234,7 @@ TEST(BenchE2eTest, SweepFromSsdServesTurnTwoFromTheSsdTierAfterARestart) {
                       "--serve_flags=--pin_host_memory=false --chunk_tokens=16 --ssd_dirs=" + base +
                           "/ssd --ssd_capacity_bytes=16777216",
                       "--json=" + json_path});
-  ASSERT_EQ(bench.Wait(), 0) << "stderr:\n" << bench.Stderr();
+  ASSERT_EQ(bench.Wait(), 0) << "stderr:\n" << bench.Stderr() << "\nstdout:\n" << bench.Stdout();
   const nlohmann::json report = ReadJson(json_path);
   std::filesystem::remove_all(base);
   ASSERT_TRUE(report.contains("sweep") && report["sweep"].size() == 1) << report.dump(2);
