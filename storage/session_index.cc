@@ -11,7 +11,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "rocksdb/db.h"
+#include "rocksdb/env.h"
 #include "rocksdb/options.h"
+#include "storage/write_journal.h"
 #include "xxhash.h"
 
 namespace strata::storage {
@@ -131,8 +133,9 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes) {
 
 namespace {
 
-rocksdb::Options IndexOptions() {
+rocksdb::Options IndexOptions(rocksdb::Env* env) {
   rocksdb::Options options;
+  if (env != nullptr) options.env = env;
   options.create_if_missing = true;
   options.paranoid_checks = true;
   options.max_open_files = 256;
@@ -149,13 +152,14 @@ rocksdb::Options IndexOptions() {
 // The database in `dir` failed to open with `why` (not for lack of room): copies it aside,
 // then replays the log skipping damaged records, or repairs it, or starts it empty.
 // Returns the database and says what was done in `note`.
-absl::StatusOr<rocksdb::DB*> OpenDamaged(const std::string& dir, const rocksdb::Status& why, std::string* note) {
+absl::StatusOr<rocksdb::DB*> OpenDamaged(const std::string& dir, const rocksdb::Status& why, std::string* note,
+                                         rocksdb::Env* env) {
   const std::string aside = absl::StrCat(dir, ".damaged-", absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::UTCTimeZone()));
   std::error_code ec;
   std::filesystem::copy(dir, aside, std::filesystem::copy_options::recursive, ec);
   const std::string kept = ec ? absl::StrCat("(it could not be copied aside: ", ec.message(), ")")
                               : absl::StrCat("(the damaged index is kept in ", aside, ")");
-  rocksdb::Options skip = IndexOptions();
+  rocksdb::Options skip = IndexOptions(env);
   skip.wal_recovery_mode = rocksdb::WALRecoveryMode::kSkipAnyCorruptedRecords;
   rocksdb::DB* db = nullptr;
   if (rocksdb::DB::Open(skip, dir, &db).ok()) {
@@ -169,7 +173,7 @@ absl::StatusOr<rocksdb::DB*> OpenDamaged(const std::string& dir, const rocksdb::
     return db;
   }
   std::filesystem::remove_all(dir, ec);
-  rocksdb::Status fresh = rocksdb::DB::Open(IndexOptions(), dir, &db);
+  rocksdb::Status fresh = rocksdb::DB::Open(IndexOptions(env), dir, &db);
   if (!fresh.ok()) return FromRocks(fresh, absl::StrCat("cannot start a new session index in ", dir));
   *note = absl::StrCat("the session index was damaged beyond repair (", why.ToString(),
                        "); it starts empty, and the sessions it named are lost ", kept);
@@ -196,7 +200,14 @@ int64_t SessionIndex::FreeBytes(const std::string& path) {
   return ec ? -1 : static_cast<int64_t>(space.available);
 }
 
-absl::StatusOr<std::unique_ptr<SessionIndex>> SessionIndex::Open(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<SessionIndex>> SessionIndex::Open(const std::string& dir, WriteJournal* journal) {
+  std::unique_ptr<rocksdb::Env> env;
+  if (journal != nullptr) env = rocksdb::NewCompositeEnv(journal->IndexFileSystem());
+  auto make = [&](std::unique_ptr<rocksdb::DB> db, std::string read_only_reason) {
+    std::unique_ptr<SessionIndex> index(new SessionIndex(dir, std::move(db), std::move(read_only_reason)));
+    index->env_ = std::move(env);
+    return index;
+  };
   const int64_t free_bytes = FreeBytes(dir);
   std::string why;
   if (free_bytes >= 0 && free_bytes < kMinFreeBytes) {
@@ -211,13 +222,13 @@ absl::StatusOr<std::unique_ptr<SessionIndex>> SessionIndex::Open(const std::stri
     }
     if (why.empty()) {
       rocksdb::DB* db = nullptr;
-      rocksdb::Status s = rocksdb::DB::Open(IndexOptions(), dir, &db);
-      if (s.ok()) return std::unique_ptr<SessionIndex>(new SessionIndex(dir, std::unique_ptr<rocksdb::DB>(db), ""));
+      rocksdb::Status s = rocksdb::DB::Open(IndexOptions(env.get()), dir, &db);
+      if (s.ok()) return make(std::unique_ptr<rocksdb::DB>(db), "");
       // The file system takes writes: the database itself is damaged.
       std::string note;
-      absl::StatusOr<rocksdb::DB*> repaired = OpenDamaged(dir, s, &note);
+      absl::StatusOr<rocksdb::DB*> repaired = OpenDamaged(dir, s, &note, env.get());
       if (!repaired.ok()) return repaired.status();
-      std::unique_ptr<SessionIndex> index(new SessionIndex(dir, std::unique_ptr<rocksdb::DB>(*repaired), ""));
+      std::unique_ptr<SessionIndex> index = make(std::unique_ptr<rocksdb::DB>(*repaired), "");
       index->damage_note_ = std::move(note);
       return index;
     }
@@ -225,12 +236,12 @@ absl::StatusOr<std::unique_ptr<SessionIndex>> SessionIndex::Open(const std::stri
   // Read-only: what is persisted stays readable, nothing is written.
   std::error_code ec;
   if (!std::filesystem::exists(std::filesystem::path(dir) / "CURRENT", ec)) {
-    return std::unique_ptr<SessionIndex>(new SessionIndex(dir, nullptr, why));
+    return make(nullptr, why);
   }
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(IndexOptions(), dir, &db);
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(IndexOptions(env.get()), dir, &db);
   if (!s.ok()) return FromRocks(s, absl::StrCat("cannot open the session index in ", dir, " (read-only: ", why, ")"));
-  return std::unique_ptr<SessionIndex>(new SessionIndex(dir, std::unique_ptr<rocksdb::DB>(db), why));
+  return make(std::unique_ptr<rocksdb::DB>(db), why);
 }
 
 SessionIndex::SessionIndex(std::string dir, std::unique_ptr<rocksdb::DB> db, std::string read_only_reason)
@@ -277,11 +288,11 @@ absl::Status SessionIndex::ReopenWritable() {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = ec ? rocksdb::Status::IOError(ec.message()) : rocksdb::DB::Open(IndexOptions(), dir_, &db);
+  rocksdb::Status s = ec ? rocksdb::Status::IOError(ec.message()) : rocksdb::DB::Open(IndexOptions(env_.get()), dir_, &db);
   if (!s.ok()) {
     // Back to reading what there is.
     if (std::filesystem::exists(std::filesystem::path(dir_) / "CURRENT", ec) &&
-        rocksdb::DB::OpenForReadOnly(IndexOptions(), dir_, &db).ok()) {
+        rocksdb::DB::OpenForReadOnly(IndexOptions(env_.get()), dir_, &db).ok()) {
       db_.reset(db);
     }
     return absl::FailedPreconditionError(absl::StrCat("cannot reopen the session index for writing: ", s.ToString()));

@@ -24,6 +24,7 @@
 
 namespace rocksdb {
 class DB;
+class Env;
 }
 
 namespace strata::storage {
@@ -63,7 +64,9 @@ class SessionIndex {
   // read-only file system it opens it read-only instead (an empty index when there is
   // none yet): read_only() says so, and writes are FailedPrecondition until
   // ReopenWritable() succeeds.
-  static absl::StatusOr<std::unique_ptr<SessionIndex>> Open(const std::string& dir);
+  // `journal` (crash tests; not owned, outlives the index) records its files' syncs.
+  static absl::StatusOr<std::unique_ptr<SessionIndex>> Open(const std::string& dir,
+                                                           class WriteJournal* journal = nullptr);
   ~SessionIndex();
   SessionIndex(const SessionIndex&) = delete;
   SessionIndex& operator=(const SessionIndex&) = delete;
@@ -108,6 +111,7 @@ class SessionIndex {
   absl::Status Written(absl::Status s);  // a failed write makes the index read-only
   const std::string dir_;
   std::string damage_note_;
+  std::unique_ptr<rocksdb::Env> env_;  // the journal's, when there is one (outlives db_)
   std::unique_ptr<rocksdb::DB> db_;  // null: read-only and no database yet
   mutable std::mutex mu_;            // guards read_only_reason_
   std::string read_only_reason_;

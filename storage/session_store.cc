@@ -46,8 +46,15 @@ absl::StatusOr<std::unique_ptr<SessionStore>> SessionStore::Create(
   if (!host.ok()) return host.status();
   std::unique_ptr<SsdTier> ssd;
   std::unique_ptr<SessionIndex> index;
+  std::unique_ptr<WriteJournal> journal;
   if (!options.ssd_dirs.empty()) {
+    if (!options.power_cut_journal_dir.empty()) {
+      auto j = WriteJournal::Open(options.power_cut_journal_dir);
+      if (!j.ok()) return j.status();
+      journal = *std::move(j);
+    }
     SsdTierOptions so;
+    so.journal = journal.get();
     so.dirs = options.ssd_dirs;
     so.capacity_bytes_per_dir = options.ssd_capacity_bytes_per_dir;
     so.block_bytes = options.layout.BlockBytes();
@@ -59,11 +66,12 @@ absl::StatusOr<std::unique_ptr<SessionStore>> SessionStore::Create(
       absl::Status reg = ssd->RegisterBuffers((*host)->arena_base(), (*host)->arena_bytes());
       if (!reg.ok()) LOG(WARNING) << "SSD I/O will not use registered buffers: " << reg;
     }
-    auto idx = SessionIndex::Open(options.index_dir);
+    auto idx = SessionIndex::Open(options.index_dir, journal.get());
     if (!idx.ok()) return idx.status();
     index = *std::move(idx);
   }
-  auto store = std::make_unique<SessionStoreImpl>(options, *std::move(host), std::move(ssd), std::move(index));
+  auto store = std::make_unique<SessionStoreImpl>(options, *std::move(host), std::move(ssd), std::move(index),
+                                                  std::move(journal));
   if (absl::Status s = store->Start(); !s.ok()) return s;
   return store;
 }
@@ -104,9 +112,11 @@ void ChunkLease::Release() {
 }
 
 SessionStoreImpl::SessionStoreImpl(const SessionStoreOptions& options, std::unique_ptr<HostTier> host,
-                                   std::unique_ptr<SsdTier> ssd, std::unique_ptr<SessionIndex> index)
+                                   std::unique_ptr<SsdTier> ssd, std::unique_ptr<SessionIndex> index,
+                                   std::unique_ptr<WriteJournal> journal)
     : options_(options),
       host_(std::move(host)),
+      journal_(std::move(journal)),
       ssd_(std::move(ssd)),
       index_(std::move(index)),
       placement_(options.placement) {

@@ -85,6 +85,9 @@ struct SessionStoreOptions {
   int64_t ssd_probe_bytes = int64_t{64} << 20;
   // Directory of the RocksDB index; required with an SSD tier.
   std::string index_dir;
+  // Crash tests only: journal every SSD and index write's durability here, so that
+  // ApplyPowerCut() (storage/write_journal.h) can take back what a power cut would.
+  std::string power_cut_journal_dir;
   // Sessions not used for this long are dropped from every tier.
   absl::Duration ttl = absl::Hours(24);
   // Lock the host arena in memory (see HostTier::Create).

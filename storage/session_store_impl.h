@@ -23,6 +23,7 @@
 #include "storage/session_index.h"
 #include "storage/session_store.h"
 #include "storage/ssd_tier.h"
+#include "storage/write_journal.h"
 
 namespace strata::storage {
 
@@ -30,7 +31,8 @@ class SessionStoreImpl final : public SessionStore {
  public:
   // Create() validates the options and opens the tiers; this takes them over.
   SessionStoreImpl(const SessionStoreOptions& options, std::unique_ptr<HostTier> host,
-                   std::unique_ptr<SsdTier> ssd, std::unique_ptr<SessionIndex> index);
+                   std::unique_ptr<SsdTier> ssd, std::unique_ptr<SessionIndex> index,
+                   std::unique_ptr<WriteJournal> journal = nullptr);
   ~SessionStoreImpl() override;
 
   // With an SSD tier: recovers the persisted sessions, then starts the write-back thread.
@@ -168,6 +170,7 @@ class SessionStoreImpl final : public SessionStore {
   const SessionStoreOptions options_;
   mutable Mutex mu_;
   std::unique_ptr<HostTier> host_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<WriteJournal> journal_;   // crash tests only; outlives the tier and index
   std::unique_ptr<SsdTier> ssd_;            // thread-safe itself; null: no SSD tier
   std::unique_ptr<SessionIndex> index_;     // thread-safe itself; null: no SSD tier
   absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "base/log.h"
 #include "base/mutex.h"
+#include "storage/write_journal.h"
 
 namespace strata::storage {
 namespace {
@@ -204,6 +205,9 @@ class SsdTier::Impl {
       done(absl::InvalidArgumentError("SSD I/O with a bad location or an unaligned buffer"));
       return;
     }
+    if (write && options_.journal != nullptr) {
+      options_.journal->BeforeBlockWrite(files_[loc.file].path, loc.offset, options_.block_bytes);
+    }
     auto* req = new Request{std::move(done), write, files_[loc.file].fd, buf, loc.offset, absl::Now()};
     MutexLock lock(&sub_mu_);
     // Past queue_depth the request waits in line; the completion thread starts it when a
@@ -217,8 +221,10 @@ class SsdTier::Impl {
   }
 
   absl::Status Sync() {
+    const uint64_t mark = options_.journal != nullptr ? options_.journal->Mark() : 0;
     for (const File& f : files_) {
       if (fdatasync(f.fd) != 0) return ErrnoStatus(errno, absl::StrCat("fdatasync ", f.path));
+      if (options_.journal != nullptr) options_.journal->SyncedData(f.path, mark);
     }
     return absl::OkStatus();
   }

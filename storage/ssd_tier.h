@@ -37,6 +37,9 @@ struct SsdTierOptions {
   int64_t capacity_bytes_per_dir = 0;
   int64_t block_bytes = 0;  // a multiple of 4096
   int queue_depth = 64;
+  // Crash tests: every block write and completed sync is journaled (write_journal.h);
+  // null in production. Not owned.
+  class WriteJournal* journal = nullptr;
 };
 
 struct SsdLocation {
