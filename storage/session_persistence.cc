@@ -150,6 +150,7 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
   std::vector<absl::Span<std::byte>> blocks;
   std::vector<std::optional<uint64_t>> sealed;  // checksums known when the job started
   std::vector<SsdLocation> targets;
+  uint64_t born = 0;
   std::vector<std::pair<SessionKey, std::vector<SsdLocation>>> evicted;
   {
     MutexLock lock(&mu_);
@@ -218,6 +219,7 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
     }
     record.tenant = cur.tenant;
     record.session_id = cur.session_id;
+    born = cur.born;
     record.model_fingerprint = options_.model_fingerprint;
     record.tokens = cur.tokens;
     record.last_access_unix_ms = cur.last_access_unix_ms;
@@ -281,6 +283,21 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
   for (size_t c = 0; c < targets.size(); ++c) ssd_->Write(targets[c], blocks[c].data(), batch.Callback());
   absl::Status status = batch.Wait();
   if (status.ok()) status = ssd_->Sync();
+  bool still_there = true;
+  if (status.ok()) {
+    // A session dropped (and perhaps saved anew) while its blocks were being written must
+    // not get its record back. (A drop after this check queues its record's deletion
+    // behind this job: the persist thread runs them in order.)
+    MutexLock lock(&mu_);
+    auto it = sessions_.find(map_key);
+    still_there = it != sessions_.end() && it->second->born == born;
+  }
+  if (status.ok() && !still_there) {
+    MutexLock lock(&mu_);
+    for (uint32_t b : host_blocks) host_->Free(b);
+    for (const SsdLocation& loc : targets) ssd_->Free(loc);
+    return;
+  }
   if (status.ok()) status = index_->Put(record);
 
   MutexLock lock(&mu_);
@@ -293,8 +310,17 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
   stats_.ssd_bytes_written += static_cast<int64_t>(targets.size()) * layout.BlockBytes();
   ++stats_.persisted_saves;
   auto it = sessions_.find(map_key);
-  if (it == sessions_.end()) {
-    // Dropped while being written: the record just committed names `targets`.
+  if (it == sessions_.end() || it->second->born != born) {
+    // Dropped while being written (after the check above): the record just committed
+    // names `targets`. The drop queued its record's deletion behind this job; the blocks
+    // come free with it (a session saved anew meanwhile queues its own write-back after
+    // that deletion, so nothing here may delete its record).
+    for (PersistJob& queued : persist_queue_) {
+      if (queued.drop && queued.tenant == record.tenant && queued.session_id == record.session_id) {
+        queued.free_after.insert(queued.free_after.end(), targets.begin(), targets.end());
+        return;
+      }
+    }
     PersistJob drop;
     drop.drop = true;
     drop.tenant = record.tenant;
@@ -304,8 +330,13 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
     return;
   }
   Session& s = *it->second;
-  // The committed record now names `targets`; the blocks of the previous record are free.
-  for (const SsdLocation& loc : s.ssd) ssd_->Free(loc);
+  // The committed record now names `targets`; the blocks of the previous record are free
+  // (once a promotion that reads them is done).
+  if (s.promotion != nullptr) {
+    s.promotion->free_after.insert(s.promotion->free_after.end(), s.ssd.begin(), s.ssd.end());
+  } else {
+    for (const SsdLocation& loc : s.ssd) ssd_->Free(loc);
+  }
   s.ssd = std::move(targets);
   s.committed_tokens = record.tokens;
   s.committed_checksums.clear();
@@ -317,6 +348,7 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
     s.tokens = s.committed_tokens;
     s.checksums.assign(s.committed_checksums.begin(), s.committed_checksums.end());
     s.persisted = true;
+    s.version = ++versions_;  // a promotion of the older record in flight is not applied
   }
 }
 

@@ -127,6 +127,8 @@ void SessionStoreImpl::FinishPromotion(const std::string& map_key, const std::sh
       --s->readers;
       s->promotion.reset();
     }
+    for (const SsdLocation& loc : promotion->free_after) ssd_->Free(loc);
+    promotion->free_after.clear();
     std::vector<uint32_t> blocks = std::move(promotion->blocks);
     if (!io.ok() || s == nullptr || s->version != promotion->version) {
       for (uint32_t b : blocks) host_->Free(b);
@@ -153,7 +155,7 @@ void SessionStoreImpl::FinishPromotion(const std::string& map_key, const std::sh
         s->tokens.resize(std::min(s->tokens.size(), good * static_cast<size_t>(layout.chunk_tokens)));
         s->checksums.resize(good);
         s->persisted = false;  // the record names bytes that are gone
-        ++s->version;
+        s->version = ++versions_;
       }
       if (s->tokens.empty()) {
         ++stats_.promotion_failures;

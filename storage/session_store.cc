@@ -328,7 +328,7 @@ void SessionStoreImpl::CutCorruptLocked(const std::string& map_key, Session& s, 
   s.tokens.resize(std::min(begin, s.tokens.size()));
   s.checksums.resize(std::min(chunk, s.checksums.size()));
   s.persisted = false;
-  ++s.version;
+  s.version = ++versions_;
   if (s.tokens.empty()) {
     RemoveLocked(map_key, "its first chunk failed verification");
   } else {
@@ -419,7 +419,7 @@ void SessionStoreImpl::DropNewerVersionLocked(const std::string& map_key, const 
   s.checksums.assign(s.committed_checksums.begin(), s.committed_checksums.end());
   s.persisted = true;
   s.filling = 0;  // a fill still in flight finds the session re-versioned and lets go
-  ++s.version;    // and so does a write-back of the dropped version
+  s.version = ++versions_;  // and so does a write-back of the dropped version
 }
 
 bool SessionStoreImpl::MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose) {
@@ -528,6 +528,7 @@ absl::Status SessionStoreImpl::SaveLocked(const SessionKey& key, absl::Span<cons
     slot->tenant = key.tenant;
     slot->session_id = key.session_id;
     slot->inserted = ++clock_;
+    slot->born = ++versions_;
   }
   Session& s = *slot;
   const int64_t total_chunks = (static_cast<int64_t>(tokens.size()) + layout.chunk_tokens - 1) / layout.chunk_tokens;
@@ -577,7 +578,7 @@ absl::Status SessionStoreImpl::SaveLocked(const SessionKey& key, absl::Span<cons
   // The SSD copy (if any) now holds an older version; it stays named by the committed
   // record until the write-back of this version replaces it.
   s.persisted = false;
-  ++s.version;
+  s.version = ++versions_;
   TouchLocked(s);
   if (fill_ticket == nullptr) {
     s.filling = 0;

@@ -71,6 +71,8 @@ class SessionStoreImpl final : public SessionStore {
     std::vector<std::byte*> targets;   // their bytes (for checks outside the lock)
     std::vector<std::optional<uint64_t>> checksums;  // the record's, for these blocks
     std::vector<PromoteDone> waiters;
+    // SSD blocks of a record replaced while this promotion reads them: freed when it ends.
+    std::vector<SsdLocation> free_after;
   };
   struct Session {
     std::string tenant;
@@ -90,7 +92,11 @@ class SessionStoreImpl final : public SessionStore {
     // of a persisted session has one, and it is the one its record and header hold.
     std::vector<std::optional<uint64_t>> checksums;
     bool persisted = false;            // `ssd` holds exactly `tokens`, record committed
-    uint64_t version = 0;              // bumped by every Save
+    // Set from the store-wide versions_ by every Save (and cut or fallback), so a version
+    // number never repeats, not even for a session dropped and saved again while a
+    // write-back of its old self is in flight.
+    uint64_t version = 0;
+    uint64_t born = 0;                 // unique per Session object (from versions_)
     uint64_t last_use = 0;             // logical clock of the last access (LRU)
     uint64_t inserted = 0;             // logical clock of the first save (FIFO)
     bool prefetched = false;           // on host thanks to a prefetch, not yet used
@@ -175,6 +181,7 @@ class SessionStoreImpl final : public SessionStore {
   std::unique_ptr<SessionIndex> index_;     // thread-safe itself; null: no SSD tier
   absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t versions_ ABSL_GUARDED_BY(mu_) = 0;  // the last session version handed out
   SessionStoreStats stats_ ABSL_GUARDED_BY(mu_);
   // Per tenant: lookups, hits, hit_tokens and evictions (the other fields unused).
   absl::flat_hash_map<std::string, SessionStoreStats> tenant_stats_ ABSL_GUARDED_BY(mu_);
