@@ -202,7 +202,7 @@ absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) 
 
   auto stream = std::make_shared<TurnStream>();
   MutexLock lock(&mu_);
-  if (stopping_) return absl::UnavailableError("the server is shutting down");
+  if (stopping_ || draining_) return absl::UnavailableError("the server is shutting down");
   if (static_cast<int>(queue_.size()) >= options_.max_queued) {
     return absl::ResourceExhaustedError(absl::StrCat("the queue holds ", queue_.size(),
                                                      " turns; try again later"));
@@ -615,6 +615,11 @@ void Engine::ReleaseLoads(bool wait) {
     if (!*done) return;
     loads_in_flight_.pop_front();
   }
+}
+
+void Engine::Drain() {
+  MutexLock lock(&mu_);
+  draining_ = true;
 }
 
 bool Engine::AwaitIdle(absl::Duration timeout) {

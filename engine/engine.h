@@ -81,6 +81,9 @@ class Engine {
   // completed (its session is then in the host tier and, if kept, the HBM tier), or until
   // `timeout` passes. Returns whether the engine went idle. Thread-safe.
   bool AwaitIdle(absl::Duration timeout);
+  // Refuses new turns from now on (Submit: Unavailable); queued and running turns go on.
+  // For a graceful shutdown: Drain(), then AwaitIdle().
+  void Drain();
 
   const model::ModelConfig& config() const { return model_->config(); }
   const model::ModelBackend& model() const { return *model_; }
@@ -162,6 +165,7 @@ class Engine {
   mutable Mutex mu_;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> active_sessions_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   int promotions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;

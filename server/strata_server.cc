@@ -1,10 +1,11 @@
 #include "server/strata_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <algorithm>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
+
+#include <algorithm>
 
 #include "base/log.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@
 #include "storage/session_store_metrics.h"
 #include "server/cache_service.h"
 #include "server/chat_service.h"
+#include "server/port_check.h"
 #include "server/request_metrics.h"
 
 namespace strata::server {
@@ -42,6 +44,11 @@ absl::Status ServerOptions::Validate() const {
 
 absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOptions& options) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
+  // Ports first: one clear message at once, before the model loads or host memory is locked.
+  for (const std::string& address : {options.listen_address, options.metrics_address}) {
+    if (address.empty()) continue;
+    if (absl::Status s = CheckPortFree(address); !s.ok()) return s;
+  }
   std::unique_ptr<StrataServer> server(new StrataServer());
   server->options_ = options;
   auto served = engine::LoadServedModel(options.model);
@@ -88,6 +95,9 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &server->port_);
+  // The port is this server's alone: gRPC would otherwise share it (SO_REUSEPORT) with a
+  // second strata, silently splitting sessions between two caches.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(server->chat_service_.get());
   builder.RegisterService(server->cache_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
@@ -96,6 +106,11 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen_address));
+  }
+  // Health per service as well as the server's ("").
+  if (grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService()) {
+    health->SetServingStatus(v1::ChatService::service_full_name(), true);
+    health->SetServingStatus(v1::CacheService::service_full_name(), true);
   }
   if (!options.metrics_address.empty()) {
     auto exposer = metrics::MetricsExposer::Start(options.metrics_address, &server->registry_);
@@ -112,7 +127,26 @@ void StrataServer::Wait() {
 }
 
 void StrataServer::Shutdown() {
-  if (grpc_server_) grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  std::call_once(shutdown_once_, [this] {
+    if (grpc_server_ == nullptr) return;
+    const absl::Time deadline = absl::Now() + options_.drain_timeout;
+    if (grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService()) {
+      health->Shutdown();  // every service NOT_SERVING: load balancers stop sending turns
+    }
+    if (engine_ != nullptr) {
+      engine_->Drain();
+      if (!engine_->AwaitIdle(deadline - absl::Now())) {
+        LOG(WARNING) << "shutdown: turns still running after " << options_.drain_timeout << "; they are cancelled";
+      }
+    }
+    if (store_ != nullptr) {
+      if (absl::Status s = store_->AwaitWriteBacks(std::max(deadline - absl::Now(), absl::Seconds(1))); !s.ok()) {
+        LOG(WARNING) << "shutdown: " << s.message() << "; their sessions are not persisted";
+      }
+    }
+    grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    LOG(INFO) << "shutdown complete";
+  });
 }
 
 StrataServer::~StrataServer() {

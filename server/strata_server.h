@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ namespace strata::server {
 struct ServerOptions {
   std::string listen_address = "127.0.0.1:7070";   // gRPC; port 0 picks a free port
   std::string metrics_address = "127.0.0.1:9464";  // Prometheus /metrics; empty: off
+  // Shutdown: how long running turns (and their write-backs) may take to finish before
+  // the remaining streams are cancelled.
+  absl::Duration drain_timeout = absl::Seconds(30);
   bool cache_enabled = true;
   // The session cache: host tier, SSD tier and index, TTL, placement, chunk size
   // (layout.chunk_tokens; the rest of the layout and the fingerprint come from the model;
@@ -59,6 +63,9 @@ class StrataServer {
   int metrics_port() const { return exposer_ ? exposer_->port() : 0; }
   // Blocks until Shutdown() (from another thread or a signal handler thread).
   void Wait();
+  // Graceful: health goes NOT_SERVING, new turns are refused (UNAVAILABLE), running and
+  // queued turns finish within drain_timeout, queued SSD write-backs are done, then the
+  // gRPC server stops. Safe to call more than once (the later calls wait for the first).
   void Shutdown();
 
   engine::Engine& engine() { return *engine_; }
@@ -77,6 +84,7 @@ class StrataServer {
   std::unique_ptr<grpc::Service> chat_service_;
   std::unique_ptr<grpc::Service> cache_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::once_flag shutdown_once_;
   std::unique_ptr<metrics::MetricsExposer> exposer_;
   int port_ = 0;
 };

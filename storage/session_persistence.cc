@@ -393,6 +393,18 @@ void SessionStoreImpl::SweepExpiredLocked() {
   stats_.expired += static_cast<int64_t>(expired.size());
 }
 
+absl::Status SessionStoreImpl::AwaitWriteBacks(absl::Duration timeout) {
+  if (ssd_ == nullptr) return absl::OkStatus();
+  MutexLock lock(&mu_);
+  const bool done = mu_.AwaitWithTimeout(
+      [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return degraded_ || (persist_queue_.empty() && persist_busy_ == 0);
+      },
+      timeout);
+  if (done) return absl::OkStatus();
+  return absl::DeadlineExceededError(absl::StrCat(persist_queue_.size(), " write-backs still queued"));
+}
+
 absl::Status SessionStoreImpl::Flush(const SessionKey& key, absl::Duration timeout) {
   if (ssd_ == nullptr) return absl::FailedPreconditionError("there is no SSD tier to persist to");
   const std::string map_key = SessionMapKey(key);

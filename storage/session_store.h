@@ -303,6 +303,10 @@ class SessionStore {
   // its copy failed): the session then holds its older persisted version, if any — a
   // persisted version is deleted only by Drop, TTL, corruption or the SSD tier's room.
   virtual absl::Status Flush(const SessionKey& key, absl::Duration timeout) = 0;
+  // Blocks until every write-back queued so far has run (sessions written to SSD, records
+  // committed or deletions done), or `timeout` passes (DeadlineExceeded). For a graceful
+  // shutdown. OK at once without an SSD tier or when degraded.
+  virtual absl::Status AwaitWriteBacks(absl::Duration timeout) = 0;
 
   // NotFound when the tenant has no such session.
   virtual absl::StatusOr<SessionInfo> Get(const SessionKey& key) const = 0;

@@ -42,6 +42,9 @@ ABSL_FLAG(std::string, api_keys, "",
           "serve: comma-separated key=tenant pairs; empty: no auth, one tenant 'default'");
 ABSL_FLAG(std::string, admin_tenant, "",
           "serve: a tenant (of --api_keys) whose CacheService.Stats covers every tenant; empty: none");
+ABSL_FLAG(int, drain_seconds, 30,
+          "serve: on SIGTERM/SIGINT, how long running turns may take to finish (health says NOT_SERVING and "
+          "new turns get UNAVAILABLE meanwhile)");
 ABSL_FLAG(std::string, port_file, "", "serve: write 'grpc_port metrics_port' here once listening");
 
 namespace strata::server::cli {
@@ -94,6 +97,11 @@ bool OptionsFromFlags(ServerOptions& o) {
     o.api_keys[kv[0]] = kv[1];
   }
   o.admin_tenant = absl::GetFlag(FLAGS_admin_tenant);
+  if (absl::GetFlag(FLAGS_drain_seconds) < 0) {
+    std::fprintf(stderr, "--drain_seconds must be >= 0\n");
+    return false;
+  }
+  o.drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
   return true;
 }
 

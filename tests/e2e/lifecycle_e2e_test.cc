@@ -1,0 +1,134 @@
+// Lifecycle of a real `strata serve`: health per service, a graceful drain on SIGTERM
+// (NOT_SERVING, new turns UNAVAILABLE, the running turn finishes, exit 0) and a gRPC port
+// that is this server's alone (a second server on it fails at once, saying so).
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "strata/v1/chat.grpc.pb.h"
+#include "tests/e2e/chat_rpc.h"
+#include "tests/e2e/server_process.h"
+
+namespace strata {
+namespace {
+
+using testing::ServerProcess;
+
+// grpc.health.v1.Health/Check through a generic stub (no generated health client in
+// Debian's gRPC): 1 SERVING, 2 NOT_SERVING, 0 UNKNOWN; -code for an RPC error.
+int HealthStatus(const std::string& target, const std::string& service) {
+  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  std::string request;
+  if (!service.empty()) {
+    request.push_back(0x0a);  // field 1 (service), length-delimited
+    request.push_back(static_cast<char>(service.size()));
+    request += service;
+  }
+  grpc::Slice slice(request);
+  grpc::ByteBuffer in(&slice, 1), out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Status status;
+  bool done = false;
+  std::mutex mu;
+  std::condition_variable cv;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &in, &out, [&](grpc::Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    status = std::move(s);
+    done = true;
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  if (!status.ok()) return -static_cast<int>(status.error_code());
+  std::vector<grpc::Slice> slices;
+  if (!out.Dump(&slices).ok()) return -100;
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return bytes.size() >= 2 && bytes[0] == 0x08 ? bytes[1] : 0;  // field 1 (status), varint
+}
+
+v1::ChatRequest LongTurn(const std::string& session, int max_new) {
+  v1::ChatRequest r;
+  r.set_session_id(session);
+  r.set_max_new_tokens(static_cast<uint32_t>(max_new));
+  v1::Message* m = r.add_messages();
+  m->set_role("user");
+  m->set_content("Tell me a long story, please.");
+  return r;
+}
+
+TEST(LifecycleE2eTest, SigtermDrainsTheRunningTurnsThenExitsZero) {
+  auto started = ServerProcess::Start({"--drain_seconds=120"});
+  ASSERT_TRUE(started.ok()) << started.status();
+  ServerProcess& server = **started;
+  EXPECT_EQ(HealthStatus(server.target(), ""), 1);
+  EXPECT_EQ(HealthStatus(server.target(), "strata.v1.ChatService"), 1);
+  EXPECT_EQ(HealthStatus(server.target(), "strata.v1.CacheService"), 1);
+
+  // A turn long enough to be running when the signal comes; its first token says it is.
+  constexpr int kTokens = 2000;
+  auto channel = grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials());
+  auto stub = v1::ChatService::NewStub(channel);
+  grpc::ClientContext ctx;
+  auto reader = stub->Chat(&ctx, LongTurn("long", kTokens));
+  v1::ChatEvent event;
+  int tokens = 0;
+  ASSERT_TRUE(reader->Read(&event));
+  if (event.has_delta()) tokens += event.delta().token_ids_size();
+  ASSERT_EQ(kill(server.pid(), SIGTERM), 0);
+
+  // Draining: NOT_SERVING for every service, new turns refused.
+  int health = 1;
+  for (int i = 0; i < 100 && health == 1; ++i) {
+    health = HealthStatus(server.target(), "strata.v1.ChatService");
+    if (health == 1) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(health, 2) << "health did not go NOT_SERVING on SIGTERM";
+  EXPECT_EQ(HealthStatus(server.target(), ""), 2);
+  testing::ChatTurn refused = testing::RunChat(server.target(), LongTurn("new", 4));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.status.error_message();
+
+  // The running turn ends as it would have, all its tokens streamed.
+  v1::ChatDone done;
+  while (reader->Read(&event)) {
+    if (event.has_delta()) tokens += event.delta().token_ids_size();
+    if (event.has_done()) done = event.done();
+  }
+  grpc::Status finished = reader->Finish();
+  EXPECT_TRUE(finished.ok()) << finished.error_message();
+  EXPECT_EQ(tokens, kTokens) << "the running turn was cut by the shutdown";
+  EXPECT_EQ(done.usage().completion_tokens(), static_cast<uint32_t>(kTokens));
+  const int status = server.Stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "wait status " << status;
+}
+
+TEST(LifecycleE2eTest, ASecondServerOnTheSamePortFailsAtOnceSayingSo) {
+  auto first = ServerProcess::Start({});
+  ASSERT_TRUE(first.ok()) << first.status();
+  const absl::Time start = absl::Now();
+  auto second = ServerProcess::Start({"--port=" + std::to_string((*first)->port())});
+  EXPECT_FALSE(second.ok()) << "two servers share port " << (*first)->port();
+  if (!second.ok()) {
+    EXPECT_NE(second.status().message().find("in use"), std::string::npos) << second.status();
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "the port check should come before anything slow";
+  // The first server is untouched.
+  EXPECT_EQ(HealthStatus((*first)->target(), ""), 1);
+  testing::ChatTurn turn = testing::RunChat((*first)->target(), LongTurn("still-here", 4));
+  EXPECT_TRUE(turn.status.ok()) << turn.status.error_message();
+}
+
+}  // namespace
+}  // namespace strata
