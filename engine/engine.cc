@@ -520,15 +520,14 @@ void Engine::Step() {
     }
     stats_.max_batch_turns = std::max<int64_t>(stats_.max_batch_turns, static_cast<int64_t>(batch.size()));
   }
-  if (metrics_) {
-    metrics_->batch_size.Observe(static_cast<double>(batch.size()));
-    metrics_->running.Set(static_cast<double>(running_.size()));
-  }
+  if (metrics_) metrics_->batch_size.Observe(static_cast<double>(batch.size()));
   for (Running* r : in_batch) {
     r->computed += r->step_tokens;
     if (r->computed == static_cast<int64_t>(r->tokens.size())) AfterStep(*r);
   }
   std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->seq == nullptr; });
+  // After the finished turns are gone: an idle server reads 0.
+  if (metrics_) metrics_->running.Set(static_cast<double>(running_.size()));
 }
 
 bool Engine::AfterStep(Running& r) {

@@ -246,6 +246,7 @@ TEST_F(ChatE2eTest, MetricsShowTheReuse) {
   EXPECT_GE(value("strata_sessions{tier=\"hbm\"}"), 1);
   EXPECT_GT(value("strata_tier_bytes{tier=\"hbm\"}"), 0);
   EXPECT_GE(value("strata_cache_lookups_total"), 3);
+  EXPECT_EQ(value("strata_running_turns"), 0) << "an idle server runs no turn";
   EXPECT_GE(value("strata_requests_total{code=\"ok\",method=\"strata.v1.ChatService/Chat\"}"), 3);
   EXPECT_GE(value("strata_ttft_seconds_count"), 3);
   EXPECT_GT(value("strata_generated_tokens_total"), 0);
