@@ -1,5 +1,7 @@
 #include "server/chat_service.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/auth.h"
@@ -86,7 +88,13 @@ grpc::Status ChatServiceImpl::DoChat(grpc::ServerContext* context, const v1::Cha
       }
       continue;
     }
-    if (!event.error.ok()) return ToGrpcStatus(event.error);
+    if (!event.error.ok()) {
+      // A call whose deadline passed is told (and counted) so, not as a client's cancel.
+      if (absl::IsCancelled(event.error) && context->deadline() <= std::chrono::system_clock::now()) {
+        return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the call's deadline passed before the turn ended");
+      }
+      return ToGrpcStatus(event.error);
+    }
     if (client_gone) continue;  // drain until the engine lets go of the turn
     v1::ChatEvent out;
     if (!event.token_ids.empty() || !event.text.empty()) {

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "base/http_get.h"
+#include "base/prometheus_text.h"
 #include "gtest/gtest.h"
 #include "strata/v1/chat.grpc.pb.h"
 #include "tests/e2e/chat_rpc.h"
@@ -128,6 +130,49 @@ TEST(LifecycleE2eTest, ASecondServerOnTheSamePortFailsAtOnceSayingSo) {
   EXPECT_EQ(HealthStatus((*first)->target(), ""), 1);
   testing::ChatTurn turn = testing::RunChat((*first)->target(), LongTurn("still-here", 4));
   EXPECT_TRUE(turn.status.ok()) << turn.status.error_message();
+}
+
+// strata_requests_total{code, method="strata.v1.ChatService/Chat"} from /metrics.
+double ChatCalls(const ServerProcess& server, const std::string& code) {
+  auto body = metrics::HttpGet("127.0.0.1", server.metrics_port(), "/metrics");
+  if (!body.ok()) return -1;
+  auto samples = metrics::ParsePrometheusText(*body);
+  if (!samples.ok()) return -1;
+  auto it = samples->find("strata_requests_total{code=\"" + code + "\",method=\"strata.v1.ChatService/Chat\"}");
+  return it == samples->end() ? 0 : it->second;
+}
+
+// A call whose deadline passes mid-turn and one its client cancels are counted apart.
+TEST(LifecycleE2eTest, DeadlinesAndCancellationsAreCountedApart) {
+  auto started = ServerProcess::Start({});
+  ASSERT_TRUE(started.ok()) << started.status();
+  ServerProcess& server = **started;
+  auto stub = v1::ChatService::NewStub(grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    auto reader = stub->Chat(&ctx, LongTurn("deadline", 2000));
+    v1::ChatEvent event;
+    while (reader->Read(&event)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  {
+    grpc::ClientContext ctx;
+    auto reader = stub->Chat(&ctx, LongTurn("cancelled", 2000));
+    v1::ChatEvent event;
+    ASSERT_TRUE(reader->Read(&event));
+    ctx.TryCancel();
+    while (reader->Read(&event)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // The server counts each when its handler ends (shortly after the client has gone).
+  for (int i = 0; i < 100 && (ChatCalls(server, "deadline_exceeded") < 1 || ChatCalls(server, "cancelled") < 1); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(ChatCalls(server, "deadline_exceeded"), 1);
+  EXPECT_EQ(ChatCalls(server, "cancelled"), 1);
 }
 
 }  // namespace
