@@ -80,7 +80,7 @@ TEST(LifecycleE2eTest, SigtermDrainsTheRunningTurnsThenExitsZero) {
   EXPECT_EQ(HealthStatus(server.target(), "strata.v1.CacheService"), 1);
 
   // A turn long enough to be running when the signal comes; its first token says it is.
-  constexpr int kTokens = 2000;
+  constexpr int kTokens = 4000;  // seconds of work on a 2-core CPU, well past the checks below
   auto channel = grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials());
   auto stub = v1::ChatService::NewStub(channel);
   grpc::ClientContext ctx;
@@ -150,8 +150,8 @@ TEST(LifecycleE2eTest, DeadlinesAndCancellationsAreCountedApart) {
   auto stub = v1::ChatService::NewStub(grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()));
   {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    auto reader = stub->Chat(&ctx, LongTurn("deadline", 2000));
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+    auto reader = stub->Chat(&ctx, LongTurn("deadline", 4000));
     v1::ChatEvent event;
     while (reader->Read(&event)) {
     }
@@ -159,7 +159,7 @@ TEST(LifecycleE2eTest, DeadlinesAndCancellationsAreCountedApart) {
   }
   {
     grpc::ClientContext ctx;
-    auto reader = stub->Chat(&ctx, LongTurn("cancelled", 2000));
+    auto reader = stub->Chat(&ctx, LongTurn("cancelled", 4000));
     v1::ChatEvent event;
     ASSERT_TRUE(reader->Read(&event));
     ctx.TryCancel();
