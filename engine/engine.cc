@@ -242,9 +242,10 @@ std::vector<Engine::Queued> Engine::AdmitLocked(std::vector<Promotion>* promote)
           const double prefill_tokens_per_s = stats_.prefill_tokens_per_second;
           const double tokens = static_cast<double>(
               std::min<int64_t>(info->cached_tokens, static_cast<int64_t>(it->request.prompt.size())));
+          // 0 where a speed is not known yet: then the copy is loaded.
           const double load_s = ssd_bytes_per_s > 0 ? static_cast<double>(info->bytes) / ssd_bytes_per_s : 0;
           const double compute_s = prefill_tokens_per_s > 0 ? tokens / prefill_tokens_per_s : 0;
-          if (ssd_bytes_per_s > 0 && prefill_tokens_per_s > 0 && compute_s < load_s) {
+          if (load_s > 0 && compute_s > 0 && compute_s < load_s) {
             it->recompute = true;
             ++stats_.recomputed_instead_of_load;
           }

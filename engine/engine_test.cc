@@ -36,11 +36,7 @@ class EngineTest : public ::testing::Test {
   }
 
   TurnOutput Run(const std::string& session, const std::vector<text::ChatMessage>& messages, int max_new = 12) {
-    TurnRequest r;
-    r.key = {"t", session};
-    r.prompt = *tokenizer_.RenderChat(messages);
-    r.max_new_tokens = max_new;
-    auto stream = engine_->Submit(std::move(r));
+    auto stream = engine_->Submit(testing::ChatTurn(tokenizer_, session, messages, max_new));
     EXPECT_TRUE(stream.ok()) << stream.status();
     return Collect(*stream);
   }

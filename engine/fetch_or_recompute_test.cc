@@ -57,11 +57,7 @@ class FetchOrRecomputeTest : public ::testing::Test {
   }
 
   TurnOutput Run(const std::string& session, const std::vector<text::ChatMessage>& messages) {
-    TurnRequest r;
-    r.key = {"t", session};
-    r.prompt = *tokenizer_.RenderChat(messages);
-    r.max_new_tokens = 10;
-    auto stream = engine_->Submit(std::move(r));
+    auto stream = engine_->Submit(testing::ChatTurn(tokenizer_, session, messages, 10));
     EXPECT_TRUE(stream.ok()) << stream.status();
     return Collect(*stream);
   }

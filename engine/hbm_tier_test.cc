@@ -32,11 +32,7 @@ class HbmTierTest : public ::testing::Test {
     registry_ = std::make_unique<metrics::Registry>();
     model::ModelConfig c = SmallConfig();
     auto cpu = std::make_unique<model::CpuModel>(model::ModelWeights::Random(c, 99, tokenizer_.SilentTokens()));
-    storage::SessionStoreOptions so;
-    so.layout = Engine::ChunkLayoutFor(c, 16);
-    so.host_capacity_bytes = 64 << 20;
-    so.model_fingerprint = cpu->weights().fingerprint();
-    store_ = *storage::SessionStore::Create(so);
+    store_ = testing::HostOnlyStore(c, cpu->weights().fingerprint());
     std::unique_ptr<model::ModelBackend> backend = std::move(cpu);
     if (sequences > 0) {
       backend = std::make_unique<LimitedBackend>(
@@ -54,11 +50,7 @@ class HbmTierTest : public ::testing::Test {
   TurnOutput Turn(const std::string& session, const std::string& user) {
     std::vector<text::ChatMessage>& conv = conversations_[session];
     conv.push_back({"user", user});
-    TurnRequest r;
-    r.key = {"t", session};
-    r.prompt = *tokenizer_.RenderChat(conv);
-    r.max_new_tokens = 8;
-    TurnOutput out = Collect(*engine_->Submit(std::move(r)));
+    TurnOutput out = Collect(*engine_->Submit(testing::ChatTurn(tokenizer_, session, conv, 8)));
     EXPECT_TRUE(out.status.ok()) << out.status;
     conv.push_back({"assistant", out.text});
     return out;

@@ -18,7 +18,9 @@
 namespace strata::engine {
 namespace {
 
+using testing::ChatTurn;
 using testing::Collect;
+using testing::HostOnlyStore;
 using testing::SmallConfig;
 using testing::TurnOutput;
 
@@ -111,13 +113,7 @@ class WriteBackTest : public ::testing::Test {
     control_ = std::make_shared<LateSavesBackend::Control>();
     const model::ModelConfig c = SmallConfig();
     auto cpu = std::make_unique<model::CpuModel>(model::ModelWeights::Random(c, 99, tokenizer_.SilentTokens()));
-    if (cache) {
-      storage::SessionStoreOptions so;
-      so.layout = Engine::ChunkLayoutFor(c, 16);
-      so.host_capacity_bytes = 64 << 20;
-      so.model_fingerprint = cpu->weights().fingerprint();
-      store_ = *storage::SessionStore::Create(so);
-    }
+    if (cache) store_ = HostOnlyStore(c, cpu->weights().fingerprint());
     std::unique_ptr<model::ModelBackend> backend = std::move(cpu);
     if (late) {
       backend = std::make_unique<LateSavesBackend>(
@@ -129,11 +125,7 @@ class WriteBackTest : public ::testing::Test {
   }
   std::shared_ptr<TurnStream> Submit(const std::string& session, const std::vector<text::ChatMessage>& messages,
                                      int max_new = 24) {
-    TurnRequest r;
-    r.key = {"t", session};
-    r.prompt = *tokenizer_.RenderChat(messages);
-    r.max_new_tokens = max_new;
-    auto stream = engine_->Submit(std::move(r));
+    auto stream = engine_->Submit(ChatTurn(tokenizer_, session, messages, max_new));
     EXPECT_TRUE(stream.ok()) << stream.status();
     return *stream;
   }

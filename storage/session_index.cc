@@ -180,6 +180,14 @@ absl::StatusOr<rocksdb::DB*> OpenDamaged(const std::string& dir, const rocksdb::
   return db;
 }
 
+// Opens the database in `dir` read-only; OK with a null `db` when there is none yet.
+rocksdb::Status OpenReadOnly(const std::string& dir, rocksdb::Env* env, rocksdb::DB** db) {
+  *db = nullptr;
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "CURRENT", ec)) return rocksdb::Status::OK();
+  return rocksdb::DB::OpenForReadOnly(IndexOptions(env), dir, db);
+}
+
 // "" when a file can be created in `dir`; otherwise why not (a read-only file system).
 std::string WriteProbe(const std::string& dir) {
   const std::string probe = (std::filesystem::path(dir) / ".strata-write-probe").string();
@@ -234,12 +242,8 @@ absl::StatusOr<std::unique_ptr<SessionIndex>> SessionIndex::Open(const std::stri
     }
   }
   // Read-only: what is persisted stays readable, nothing is written.
-  std::error_code ec;
-  if (!std::filesystem::exists(std::filesystem::path(dir) / "CURRENT", ec)) {
-    return make(nullptr, why);
-  }
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(IndexOptions(env.get()), dir, &db);
+  rocksdb::Status s = OpenReadOnly(dir, env.get(), &db);
   if (!s.ok()) return FromRocks(s, absl::StrCat("cannot open the session index in ", dir, " (read-only: ", why, ")"));
   return make(std::unique_ptr<rocksdb::DB>(db), why);
 }
@@ -291,10 +295,7 @@ absl::Status SessionIndex::ReopenWritable() {
   rocksdb::Status s = ec ? rocksdb::Status::IOError(ec.message()) : rocksdb::DB::Open(IndexOptions(env_.get()), dir_, &db);
   if (!s.ok()) {
     // Back to reading what there is.
-    if (std::filesystem::exists(std::filesystem::path(dir_) / "CURRENT", ec) &&
-        rocksdb::DB::OpenForReadOnly(IndexOptions(env_.get()), dir_, &db).ok()) {
-      db_.reset(db);
-    }
+    if (OpenReadOnly(dir_, env_.get(), &db).ok()) db_.reset(db);
     return absl::FailedPreconditionError(absl::StrCat("cannot reopen the session index for writing: ", s.ToString()));
   }
   db_.reset(db);

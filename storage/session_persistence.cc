@@ -283,20 +283,17 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
   for (size_t c = 0; c < targets.size(); ++c) ssd_->Write(targets[c], blocks[c].data(), batch.Callback());
   absl::Status status = batch.Wait();
   if (status.ok()) status = ssd_->Sync();
-  bool still_there = true;
   if (status.ok()) {
     // A session dropped (and perhaps saved anew) while its blocks were being written must
     // not get its record back. (A drop after this check queues its record's deletion
     // behind this job: the persist thread runs them in order.)
     MutexLock lock(&mu_);
     auto it = sessions_.find(map_key);
-    still_there = it != sessions_.end() && it->second->born == born;
-  }
-  if (status.ok() && !still_there) {
-    MutexLock lock(&mu_);
-    for (uint32_t b : host_blocks) host_->Free(b);
-    for (const SsdLocation& loc : targets) ssd_->Free(loc);
-    return;
+    if (it == sessions_.end() || it->second->born != born) {
+      for (uint32_t b : host_blocks) host_->Free(b);
+      for (const SsdLocation& loc : targets) ssd_->Free(loc);
+      return;
+    }
   }
   if (status.ok()) status = index_->Put(record);
 
@@ -344,11 +341,9 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
   s.persisted = s.version == version;
   if (!s.persisted && s.host.empty() && s.filling == 0) {
     // The version written was dropped from host meanwhile (the session fell back to an
-    // older record): what was just committed is newer than that, and is what it holds now.
-    s.tokens = s.committed_tokens;
-    s.checksums.assign(s.committed_checksums.begin(), s.committed_checksums.end());
-    s.persisted = true;
-    s.version = ++versions_;  // a promotion of the older record in flight is not applied
+    // older record): what was just committed is newer than that, and is what it holds now
+    // (a promotion of the older record in flight is not applied).
+    UseCommittedLocked(s);
   }
 }
 

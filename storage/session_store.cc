@@ -192,7 +192,7 @@ PrefixMatch SessionStoreImpl::Match(const SessionKey& key, absl::Span<const int3
                                 int64_t max_tokens) {
   MutexLock lock(&mu_);
   ++stats_.lookups;
-  SessionStoreStats& mine = tenant_stats_[key.tenant];
+  TenantCounters& mine = tenant_stats_[key.tenant];
   ++mine.lookups;
   std::string map_key = SessionMapKey(key);
   auto it = sessions_.find(map_key);
@@ -401,25 +401,26 @@ void SessionStoreImpl::DropNewerVersionLocked(const std::string& map_key, const 
     RemoveLocked(map_key, why);  // nothing acknowledged to fall back to
     return;
   }
-  s.prefetched = false;
-  if (s.persisted) {
-    // The version held is the persisted one (Save had begun to replace it): it stays on SSD.
-    DropHostLocked(s, 0);
-    s.checksums.assign(s.committed_checksums.begin(), s.committed_checksums.end());
-    s.dropped_newer = why;
-    return;
+  // Without a newer version in place (Save had only begun to replace the persisted one,
+  // which it holds still), only its host copy goes.
+  if (!s.persisted) {
+    LOG(WARNING) << "session '" << s.session_id << "' of tenant '" << s.tenant << "': its newer version ("
+                 << s.tokens.size() << " tokens) is dropped (" << why << "); it falls back to its persisted "
+                 << s.committed_tokens.size() << " tokens";
+    ++stats_.reverted_to_persisted;
   }
-  LOG(WARNING) << "session '" << s.session_id << "' of tenant '" << s.tenant << "': its newer version ("
-               << s.tokens.size() << " tokens) is dropped (" << why << "); it falls back to its persisted "
-               << s.committed_tokens.size() << " tokens";
-  ++stats_.reverted_to_persisted;
+  s.prefetched = false;
   s.dropped_newer = why;
+  s.filling = 0;  // a fill still in flight finds the session re-versioned and lets go
   DropHostLocked(s, 0);
+  UseCommittedLocked(s);
+}
+
+void SessionStoreImpl::UseCommittedLocked(Session& s) {
   s.tokens = s.committed_tokens;
   s.checksums.assign(s.committed_checksums.begin(), s.committed_checksums.end());
   s.persisted = true;
-  s.filling = 0;  // a fill still in flight finds the session re-versioned and lets go
-  s.version = ++versions_;  // and so does a write-back of the dropped version
+  s.version = ++versions_;
 }
 
 bool SessionStoreImpl::MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose) {

@@ -145,6 +145,10 @@ class SessionStoreImpl final : public SessionStore {
   // persisted), or leaves the store when it has none. An acknowledged version is never
   // lost this way.
   void DropNewerVersionLocked(const std::string& map_key, const char* why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes the session hold what its committed record holds (tokens and checksums; its
+  // host copy, if any, must already be gone): persisted, and a new version, so that a
+  // fill, write-back or promotion of what it held before is not applied.
+  void UseCommittedLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Demotes or evicts sessions other than `keep`, in the placement policy's order, until `blocks` host
   // blocks are free.
   bool MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose = RoomFor::kHost)
@@ -184,8 +188,11 @@ class SessionStoreImpl final : public SessionStore {
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t versions_ ABSL_GUARDED_BY(mu_) = 0;  // the last session version handed out
   SessionStoreStats stats_ ABSL_GUARDED_BY(mu_);
-  // Per tenant: lookups, hits, hit_tokens and evictions (the other fields unused).
-  absl::flat_hash_map<std::string, SessionStoreStats> tenant_stats_ ABSL_GUARDED_BY(mu_);
+  // What each tenant's own Stats report of the traffic (TenantStats counts the rest).
+  struct TenantCounters {
+    int64_t lookups = 0, hits = 0, hit_tokens = 0, evictions = 0;
+  };
+  absl::flat_hash_map<std::string, TenantCounters> tenant_stats_ ABSL_GUARDED_BY(mu_);
   bool degraded_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time next_recovery_try_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Record deletions the index refused while read-only: retried when it is writable.
@@ -195,9 +202,9 @@ class SessionStoreImpl final : public SessionStore {
   int persist_busy_ ABSL_GUARDED_BY(mu_) = 0;
   int promotions_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint16_t> lease_pins_ ABSL_GUARDED_BY(mu_);  // leases pinning each host block
-  int64_t leases_out_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t leases_out_ ABSL_GUARDED_BY(mu_) = 0;             // leases (and fills) not yet released
   absl::flat_hash_map<uint64_t, Fill> fills_ ABSL_GUARDED_BY(mu_);  // by ticket
-  uint64_t next_fill_ ABSL_GUARDED_BY(mu_) = 1;             // leases not yet released
+  uint64_t next_fill_ ABSL_GUARDED_BY(mu_) = 1;
   Placement placement_ ABSL_GUARDED_BY(mu_);
   double ssd_read_bytes_per_second_ ABSL_GUARDED_BY(mu_) = 0;  // EWMA over promotions
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -9,9 +9,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/engine.h"
 #include "engine/turn.h"
 #include "model/cpu/cpu_model.h"
 #include "model/model_backend.h"
+#include "storage/session_store.h"
+#include "text/tokenizer.h"
 
 namespace strata::engine::testing {
 
@@ -44,6 +47,26 @@ inline model::ModelConfig SmallConfig() {
   c.intermediate_size = 128;
   c.max_context = 512;
   return c;
+}
+
+// A session store with a host tier only, laid out for `config` on the CPU backend.
+inline std::unique_ptr<storage::SessionStore> HostOnlyStore(const model::ModelConfig& config, uint64_t fingerprint,
+                                                            int64_t host_bytes = int64_t{64} << 20) {
+  storage::SessionStoreOptions so;
+  so.layout = Engine::ChunkLayoutFor(config, 16);
+  so.host_capacity_bytes = host_bytes;
+  so.model_fingerprint = fingerprint;
+  return *storage::SessionStore::Create(so);
+}
+
+// A turn of session ("t", `session`): `messages` rendered by `tokenizer`.
+inline TurnRequest ChatTurn(const text::Tokenizer& tokenizer, const std::string& session,
+                            const std::vector<text::ChatMessage>& messages, int max_new) {
+  TurnRequest r;
+  r.key = {"t", session};
+  r.prompt = *tokenizer.RenderChat(messages);
+  r.max_new_tokens = max_new;
+  return r;
 }
 
 // A CPU backend whose KV memory holds at most `limit` sequences and `max_tokens` tokens

@@ -80,10 +80,10 @@ absl::Status CudaModel::Impl::StageSave(const CudaSequence& seq, int64_t begin, 
   // Each chunk's index gets its own place, so earlier copies still in flight keep theirs.
   const int64_t index_bytes = cuda_internal::AlignUp(cuda_internal::ChunkIndexBytes(count), 16);
   const int64_t end = kv_meta_used + index_bytes;
-  if (saves_pending && (save_stored.bytes() < payload_bytes || save_host_meta.bytes() < end ||
-                        save_meta.bytes() < end || end > kMaxSaveIndexBytes)) {
-    // A buffer must grow, or the indexes of saves in flight fill their room: let what
-    // reads the old ones finish first (rare: saves complete within a few steps).
+  // The index buffers hold kMaxSaveIndexBytes from the first save on.
+  if (saves_pending && (save_stored.bytes() < payload_bytes || end > kMaxSaveIndexBytes)) {
+    // The staging must grow, or the indexes of saves in flight fill their room: let what
+    // reads them finish first (rare: saves complete within a few steps).
     if (absl::Status s = FinishSaves(); !s.ok()) return s;
   }
   const int64_t at = kv_meta_used;
@@ -107,7 +107,7 @@ absl::StatusOr<uint64_t> CudaModel::Impl::StartLoads() {
   if (absl::Status s = UseDevice(); !s.ok()) return s;
   // No save reads pages a load writes: the engine keeps a saving sequence (and its pages)
   // until KvSavesDone.
-  return loader.Start(pool, weights.inv_freq, /*after=*/nullptr);
+  return loader.Start(pool, weights.inv_freq);
 }
 
 absl::Status CudaModel::Impl::FinishKvTransfers() {

@@ -19,9 +19,9 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
-#include <memory>
 
 #include "absl/status/statusor.h"
 #include "model/cuda/cuda_model.h"

@@ -85,7 +85,7 @@ absl::Status KvLoader::Reserve(int64_t slot_bytes, int slots, int64_t index_entr
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_freq, cudaEvent_t after) {
+absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_freq) {
   if (queued_.empty()) return last_ticket();
   const int ct = layout_.chunk_tokens;
   const int64_t chunks = static_cast<int64_t>(queued_.size());
@@ -114,11 +114,6 @@ absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_fr
   const auto* d_positions = reinterpret_cast<const int32_t*>(index_.as<std::byte>() + 8 * entries);
 
   auto enqueue = [&]() -> absl::Status {
-    // Saves before: their payloads may be what is read here, their pages what is written.
-    if (after != nullptr) {
-      STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_, after, 0));
-      STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(place_, after, 0));
-    }
     STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(index_.as<void>(), host_index_.data(), static_cast<size_t>(12 * entries),
                                                 cudaMemcpyHostToDevice, place_));
     STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(index_copied_, place_));

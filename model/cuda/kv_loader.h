@@ -63,12 +63,13 @@ class KvLoader {
   bool has_queued() const { return !queued_.empty(); }
   const storage::ChunkLayout& queued_layout() const { return layout_; }
 
-  // Enqueues the queued chunks' moves, after `after` (an event of work on other streams
-  // that must come first, e.g. the write stream's saves reading pages about to be
-  // rewritten; may be null). Returns the ticket of everything started so far. On a CUDA
-  // error the loader's streams are drained and the error returned (the queued chunks are
-  // dropped; what they were to place is unknown).
-  absl::StatusOr<uint64_t> Start(const KvPool& pool, const float* inv_freq, cudaEvent_t after);
+  // Enqueues the queued chunks' moves. Nothing on other streams must come first: a load
+  // reads only filled chunks (the store serves none before its fill completes) and
+  // writes only pages of sequences no save reads (the engine holds a saving sequence).
+  // Returns the ticket of everything started so far. On a CUDA error the loader's streams
+  // are drained and the error returned (the queued chunks are dropped; what they were to
+  // place is unknown).
+  absl::StatusOr<uint64_t> Start(const KvPool& pool, const float* inv_freq);
   // The ticket of the last Start (0 before any).
   uint64_t last_ticket() const { return next_ticket_ - 1; }
 

@@ -17,16 +17,6 @@ double Get(const MetricsSample& s, const std::string& key) {
   return it == s.end() ? 0 : it->second;
 }
 
-// Label value of `key` = `name{label="value"}` (the only label), or "" when the key is
-// another metric or has other labels.
-std::string SoleLabel(std::string_view key, std::string_view name, std::string_view label) {
-  const std::string head = std::string(name) + "{" + std::string(label) + "=\"";
-  if (key.substr(0, head.size()) != head || key.size() < head.size() + 2 || key.substr(key.size() - 2) != "\"}") {
-    return "";
-  }
-  return std::string(key.substr(head.size(), key.size() - head.size() - 2));
-}
-
 // The labels of `key` = `name{a="x",b="y"}` (ParsePrometheusText's form), or nullopt when
 // the key is another metric.
 std::optional<std::map<std::string, std::string>> LabelsOf(std::string_view key, std::string_view name) {
@@ -74,13 +64,13 @@ ServerCounters CountersBetween(const MetricsSample& before, const MetricsSample&
   c.ttft_count = delta("strata_ttft_seconds_count");
   c.ttft_sum_s = delta("strata_ttft_seconds_sum");
   for (const auto& [key, value] : after) {
-    if (std::string tier = SoleLabel(key, "strata_cache_hits_total", "tier"); !tier.empty()) {
-      c.hits_by_tier[tier] = value - Get(before, key);
+    if (auto labels = LabelsOf(key, "strata_cache_hits_total"); labels && labels->size() == 1 && labels->contains("tier")) {
+      c.hits_by_tier[labels->at("tier")] = value - Get(before, key);
     }
     // The Chat calls (the bench's own), by code.
     if (auto labels = LabelsOf(key, "strata_requests_total");
-        labels && (*labels)["method"] == "strata.v1.ChatService/Chat" && !(*labels)["code"].empty()) {
-      if (double d = value - Get(before, key); d != 0) c.requests_by_code[(*labels)["code"]] += d;
+        labels && labels->contains("code") && (*labels)["method"] == "strata.v1.ChatService/Chat") {
+      if (double d = value - Get(before, key); d != 0) c.requests_by_code[labels->at("code")] += d;
     }
   }
   return c;

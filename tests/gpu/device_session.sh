@@ -77,10 +77,7 @@ SERVE8B="--model=random:llama3-8b --device=cuda"
 # resident in HBM by default) and the decode step seen end to end.
 run_bench() {
   local tag=$1 extra=$2
-  "$B/strata" bench --sweep --history=1024,4096,16384,30720 --new_tokens=64 --concurrency=1 --sweep_repeats=3 \
-    --sweep_answer_tokens=16 --compare=cache_off --serve_flags="$SERVE8B $extra --host_cache_bytes=$((16 << 30))" \
-    --json="$OUT/$tag-history.json" >"$OUT/$tag-history.txt" 2>"$OUT/$tag-history.err"
-  note "$tag history sweep: rc=$?"; cat "$OUT/$tag-history.txt" >>"$summary"
+  run_bench_history "$tag" "$extra"
   "$B/strata" bench --sweep --history=2048,8192 --new_tokens=64 --concurrency=32,64 \
     --sweep_answer_tokens=16 --compare=cache_off --serve_flags="$SERVE8B $extra --host_cache_bytes=$((80 << 30))" \
     --json="$OUT/$tag-concurrent.json" >"$OUT/$tag-concurrent.txt" 2>"$OUT/$tag-concurrent.err"
