@@ -224,8 +224,8 @@ TEST(BenchE2eTest, StartsItsOwnServersAndComparesWithCacheOff) {
   EXPECT_NE(bench.Stdout().find("ratio p50"), std::string::npos) << bench.Stdout();
 }
 
-// --sweep_from_ssd: turn 1, every session persisted, the server restarted: turn 2 is an
-// SSD hit (the host tier and HBM are empty after a restart) that reuses turn 1's history.
+// --sweep_from_ssd: turn 1, every session persisted, the server restarted: turn 2 reuses
+// turn 1's history from the SSD tier (the host tier and HBM are empty after a restart).
 TEST(BenchE2eTest, SweepFromSsdServesTurnTwoFromTheSsdTierAfterARestart) {
   const std::string base = "/tmp/strata-bench-e2e-ssd-" + std::to_string(getpid());
   std::filesystem::create_directories(base + "/ssd");
@@ -241,7 +241,11 @@ TEST(BenchE2eTest, SweepFromSsdServesTurnTwoFromTheSsdTierAfterARestart) {
   const nlohmann::json& run = report["sweep"][0]["runs"][0];
   EXPECT_EQ(run["turns_ok"].get<int>(), 4);
   EXPECT_GE(run["cached_tokens"].get<int>(), 2 * 64) << "turn 2 must reuse turn 1's history from SSD";
-  EXPECT_EQ(run["hits_by_tier"].value("ssd", 0), 2) << run.dump(2);
+  // Both hits come from the SSD: read at admission (an "ssd" hit) or, for a turn that waited
+  // in the queue, brought up to the host tier by the store's look-ahead first (a "host" hit:
+  // after the restart nothing else can have put it there).
+  EXPECT_EQ(run["hits_by_tier"].value("ssd", 0) + run["hits_by_tier"].value("host", 0), 2) << run.dump(2);
+  EXPECT_EQ(run["hits_by_tier"].value("hbm", 0), 0) << run.dump(2);
   // Without an SSD tier the flag is refused.
   BenchProcess bad({"--sweep", "--sweep_from_ssd"});
   EXPECT_EQ(bad.Wait(), 2);
