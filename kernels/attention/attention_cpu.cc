@@ -72,7 +72,7 @@ template <int kHeadDim>
 STRATA_INLINE void AttentionQueries(const AttentionParams& p, float* scores, float* acc) {
   const int group = p.num_heads / p.num_kv_heads;
   for (int i = 0; i < p.num_queries; ++i) {
-    const int n_keys = p.first_query_pos + i + 1;
+    const int n_keys = p.shared_keys > 0 ? p.shared_keys : p.first_query_pos + i + 1;
     for (int h = 0; h < p.num_heads; ++h) {
       const int64_t qo = (static_cast<int64_t>(i) * p.num_heads + h) * p.head_dim;
       const int64_t kvo = static_cast<int64_t>(h / group) * p.head_dim;
@@ -94,8 +94,10 @@ STRATA_MULTIVERSIONED void AttentionImpl(const AttentionParams& p, float* scores
 
 void Attention(const AttentionParams& p) {
   if (p.num_queries <= 0) return;
-  std::vector<float> scratch(static_cast<size_t>(p.first_query_pos) + p.num_queries + p.head_dim);
-  AttentionImpl(p, scratch.data(), scratch.data() + p.first_query_pos + p.num_queries);
+  const size_t keys = p.shared_keys > 0 ? static_cast<size_t>(p.shared_keys)
+                                        : static_cast<size_t>(p.first_query_pos) + p.num_queries;
+  std::vector<float> scratch(keys + p.head_dim);
+  AttentionImpl(p, scratch.data(), scratch.data() + keys);
 }
 
 }  // namespace strata::kernels

@@ -24,9 +24,11 @@ struct AttentionParams {
   int first_query_pos;    // >= 0; query i sits at position first_query_pos + i and sees
                           // keys [0, first_query_pos + i]
   float scale;            // multiplies each score; usually 1/sqrt(head_dim)
+  int shared_keys = 0;    // > 0: not causal: every query sees keys [0, shared_keys) (a
+                          // shared prefix all the queries follow; first_query_pos unused)
 };
 
-// For each query i and head h, with keys t in [0, first_query_pos + i]:
+// For each query i and head h, with keys t in [0, first_query_pos + i] (or [0, shared_keys)):
 //   s_t = dot(q, k_t) * scale          (dot in the 16-lane pattern above)
 //   m = max_t s_t; e_t = exp(s_t - m); sum = sum_t e_t (in increasing t)
 //   out[d] = (sum_t e_t * v_t[d], in increasing t) / sum;   lse = m + log(sum)

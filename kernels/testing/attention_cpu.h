@@ -1,25 +1,16 @@
 // CPU twins, for tests only, of the paged attention kernels (kernels/attention/decode.h,
-// prefill.h) and of the (o, lse) merge their split-K uses (kernels/attention/merge.cu): the
-// specifications, built on Attention (kernels/attention/attention_cpu.h). Determinism
+// prefill.h): the specifications, built on Attention (kernels/attention/attention_cpu.h)
+// and the (o, lse) merge (kernels/attention/merge_cpu.h). Determinism
 // contract and preconditions: kernels/cpu_dot.h.
 #ifndef STRATA_KERNELS_TESTING_ATTENTION_CPU_H_
 #define STRATA_KERNELS_TESTING_ATTENTION_CPU_H_
 
 #include <cstdint>
 
+#include "kernels/attention/merge_cpu.h"
 #include "kernels/attention/paged_kv.h"
 
 namespace strata::kernels {
-
-// Merges two partial attentions over disjoint key sets of the same queries (FlashInfer's
-// merge_state). o1, o2 and o are [rows][heads][head_dim]; lse1, lse2 and lse are
-// [rows][heads]. With m = max(lse1, lse2), a1 = exp(lse1 - m), a2 = exp(lse2 - m):
-//   o = (o1*a1 + o2*a2) / (a1 + a2);   lse = m + log(a1 + a2)
-// i.e. o = a*o1 + (1-a)*o2 with a = 1/(1 + exp(lse2 - lse1)). A part with lse = -inf is an
-// empty part; if both are empty, o = 0 and lse = -inf. o and lse may alias o1/lse1 or
-// o2/lse2 (same offsets).
-void MergeAttentionStates(const float* o1, const float* lse1, const float* o2, const float* lse2,
-                          float* o, float* lse, int rows, int heads, int head_dim);
 
 // Tokens of sequence b in a PagedKv.
 int64_t PagedSequenceLength(const PagedKv& kv, int b);
