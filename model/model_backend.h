@@ -67,8 +67,22 @@ class ModelBackend {
   // backend's KV memory has no room for it now (it may once running sequences end).
   virtual absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity_tokens) = 0;
 
+  // A sequence on a shared prefix (a system prompt computed once): its tokens
+  // [0, prefix_tokens) are `prefix`'s KV, read and never written, and it holds up to
+  // `capacity_tokens` tokens of its own after them (positions prefix_tokens on: Forward,
+  // LoadKv and SaveKv take positions in the whole sequence, never below prefix_tokens).
+  // `prefix` is a sequence of this backend holding at least prefix_tokens tokens, with no
+  // prefix of its own; the new sequence keeps it alive. Attention reads the prefix once
+  // for all the sequences on it in a step (relay attention). Unimplemented where
+  // shares_prefixes() is false: the caller then computes the prefix inline, per sequence.
+  virtual bool shares_prefixes() const { return false; }
+  virtual absl::StatusOr<std::unique_ptr<SequenceState>> NewSequenceOnPrefix(
+      std::shared_ptr<const SequenceState> /*prefix*/, int64_t /*prefix_tokens*/, int64_t /*capacity_tokens*/) {
+    return absl::UnimplementedError(name() + " does not share prefixes between sequences");
+  }
+
   // Changes `seq`'s capacity to `capacity_tokens`, keeping the KV of its first
-  // min(old, new capacity) tokens: a finished turn's sequence shrinks to what it holds
+  // min(old, new capacity) tokens (capacity counts a prefixed sequence's own tokens): a finished turn's sequence shrinks to what it holds
   // while it waits in the HBM tier, and grows again when its session returns.
   // ResourceExhausted (nothing changed) when the backend's KV memory has no room for the
   // growth now; InvalidArgument for a sequence of another backend or a capacity outside

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/attention_cpu.h"
+#include "kernels/attention/relay_cpu.h"
 #include "kernels/elementwise/elementwise_cpu.h"
 #include "kernels/gemm/gemm_cpu.h"
 #include "kernels/norm/norm_cpu.h"
@@ -49,12 +50,29 @@ absl::StatusOr<std::unique_ptr<SequenceState>> CpuModel::NewSequence(int64_t cap
   return std::make_unique<SequenceKv>(config().num_layers, config().kv_dim(), capacity_tokens);
 }
 
+absl::StatusOr<std::unique_ptr<SequenceState>> CpuModel::NewSequenceOnPrefix(
+    std::shared_ptr<const SequenceState> prefix, int64_t prefix_tokens, int64_t capacity_tokens) {
+  auto kv = std::dynamic_pointer_cast<const SequenceKv>(prefix);
+  if (kv == nullptr) return absl::InvalidArgumentError("a prefix of another backend");
+  if (kv->prefix() != nullptr || kv->first() != 0) return absl::InvalidArgumentError("a prefix on a prefix");
+  if (prefix_tokens <= 0 || prefix_tokens > kv->end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a prefix of ", prefix_tokens, " tokens from a sequence of ", kv->end()));
+  }
+  if (capacity_tokens <= 0 || prefix_tokens + capacity_tokens > config().max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("a sequence of ", prefix_tokens, " + ", capacity_tokens,
+                                                   " tokens does not fit the context of ", config().max_context));
+  }
+  return std::make_unique<SequenceKv>(config().num_layers, config().kv_dim(), capacity_tokens, std::move(kv),
+                                      prefix_tokens);
+}
+
 absl::Status CpuModel::ResizeSequence(SequenceState& seq, int64_t capacity_tokens) {
   auto* kv = dynamic_cast<SequenceKv*>(&seq);
   if (kv == nullptr) return absl::InvalidArgumentError("a sequence of another backend");
-  if (capacity_tokens <= 0 || capacity_tokens > config().max_context) {
-    return absl::InvalidArgumentError(absl::StrCat("a sequence of ", capacity_tokens, " tokens does not fit the context of ",
-                                                   config().max_context));
+  if (capacity_tokens <= 0 || kv->first() + capacity_tokens > config().max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("a sequence of ", kv->first() + capacity_tokens,
+                                                   " tokens does not fit the context of ", config().max_context));
   }
   kv->Resize(capacity_tokens);
   return absl::OkStatus();
@@ -65,7 +83,7 @@ namespace {
 absl::Status CheckRows(const ModelBackend& m, const SequenceKv& kv, int64_t begin, int count, size_t payload_bytes,
                        const storage::ChunkLayout& layout) {
   if (layout.layers != m.config().num_layers || layout.row_bytes != m.kv_row_bytes() || count < 0 ||
-      count > layout.chunk_tokens || begin < 0 || begin + count > kv.capacity() ||
+      count > layout.chunk_tokens || begin < kv.first() || begin + count > kv.end() ||
       static_cast<int64_t>(payload_bytes) < layout.PayloadBytes()) {
     return absl::InvalidArgumentError("stored KV rows do not fit this model or sequence");
   }
@@ -113,8 +131,9 @@ absl::Status CpuModel::Forward(absl::Span<const ForwardEntry> batch) {
   for (const ForwardEntry& e : batch) {
     auto* kv = dynamic_cast<SequenceKv*>(e.seq);
     if (kv == nullptr) return absl::InvalidArgumentError("a sequence of another backend");
-    if (e.start_pos < 0 || e.start_pos + static_cast<int64_t>(e.tokens.size()) > kv->capacity()) {
-      return absl::InvalidArgumentError("tokens past the sequence's capacity");
+    if (e.start_pos < kv->first() || e.start_pos + static_cast<int64_t>(e.tokens.size()) > kv->end()) {
+      return absl::InvalidArgumentError(e.start_pos < kv->first() ? "tokens inside the sequence's shared prefix"
+                                                                 : "tokens past the sequence's capacity");
     }
     kvs.push_back(kv);
     rows += static_cast<int64_t>(e.tokens.size());
@@ -164,27 +183,13 @@ absl::Status CpuModel::Forward(absl::Span<const ForwardEntry> batch) {
     row = 0;
     for (size_t b = 0; b < batch.size(); ++b) {
       const ForwardEntry& e = batch[b];
-      SequenceKv* kv = kvs[b];
       const int n = static_cast<int>(e.tokens.size());
       for (int i = 0; i < n; ++i) {
-        std::memcpy(kv->k_rot(l, e.start_pos + i), k_.data() + (row + i) * kvd, kvd * sizeof(float));
+        std::memcpy(kvs[b]->k_rot(l, e.start_pos + i), k_.data() + (row + i) * kvd, kvd * sizeof(float));
       }
-      kernels::AttentionParams p{};
-      p.q = q_.data() + row * qd;
-      p.k = kv->k_rot(l, 0);
-      p.v = kv->v(l, 0);
-      p.out = attn_.data() + row * qd;
-      p.lse = nullptr;
-      p.num_queries = n;
-      p.num_heads = c.num_heads;
-      p.num_kv_heads = c.num_kv_heads;
-      p.head_dim = c.head_dim;
-      p.kv_row_stride = kvd;
-      p.first_query_pos = static_cast<int>(e.start_pos);
-      p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-      kernels::Attention(p);
       row += n;
     }
+    Attend(batch, kvs, l);
     kernels::MatMulWT(attn_.data(), w.wo, nullptr, proj_.data(), r, qd, hidden);
     AddInPlace(x, proj_.data(), rows * hidden);
     // MLP block.
@@ -214,6 +219,84 @@ absl::Status CpuModel::Forward(absl::Span<const ForwardEntry> batch) {
     }
   }
   return absl::OkStatus();
+}
+
+void CpuModel::Attend(absl::Span<const ForwardEntry> batch, const std::vector<SequenceKv*>& kvs, int layer) {
+  const ModelConfig& c = config();
+  const int qd = c.q_dim(), kvd = c.kv_dim();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  std::vector<int64_t> first_row(batch.size());
+  int64_t rows = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    first_row[b] = rows;
+    rows += static_cast<int64_t>(batch[b].tokens.size());
+  }
+  std::vector<bool> done(batch.size(), false);
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (done[b]) continue;
+    const SequenceKv* prefix = kvs[b]->prefix();
+    if (prefix == nullptr) {
+      // A sequence of its own: plain causal attention over its rows.
+      const ForwardEntry& e = batch[b];
+      kernels::AttentionParams p{};
+      p.q = q_.data() + first_row[b] * qd;
+      p.k = kvs[b]->k_rot(layer, 0);
+      p.v = kvs[b]->v(layer, 0);
+      p.out = attn_.data() + first_row[b] * qd;
+      p.num_queries = static_cast<int>(e.tokens.size());
+      p.num_heads = c.num_heads;
+      p.num_kv_heads = c.num_kv_heads;
+      p.head_dim = c.head_dim;
+      p.kv_row_stride = kvd;
+      p.first_query_pos = static_cast<int>(e.start_pos);
+      p.scale = scale;
+      kernels::Attention(p);
+      done[b] = true;
+      continue;
+    }
+    // Every sequence of the step on this prefix: their query rows gathered, the prefix
+    // read once for all of them. Sequences may share a prefix up to different lengths
+    // (first()); each length is its own group.
+    std::vector<size_t> group;
+    for (size_t g = b; g < batch.size(); ++g) {
+      if (!done[g] && kvs[g]->prefix() == prefix && kvs[g]->first() == kvs[b]->first()) group.push_back(g);
+    }
+    std::vector<kernels::RelaySequence> seqs;
+    int64_t group_rows = 0;
+    for (size_t g : group) {
+      const ForwardEntry& e = batch[g];
+      const int n = static_cast<int>(e.tokens.size());
+      seqs.push_back(kernels::RelaySequence{group_rows, n, kvs[g]->k_rot(layer, kvs[g]->first()),
+                                            kvs[g]->v(layer, kvs[g]->first()),
+                                            static_cast<int>(e.start_pos - kvs[g]->first())});
+      group_rows += n;
+    }
+    Grow(relay_q_, group_rows * qd);
+    Grow(relay_out_, group_rows * qd);
+    for (size_t i = 0; i < group.size(); ++i) {
+      std::memcpy(relay_q_.data() + seqs[i].first_row * qd, q_.data() + first_row[group[i]] * qd,
+                  static_cast<size_t>(seqs[i].num_queries) * qd * sizeof(float));
+    }
+    kernels::RelayAttentionParams p{};
+    p.q = relay_q_.data();
+    p.out = relay_out_.data();
+    p.prefix_k = prefix->k_rot(layer, 0);
+    p.prefix_v = prefix->v(layer, 0);
+    p.prefix_len = static_cast<int>(kvs[b]->first());
+    p.seqs = seqs.data();
+    p.num_seqs = static_cast<int>(seqs.size());
+    p.num_heads = c.num_heads;
+    p.num_kv_heads = c.num_kv_heads;
+    p.head_dim = c.head_dim;
+    p.kv_row_stride = kvd;
+    p.scale = scale;
+    kernels::RelayAttention(p);
+    for (size_t i = 0; i < group.size(); ++i) {
+      std::memcpy(attn_.data() + first_row[group[i]] * qd, relay_out_.data() + seqs[i].first_row * qd,
+                  static_cast<size_t>(seqs[i].num_queries) * qd * sizeof(float));
+      done[group[i]] = true;
+    }
+  }
 }
 
 }  // namespace strata::model

@@ -31,6 +31,10 @@ class CpuModel final : public ModelBackend {
   const ModelWeights& weights() const { return weights_; }
 
   absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity_tokens) override;
+  bool shares_prefixes() const override { return true; }
+  absl::StatusOr<std::unique_ptr<SequenceState>> NewSequenceOnPrefix(std::shared_ptr<const SequenceState> prefix,
+                                                                     int64_t prefix_tokens,
+                                                                     int64_t capacity_tokens) override;
   absl::Status ResizeSequence(SequenceState& seq, int64_t capacity_tokens) override;
   absl::Status Forward(absl::Span<const ForwardEntry> batch) override;
   absl::Status LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
@@ -44,10 +48,15 @@ class CpuModel final : public ModelBackend {
                      const float* v) const;
 
  private:
+  // Attention of one layer for the step's entries (q_ rows in batch order into attn_):
+  // plain causal attention for sequences of their own, relay attention (the prefix read
+  // once per group) for the sequences on each shared prefix.
+  void Attend(absl::Span<const ForwardEntry> batch, const std::vector<SequenceKv*>& kvs, int layer);
+
   ModelWeights weights_;
   std::vector<float> inv_freq_;
   // Step workspaces, grown to the largest step seen.
-  std::vector<float> x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, logits_;
+  std::vector<float> x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, logits_, relay_q_, relay_out_;
   std::vector<int32_t> positions_;
 };
 
