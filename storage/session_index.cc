@@ -20,7 +20,8 @@ namespace strata::storage {
 namespace {
 
 constexpr uint32_t kMagic = 0x53535231;  // "SSR1"
-constexpr uint32_t kVersion = 1;
+// Version 2 adds the base after the tokens; version 1 records (no base) still decode.
+constexpr uint32_t kVersion = 2;
 // No record is larger than this: a bigger length field is damage.
 constexpr uint64_t kMaxField = uint64_t{1} << 28;
 
@@ -87,6 +88,7 @@ std::string EncodeSessionRecord(const SessionRecord& r) {
   w.Put(r.expires_unix_ms);
   w.Put(static_cast<uint32_t>(r.tokens.size()));
   w.out().append(reinterpret_cast<const char*>(r.tokens.data()), r.tokens.size() * sizeof(int32_t));
+  w.PutString(r.base);
   w.Put(static_cast<uint32_t>(r.chunks.size()));
   for (const IndexedChunk& c : r.chunks) {
     w.Put(c.file);
@@ -109,8 +111,8 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes) {
   Reader in(body);
   uint32_t magic = 0, version = 0, n_tokens = 0, n_chunks = 0;
   if (!in.Get(&magic) || magic != kMagic) return absl::DataLossError("not a session record");
-  if (!in.Get(&version) || version != kVersion) {
-    return absl::DataLossError(absl::StrCat("session record version ", version, " is not ", kVersion));
+  if (!in.Get(&version) || version < 1 || version > kVersion) {
+    return absl::DataLossError(absl::StrCat("session record version ", version, " is not one of 1..", kVersion));
   }
   SessionRecord r;
   bool ok = in.GetString(&r.tenant) && in.GetString(&r.session_id) && in.Get(&r.model_fingerprint) &&
@@ -120,6 +122,7 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes) {
     r.tokens.resize(n_tokens);
     for (uint32_t i = 0; ok && i < n_tokens; ++i) ok = in.Get(&r.tokens[i]);
   }
+  if (ok && version >= 2) ok = in.GetString(&r.base);
   ok = ok && in.Get(&n_chunks) && n_chunks < kMaxField;
   if (ok) {
     r.chunks.resize(n_chunks);

@@ -42,6 +42,7 @@ struct SessionRecord {
   std::string session_id;
   uint64_t model_fingerprint = 0;
   std::vector<int32_t> tokens;
+  std::string base;  // what the tokens follow (SessionStore::Save's base), "" for none
   std::vector<IndexedChunk> chunks;
   int64_t last_access_unix_ms = 0;
   int64_t expires_unix_ms = 0;

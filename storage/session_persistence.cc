@@ -51,6 +51,7 @@ absl::Status SessionStoreImpl::Recover() {
         s->tenant = r.tenant;
         s->session_id = r.session_id;
         s->tokens = r.tokens;
+        s->base = r.base;
         for (const IndexedChunk& c : r.chunks) {
           SsdLocation loc{c.file, c.offset};
           ssd_->MarkAllocated(loc);
@@ -59,6 +60,7 @@ absl::Status SessionStoreImpl::Recover() {
           s->committed_checksums.push_back(c.checksum);
         }
         s->committed_tokens = r.tokens;
+        s->committed_base = r.base;
         s->persisted = true;
         s->last_access_unix_ms = r.last_access_unix_ms;
         MutexLock lock(&mu_);
@@ -222,6 +224,7 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
     born = cur.born;
     record.model_fingerprint = options_.model_fingerprint;
     record.tokens = cur.tokens;
+    record.base = cur.base;
     record.last_access_unix_ms = cur.last_access_unix_ms;
     for (int64_t c = 0; c < n; ++c) {
       record.chunks.push_back(IndexedChunk{targets[c].file, targets[c].offset,
@@ -336,6 +339,7 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
   }
   s.ssd = std::move(targets);
   s.committed_tokens = record.tokens;
+  s.committed_base = record.base;
   s.committed_checksums.clear();
   for (const IndexedChunk& c : record.chunks) s.committed_checksums.push_back(c.checksum);
   s.persisted = s.version == version;

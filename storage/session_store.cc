@@ -185,11 +185,12 @@ SessionInfo SessionStoreImpl::InfoLocked(const Session& s) const {
   info.tier = !s.host.empty() ? Tier::kHost : s.persisted ? Tier::kSsd : Tier::kNone;
   info.last_access_unix_ms = s.last_access_unix_ms;
   info.persisted = s.persisted;
+  info.base = s.base;
   return info;
 }
 
 PrefixMatch SessionStoreImpl::Match(const SessionKey& key, absl::Span<const int32_t> tokens,
-                                int64_t max_tokens) {
+                                int64_t max_tokens, std::string_view base) {
   MutexLock lock(&mu_);
   ++stats_.lookups;
   TenantCounters& mine = tenant_stats_[key.tenant];
@@ -213,7 +214,9 @@ PrefixMatch SessionStoreImpl::Match(const SessionKey& key, absl::Span<const int3
   int64_t limit = std::min<int64_t>({static_cast<int64_t>(tokens.size()),
                                      static_cast<int64_t>(s.tokens.size()), max_tokens});
   int64_t n = 0;
-  while (n < limit && s.tokens[n] == tokens[n]) ++n;
+  if (s.base == base) {
+    while (n < limit && s.tokens[n] == tokens[n]) ++n;
+  }
   if (n == 0) return {};
   ++stats_.hits;
   stats_.hit_tokens += n;
@@ -418,6 +421,7 @@ void SessionStoreImpl::DropNewerVersionLocked(const std::string& map_key, const 
 
 void SessionStoreImpl::UseCommittedLocked(Session& s) {
   s.tokens = s.committed_tokens;
+  s.base = s.committed_base;
   s.checksums.assign(s.committed_checksums.begin(), s.committed_checksums.end());
   s.persisted = true;
   s.version = ++versions_;
@@ -474,16 +478,16 @@ bool SessionStoreImpl::MakeHostRoomLocked(int64_t blocks, const Session* keep, R
 }
 
 absl::Status SessionStoreImpl::Save(const SessionKey& key, absl::Span<const int32_t> tokens,
-                                int64_t keep_tokens, FillFn fill) {
+                                int64_t keep_tokens, FillFn fill, std::string_view base) {
   MutexLock lock(&mu_);
-  return SaveLocked(key, tokens, keep_tokens, fill, nullptr);
+  return SaveLocked(key, tokens, keep_tokens, fill, base, nullptr);
 }
 
 absl::StatusOr<uint64_t> SessionStoreImpl::SaveAsync(const SessionKey& key, absl::Span<const int32_t> tokens,
-                                                     int64_t keep_tokens, FillFn fill) {
+                                                     int64_t keep_tokens, FillFn fill, std::string_view base) {
   MutexLock lock(&mu_);
   uint64_t ticket = 0;
-  if (absl::Status s = SaveLocked(key, tokens, keep_tokens, fill, &ticket); !s.ok()) return s;
+  if (absl::Status s = SaveLocked(key, tokens, keep_tokens, fill, base, &ticket); !s.ok()) return s;
   return ticket;
 }
 
@@ -511,7 +515,8 @@ void SessionStoreImpl::FinishFill(uint64_t ticket, absl::Status filled) {
 }
 
 absl::Status SessionStoreImpl::SaveLocked(const SessionKey& key, absl::Span<const int32_t> tokens,
-                                          int64_t keep_tokens, FillFn fill, uint64_t* fill_ticket) {
+                                          int64_t keep_tokens, FillFn fill, std::string_view base,
+                                          uint64_t* fill_ticket) {
   const ChunkLayout& layout = options_.layout;
   std::string map_key = SessionMapKey(key);
   auto it = sessions_.find(map_key);
@@ -522,6 +527,9 @@ absl::Status SessionStoreImpl::SaveLocked(const SessionKey& key, absl::Span<cons
   }
   if (tokens.empty()) {
     return absl::InvalidArgumentError("a session needs at least one token to be stored");
+  }
+  if (keep_tokens > 0 && it->second->base != base) {
+    return absl::InvalidArgumentError("cannot keep tokens of a session that followed another base");
   }
   auto& slot = sessions_[map_key];
   if (slot == nullptr) {
@@ -575,6 +583,7 @@ absl::Status SessionStoreImpl::SaveLocked(const SessionKey& key, absl::Span<cons
   }
   if (needed > 0) AddHostSampleLocked(true, needed * layout.BlockBytes(), absl::Now() - start);
   s.tokens.assign(tokens.begin(), tokens.end());
+  s.base = std::string(base);
   s.dropped_newer = nullptr;
   // The SSD copy (if any) now holds an older version; it stays named by the committed
   // record until the write-back of this version replaces it.

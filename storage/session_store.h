@@ -54,6 +54,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -106,6 +107,7 @@ struct SessionInfo {
   Tier tier = Tier::kNone;  // fastest tier holding the session
   int64_t last_access_unix_ms = 0;
   bool persisted = false;
+  std::string base;  // what its KV follows (Save's `base`); "" for a session of its own
 };
 
 struct PrefixMatch {
@@ -233,10 +235,12 @@ class SessionStore {
   // Waits for write-backs in flight, then stops.
   virtual ~SessionStore() = default;
 
-  // The longest prefix of `tokens` whose KV is stored for `key`, capped at `max_tokens`.
-  // Counts as one lookup (a hit when it matched anything) and refreshes the session's
-  // last access. The tier is host when a host copy exists, else SSD.
-  virtual PrefixMatch Match(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t max_tokens) = 0;
+  // The longest prefix of `tokens` whose KV is stored for `key`, capped at `max_tokens`,
+  // when the session was saved on the same `base` (none when it follows another). Counts
+  // as one lookup (a hit when it matched anything) and refreshes the session's last
+  // access. The tier is host when a host copy exists, else SSD.
+  virtual PrefixMatch Match(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t max_tokens,
+                            std::string_view base = {}) = 0;
 
   // Leases the chunks holding the first `tokens` tokens of the session (all it holds when
   // it holds fewer), promoting the session from SSD first if it has no host copy
@@ -279,12 +283,17 @@ class SessionStore {
   // Stores the session as `tokens` (all tokens whose KV the caller holds). Chunks that
   // cover only tokens [0, keep_tokens) are kept as they are (the caller guarantees those
   // tokens equal the stored ones); every later chunk is written anew through `fill`.
+  // `base` names what the tokens follow when their KV was computed after something the
+  // session does not store itself (a shared system prompt: its tokens' KV attended to it):
+  // opaque to the store, kept and persisted with the session, and Match serves the
+  // session only to a caller naming the same base. keep_tokens must be 0 when the base
+  // changes (InvalidArgument).
   // Other sessions are demoted or evicted (least recently used first) to make room.
   // Returns ResourceExhausted, with the session dropped, when it cannot fit even in an
   // empty tier; InvalidArgument when keep_tokens exceeds what is stored. With an SSD tier
   // the write-back starts in the background.
   virtual absl::Status Save(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t keep_tokens,
-                              FillFn fill) = 0;
+                            FillFn fill, std::string_view base = {}) = 0;
 
   // Save, for a caller whose copies into the payloads complete later (a DMA engine):
   // `fill` only starts them. Until FinishFill(ticket, OK) the new chunks' blocks stay
@@ -293,7 +302,7 @@ class SessionStore {
   // ticket for FinishFill (which must come, also after a failed copy), or Save's errors
   // (then there is nothing to finish).
   virtual absl::StatusOr<uint64_t> SaveAsync(const SessionKey& key, absl::Span<const int32_t> tokens,
-                                             int64_t keep_tokens, FillFn fill) = 0;
+                                             int64_t keep_tokens, FillFn fill, std::string_view base = {}) = 0;
   virtual void FinishFill(uint64_t ticket, absl::Status filled) = 0;
 
   // Blocks until the session as last saved is persisted (OK), or `timeout` passes

@@ -39,7 +39,8 @@ class SessionStoreImpl final : public SessionStore {
   absl::Status Start();
 
   // SessionStore:
-  PrefixMatch Match(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t max_tokens) override;
+  PrefixMatch Match(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t max_tokens,
+                    std::string_view base) override;
   absl::StatusOr<ChunkLease> Lease(const SessionKey& key, int64_t tokens) override;
   absl::StatusOr<int64_t> Read(const SessionKey& key, int64_t tokens, VisitFn visit) override;
   void Promote(const SessionKey& key, PromoteDone done) override;
@@ -47,9 +48,9 @@ class SessionStoreImpl final : public SessionStore {
   bool Hint(const SessionKey& key) override;
   double ssd_read_bytes_per_second() const override;
   absl::Status Save(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t keep_tokens,
-                    FillFn fill) override;
+                    FillFn fill, std::string_view base) override;
   absl::StatusOr<uint64_t> SaveAsync(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t keep_tokens,
-                                     FillFn fill) override;
+                                     FillFn fill, std::string_view base) override;
   void FinishFill(uint64_t ticket, absl::Status filled) override;
   absl::Status Flush(const SessionKey& key, absl::Duration timeout) override;
   absl::Status AwaitWriteBacks(absl::Duration timeout) override;
@@ -79,11 +80,13 @@ class SessionStoreImpl final : public SessionStore {
     std::string tenant;
     std::string session_id;
     std::vector<int32_t> tokens;       // tokens whose KV the chunks hold
+    std::string base;                  // what those tokens follow (Save's base)
     std::vector<uint32_t> host;        // host block of each chunk; empty: no host copy
     std::vector<SsdLocation> ssd;      // SSD copy named by the committed index record
     // What that committed record holds (empty when there is none): the version the
     // session falls back to when a newer, unpersisted one cannot be kept.
     std::vector<int32_t> committed_tokens;
+    std::string committed_base;
     std::vector<uint64_t> committed_checksums;
     // Set when the last version saved was dropped before it was persisted (why), so that
     // Flush does not report it persisted; cleared by the next save.
@@ -115,7 +118,8 @@ class SessionStoreImpl final : public SessionStore {
   // Save and SaveAsync; with `fill_ticket` the new blocks are pinned for FinishFill and
   // the write-back waits for it.
   absl::Status SaveLocked(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t keep_tokens,
-                          FillFn fill, uint64_t* fill_ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                          FillFn fill, std::string_view base, uint64_t* fill_ticket)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct PersistJob {
     std::string map_key;
     uint64_t version = 0;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -39,15 +40,19 @@ class SessionStoreTest : public ::testing::Test {
     store_ = *std::move(s);
   }
 
-  absl::Status SaveAll(const SessionKey& key, const std::vector<int32_t>& tokens, int64_t keep, int salt = 0) {
+  absl::Status SaveAll(const SessionKey& key, const std::vector<int32_t>& tokens, int64_t keep, int salt = 0,
+                       std::string_view base = {}) {
     const ChunkLayout& layout = store_->layout();
-    return store_->Save(key, tokens, keep, [&](int64_t begin, int count, absl::Span<std::byte> p) {
-      for (int i = 0; i < count; ++i)
-        for (int l = 0; l < layout.layers; ++l)
-          for (int kv = 0; kv < 2; ++kv)
-            std::memset(p.data() + layout.RowOffset(l, kv, i), static_cast<int>(RowByte(begin + i, l, kv, salt)),
-                        static_cast<size_t>(layout.row_bytes));
-    });
+    return store_->Save(
+        key, tokens, keep,
+        [&](int64_t begin, int count, absl::Span<std::byte> p) {
+          for (int i = 0; i < count; ++i)
+            for (int l = 0; l < layout.layers; ++l)
+              for (int kv = 0; kv < 2; ++kv)
+                std::memset(p.data() + layout.RowOffset(l, kv, i),
+                            static_cast<int>(RowByte(begin + i, l, kv, salt)), static_cast<size_t>(layout.row_bytes));
+        },
+        base);
   }
 
   // Whether every row of a leased chunk holds the bytes SaveAll wrote with `salt`.
