@@ -5,71 +5,13 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "engine/engine_internal.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/random.h"
 #include "text/stop_strings.h"
 
 namespace strata::engine {
-
-// The engine's counters, following the names dashboards are built on.
-struct Engine::Metrics {
-  explicit Metrics(metrics::Registry& r)
-      : ttft(r.AddHistogram("strata_ttft_seconds", "Time from request arrival to first token.",
-                            metrics::ExponentialBuckets(0.001, 2, 16)).WithLabels({})),
-        prefill_computed(r.AddCounter("strata_prefill_tokens_total",
-                                      "Prompt tokens by source: computed or reused from cache.")
-                             .WithLabels({{"source", "computed"}})),
-        prefill_reused(r.AddCounter("strata_prefill_tokens_total", "")
-                           .WithLabels({{"source", "reused"}})),
-        generated(r.AddCounter("strata_generated_tokens_total", "Tokens generated.").WithLabels({})),
-        lookups(r.AddCounter("strata_cache_lookups_total",
-                             "Session cache lookups (one per admitted turn with the cache on).")
-                    .WithLabels({})),
-        hits(&r.AddCounter("strata_cache_hits_total",
-                           "Lookups that reused a cached prefix, by the tier that served it.")),
-        batch_size(r.AddHistogram("strata_batch_size", "Turns in one forward step.",
-                                  metrics::ExponentialBuckets(1, 2, 8)).WithLabels({})),
-        ssd_decisions(&r.AddCounter("strata_ssd_fetch_decisions_total",
-                                    "Turns whose history was only on SSD, by what fetch-or-recompute chose: "
-                                    "load (from SSD) or recompute.")),
-        queue_depth(r.AddGauge("strata_queue_depth", "Turns waiting for admission.").WithLabels({})),
-        running(r.AddGauge("strata_running_turns", "Turns being computed.").WithLabels({})) {
-    for (const char* tier : {"hbm", "host", "ssd"}) hits->WithLabels({{"tier", tier}});
-    for (const char* choice : {"load", "recompute"}) ssd_decisions->WithLabels({{"choice", choice}});
-  }
-  metrics::Histogram& ttft;
-  metrics::Counter& prefill_computed;
-  metrics::Counter& prefill_reused;
-  metrics::Counter& generated;
-  metrics::Counter& lookups;
-  metrics::Family<metrics::Counter>* hits;
-  metrics::Histogram& batch_size;
-  metrics::Family<metrics::Counter>* ssd_decisions;
-  metrics::Gauge& queue_depth;
-  metrics::Gauge& running;
-};
-
-struct Engine::Running {
-  TurnRequest request;
-  std::shared_ptr<TurnStream> stream;
-  std::string session_key;
-  std::unique_ptr<model::SequenceState> seq;  // null once the turn has ended
-  std::vector<int32_t> tokens;  // prompt, then every generated token
-  int64_t computed = 0;         // tokens whose KV is in kv: [0, computed)
-  int64_t reused = 0;           // of those, loaded from the session cache
-  int64_t keep = 0;             // leading tokens whose stored chunks stay as they are on save
-  storage::Tier tier = storage::Tier::kNone;
-  int64_t generated = 0;
-  int32_t next_token = -1;  // drawn by the backend at the end of the turn's last step
-  SplitMix64 rng{0};
-  text::Utf8StreamDecoder utf8;
-  text::StopStringFilter stop_filter{{}};
-  bool first_token_sent = false;
-  bool text_started = false;  // some text has been streamed (the leading-space rule is applied)
-  double ttft_ms = 0;
-  int step_tokens = 0;  // tokens fed in the current step
-};
 
 absl::Status EngineOptions::Validate() const {
   if (max_running <= 0 || max_step_tokens <= 0 || max_new_tokens_limit <= 0 || max_queued <= 0 ||
@@ -175,6 +117,10 @@ absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) 
                                                    " tokens; the model's context holds ",
                                                    c.max_context, " (prompt plus at least one new token)"));
   }
+  if (request.system_tokens < 0 || request.system_tokens >= prompt) {
+    return absl::InvalidArgumentError(absl::StrCat("the system part (", request.system_tokens,
+                                                   " tokens) must be shorter than the conversation (", prompt, ")"));
+  }
   if (request.max_new_tokens < 1 || request.max_new_tokens > options_.max_new_tokens_limit) {
     return absl::InvalidArgumentError(absl::StrCat("max_new_tokens must be in 1..",
                                                    options_.max_new_tokens_limit, ", got ",
@@ -220,9 +166,10 @@ EngineStats Engine::Stats() const {
 
 std::vector<Engine::Queued> Engine::AdmitLocked(std::vector<Promotion>* promote) {
   std::vector<Queued> admitted;
+  std::vector<Queued> jobs;  // prompt jobs for shared prompts wanted now
   size_t room = static_cast<size_t>(options_.max_running) - running_.size();
   for (auto it = queue_.begin(); it != queue_.end() && admitted.size() < room;) {
-    if (it->load == Queued::Load::kPromoting) {
+    if (it->load == Queued::Load::kPromoting || it->prompt_waiting) {
       ++it;
       continue;
     }
@@ -265,10 +212,16 @@ std::vector<Engine::Queued> Engine::AdmitLocked(std::vector<Promotion>* promote)
         }
       }
     }
+    if (!PromptReadyLocked(*it, &jobs)) {
+      ++it;  // waits for its shared prompt's KV
+      continue;
+    }
     active_sessions_.insert(std::move(key));
     admitted.push_back(std::move(*it));
     it = queue_.erase(it);
   }
+  // Prompt jobs go first: the turns waiting for them are already queued.
+  for (auto j = jobs.rbegin(); j != jobs.rend(); ++j) queue_.push_front(std::move(*j));
   return admitted;
 }
 
@@ -306,8 +259,9 @@ void Engine::StartPromotions(std::vector<Promotion> promote) {
   }
 }
 
-absl::StatusOr<std::unique_ptr<model::SequenceState>> Engine::TakeSequence(const Queued& queued, int64_t capacity,
-                                                                           int64_t* hbm_tokens) {
+absl::StatusOr<std::unique_ptr<model::SequenceState>> Engine::TakeSequence(
+    const Queued& queued, int64_t capacity, int64_t* hbm_tokens, std::shared_ptr<const model::SequenceState> prefix,
+    int64_t base_tokens) {
   *hbm_tokens = 0;
   const storage::SessionKey& key = queued.request.key;
   if (hbm_ != nullptr && !queued.recompute && hbm_->Contains(key)) {
@@ -315,7 +269,7 @@ absl::StatusOr<std::unique_ptr<model::SequenceState>> Engine::TakeSequence(const
       hbm_->Drop(key);  // dropped or expired meanwhile: the resident copy goes with it
     } else {
       const int64_t prompt = static_cast<int64_t>(queued.request.prompt.size());
-      auto taken = hbm_->Take(key, queued.request.prompt, prompt - 1, capacity);
+      auto taken = hbm_->Take(key, queued.request.prompt, prompt - 1, capacity, base_tokens);
       if (!taken.ok()) return taken.status();
       if (taken->has_value()) {
         *hbm_tokens = (*taken)->tokens;
@@ -323,9 +277,20 @@ absl::StatusOr<std::unique_ptr<model::SequenceState>> Engine::TakeSequence(const
       }
     }
   }
-  auto seq = model_->NewSequence(capacity);
-  while (!seq.ok() && absl::IsResourceExhausted(seq.status()) && hbm_ != nullptr && hbm_->EvictOne()) {
-    seq = model_->NewSequence(capacity);
+  auto make = [&] {
+    return prefix != nullptr ? model_->NewSequenceOnPrefix(prefix, base_tokens, capacity - base_tokens)
+                             : model_->NewSequence(capacity);
+  };
+  auto seq = make();
+  // Room comes from resident sessions first, then from shared prompts no turn uses.
+  while (!seq.ok() && absl::IsResourceExhausted(seq.status())) {
+    bool freed = hbm_ != nullptr && hbm_->EvictOne();
+    if (!freed) {
+      MutexLock lock(&mu_);
+      freed = EvictIdlePromptLocked();
+    }
+    if (!freed) break;
+    seq = make();
   }
   return seq;
 }
@@ -344,8 +309,21 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
                         model_->name(), " backend holds ", model_->kv_capacity_tokens())));
     return nullptr;
   }
+  // A turn on a shared prompt runs on its KV (when it is still there; else inline).
+  std::shared_ptr<const model::SequenceState> prefix;
+  int64_t base_tokens = 0;
+  std::string base;
+  if (!queued.prompt_key.empty() && !queued.prompt_job) {
+    MutexLock lock(&mu_);
+    auto p = prompts_.find(queued.prompt_key);
+    if (p != prompts_.end() && p->second->state == SharedPrompt::State::kReady) {
+      prefix = p->second->seq;
+      base_tokens = static_cast<int64_t>(p->second->tokens.size());
+      base = p->second->id;
+    }
+  }
   int64_t hbm_tokens = 0;
-  auto seq = TakeSequence(queued, capacity, &hbm_tokens);
+  auto seq = TakeSequence(queued, capacity, &hbm_tokens, prefix, base_tokens);
   if (!seq.ok()) {
     if (absl::IsResourceExhausted(seq.status()) && !running_.empty()) return nullptr;  // waits for room
     Abandon(queued, seq.status());
@@ -359,25 +337,40 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   r->tokens = r->request.prompt;
   r->rng = SplitMix64(r->request.sampling.seed);
   r->stop_filter = text::StopStringFilter(r->request.stop);
+  r->prompt_job = queued.prompt_job;
+  r->prompt_key = queued.prompt_key;
+  r->base_tokens = base_tokens;
+  r->base = std::move(base);
   const int64_t prompt = static_cast<int64_t>(r->tokens.size());
+  // The shared prompt's tokens are in its sequence already; the session's own follow.
+  r->reused = base_tokens;
   if (store_ != nullptr && !queued.recompute) {
-    if (metrics_) metrics_->lookups.Increment();
-    // At least the last prompt token is computed: its logits give the first new token.
-    storage::PrefixMatch match = store_->Match(r->request.key, r->tokens, prompt - 1);
-    if (hbm_tokens > 0) {
+    const bool counted = metrics_ != nullptr && !r->prompt_job;  // lookups count turns' sessions
+    if (counted) metrics_->lookups.Increment();
+    // At least the last prompt token is computed (its logits give the first new token),
+    // except by a prompt job, which samples nothing.
+    const int64_t max_reuse = (r->prompt_job ? prompt : prompt - 1) - base_tokens;
+    const absl::Span<const int32_t> own = absl::MakeConstSpan(r->tokens).subspan(static_cast<size_t>(base_tokens));
+    storage::PrefixMatch match = store_->Match(r->request.key, own, max_reuse, r->base);
+    if (hbm_tokens > base_tokens) {
       // The KV is in the sequence already. The stored chunks hold what the store matched.
       r->reused = hbm_tokens;
-      r->keep = std::min(hbm_tokens, match.tokens);
+      r->keep = std::min(hbm_tokens - base_tokens, match.tokens);
       r->tier = storage::Tier::kHbm;
-      if (metrics_) metrics_->hits->WithLabels({{"tier", "hbm"}}).Increment();
+      if (counted) metrics_->hits->WithLabels({{"tier", "hbm"}}).Increment();
     } else if (match.tokens > 0) {
-      r->reused = LoadPrefix(*r, match.tokens);
-      r->keep = r->reused;
-      if (r->reused > 0) {
+      const int64_t loaded = LoadPrefix(*r, match.tokens);
+      r->reused += loaded;
+      r->keep = loaded;
+      if (loaded > 0) {
         r->tier = queued.promoted ? storage::Tier::kSsd : match.tier;
-        if (metrics_) metrics_->hits->WithLabels({{"tier", storage::TierName(r->tier)}}).Increment();
+        if (counted) metrics_->hits->WithLabels({{"tier", storage::TierName(r->tier)}}).Increment();
       }
     }
+  }
+  if (base_tokens > 0) {
+    if (r->tier == storage::Tier::kNone) r->tier = storage::Tier::kHbm;  // the prompt was in KV memory
+    if (metrics_) metrics_->prompt_hits.Increment();
   }
   r->computed = r->reused;
   if (metrics_) {
@@ -401,7 +394,7 @@ void Engine::Loop() {
         // may evaluate it on another thread.)
         auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           return stopping_ || std::any_of(queue_.begin(), queue_.end(), [](const Queued& q) {
-                   return q.load != Queued::Load::kPromoting;
+                   return q.load != Queued::Load::kPromoting && !q.prompt_waiting;
                  });
         };
         mu_.Await(has_work);
@@ -449,12 +442,19 @@ void Engine::Abandon(Queued& queued, const absl::Status& why) {
   queued.stream.reset();  // ended: not to be queued again
   MutexLock lock(&mu_);
   active_sessions_.erase(storage::SessionMapKey(queued.request.key));
+  if (queued.prompt_job) {
+    FailPromptJobLocked(queued.prompt_key, why);
+  } else if (!queued.prompt_key.empty()) {
+    ReleasePromptUseLocked(queued.prompt_key);
+  }
 }
 
 void Engine::Requeue(std::vector<Queued> turns) {
   MutexLock lock(&mu_);
   for (auto it = turns.rbegin(); it != turns.rend(); ++it) {
     active_sessions_.erase(storage::SessionMapKey(it->request.key));
+    // Admission counts it on its shared prompt again.
+    if (!it->prompt_job && !it->prompt_key.empty()) ReleasePromptUseLocked(it->prompt_key);
     queue_.push_front(std::move(*it));
   }
   lookahead_changed_ = true;
@@ -464,6 +464,10 @@ void Engine::Step() {
   // Cancelled turns leave first; what they computed is still saved.
   for (auto& r : running_) {
     if (r->stream->cancelled()) End(*r, FinishReason::kCancelled);
+    // A prompt job whose KV was all loaded from the store has nothing to compute.
+    if (r->prompt_job && r->seq != nullptr && r->computed == static_cast<int64_t>(r->tokens.size())) {
+      FinishPromptJob(*r);
+    }
   }
   std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->seq == nullptr; });
   if (running_.empty()) return;
@@ -483,7 +487,7 @@ void Engine::Step() {
       r.step_tokens = n;
       const bool last = r.computed + n == static_cast<int64_t>(r.tokens.size());
       model::ForwardEntry entry{r.seq.get(), r.computed, absl::Span<const int32_t>(r.tokens.data() + r.computed, n)};
-      if (last) {
+      if (last && !r.prompt_job) {
         // One uniform draw per sampled token, in order: the same sequence whatever the backend.
         const SamplingOptions& s = r.request.sampling;
         entry.token = &r.next_token;
@@ -506,6 +510,11 @@ void Engine::Step() {
       r->seq.reset();
       MutexLock lock(&mu_);
       active_sessions_.erase(r->session_key);
+      if (r->prompt_job) {
+        FailPromptJobLocked(r->prompt_key, s);
+      } else if (!r->prompt_key.empty()) {
+        ReleasePromptUseLocked(r->prompt_key);
+      }
     }
     std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->seq == nullptr; });
     return;
@@ -524,7 +533,12 @@ void Engine::Step() {
   if (metrics_) metrics_->batch_size.Observe(static_cast<double>(batch.size()));
   for (Running* r : in_batch) {
     r->computed += r->step_tokens;
-    if (r->computed == static_cast<int64_t>(r->tokens.size())) AfterStep(*r);
+    if (r->computed != static_cast<int64_t>(r->tokens.size())) continue;
+    if (r->prompt_job) {
+      FinishPromptJob(*r);
+    } else {
+      AfterStep(*r);
+    }
   }
   std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->seq == nullptr; });
   // After the finished turns are gone: an idle server reads 0.
@@ -560,63 +574,6 @@ bool Engine::AfterStep(Running& r) {
   return false;
 }
 
-int64_t Engine::LoadPrefix(Running& r, int64_t tokens) {
-  // The chunks are leased (pinned in the host tier, no store lock held) while the backend
-  // copies them; the lease goes once the copies completed.
-  absl::StatusOr<storage::ChunkLease> lease = store_->Lease(r.request.key, tokens);
-  if (!lease.ok()) return 0;
-  const storage::ChunkLayout& layout = store_->layout();
-  int64_t placed = 0;
-  absl::Status status;
-  for (const storage::LeasedChunk& chunk : lease->chunks()) {
-    const int count = static_cast<int>(std::min<int64_t>(chunk.count, tokens - placed));
-    if (chunk.token_begin != placed || count <= 0) break;
-    status = model_->LoadKv(*r.seq, placed, count, chunk.payload, layout);
-    if (!status.ok()) break;  // a chunk the backend cannot place ends the reuse there
-    placed += count;
-  }
-  if (!status.ok()) LOG(WARNING) << "placing cached KV failed, recomputing from there: " << status;
-  round_leases_.push_back(*std::move(lease));  // read until the backend says the copies are done
-  return placed;
-}
-
-void Engine::StartLoads(const std::vector<Running*>& loaded) {
-  if (round_leases_.empty()) return;
-  absl::StatusOr<uint64_t> ticket = model_->StartKvTransfers();
-  if (!ticket.ok()) {
-    LOG(WARNING) << "starting cached KV loads failed; those turns compute their prompts: " << ticket.status();
-    for (Running* r : loaded) {
-      r->reused = r->computed = r->keep = 0;
-      r->tier = storage::Tier::kNone;
-    }
-    (void)model_->FinishKvTransfers();
-    round_leases_.clear();
-    return;
-  }
-  loads_in_flight_.push_back(LoadsInFlight{*ticket, std::move(round_leases_)});
-  round_leases_.clear();
-}
-
-void Engine::ReleaseLoads(bool wait) {
-  if (wait && !loads_in_flight_.empty()) {
-    if (absl::Status s = model_->FinishKvTransfers(); !s.ok()) LOG(WARNING) << "KV loads failed: " << s;
-    loads_in_flight_.clear();
-    return;
-  }
-  while (!loads_in_flight_.empty()) {
-    absl::StatusOr<bool> done = model_->KvTransfersDone(loads_in_flight_.front().ticket);
-    if (!done.ok()) {
-      // A device fault: nothing moves any more (the steps fail on their own).
-      LOG(WARNING) << "KV loads failed: " << done.status();
-      (void)model_->FinishKvTransfers();
-      loads_in_flight_.clear();
-      return;
-    }
-    if (!*done) return;
-    loads_in_flight_.pop_front();
-  }
-}
-
 void Engine::Drain() {
   MutexLock lock(&mu_);
   draining_ = true;
@@ -627,86 +584,6 @@ bool Engine::AwaitIdle(absl::Duration timeout) {
   // A session is active from admission until its write-back completes.
   return mu_.AwaitWithTimeout(
       [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && active_sessions_.empty(); }, timeout);
-}
-
-void Engine::End(Running& r, FinishReason reason) {
-  bool saving = false;
-  if (store_ != nullptr && r.computed > 0) {
-    // Asynchronous write-back: the copies are enqueued chunk by chunk into the chunks the
-    // store reserves, and the session counts as saved when they complete (ReleaseSaves).
-    const storage::ChunkLayout& layout = store_->layout();
-    std::vector<int32_t> tokens(r.tokens.begin(), r.tokens.begin() + r.computed);
-    absl::Status fill_status;
-    absl::StatusOr<uint64_t> fill =
-        store_->SaveAsync(r.request.key, tokens, r.keep, [&](int64_t begin, int count, absl::Span<std::byte> payload) {
-          if (!fill_status.ok()) return;
-          fill_status = model_->SaveKv(*r.seq, begin, count, payload, layout);
-        });
-    if (fill.ok()) {
-      absl::StatusOr<uint64_t> ticket = fill_status.ok() ? model_->MarkKvSaves() : fill_status;
-      if (ticket.ok()) {
-        saves_in_flight_.push_back(SaveInFlight{*ticket, *fill, r.request.key, r.session_key, std::move(r.seq),
-                                                std::move(tokens)});
-        saving = true;
-      } else {
-        // The chunks may hold garbage: the session must not be served from them.
-        LOG(WARNING) << "copying KV to the session cache failed; dropping the session: " << ticket.status();
-        (void)model_->FinishKvSaves();
-        store_->FinishFill(*fill, ticket.status());
-      }
-    } else if (!absl::IsResourceExhausted(fill.status())) {
-      LOG(WARNING) << "session cache save failed: " << fill.status();
-    }
-  }
-  TurnResult result;
-  result.usage.prompt_tokens = static_cast<int64_t>(r.request.prompt.size());
-  result.usage.cached_tokens = r.reused;
-  result.usage.computed_tokens = result.usage.prompt_tokens - r.reused;
-  result.usage.completion_tokens = r.generated;
-  result.cache_tier = r.tier;
-  result.ttft_ms = r.ttft_ms;
-  result.finish = reason;
-  if (reason == FinishReason::kCancelled) {
-    r.stream->Fail(absl::CancelledError("the client cancelled the turn"));
-  } else {
-    r.stream->Finish(result);
-  }
-  r.seq.reset();  // marks the turn as ended for the step's clean-up (a saving one moved it)
-  if (saving) return;  // the session stays active until its write-back completes
-  MutexLock lock(&mu_);
-  active_sessions_.erase(r.session_key);
-}
-
-void Engine::ReleaseSaves(bool wait) {
-  if (saves_in_flight_.empty()) return;
-  absl::Status fault;
-  if (wait) fault = model_->FinishKvSaves();
-  while (!saves_in_flight_.empty()) {
-    SaveInFlight& f = saves_in_flight_.front();
-    if (fault.ok() && !wait) {
-      absl::StatusOr<bool> done = model_->KvSavesDone(f.ticket);
-      if (!done.ok()) {
-        fault = done.status();
-        (void)model_->FinishKvSaves();  // nothing moves any more; let it settle
-      } else if (!*done) {
-        return;
-      }
-    }
-    if (!fault.ok()) {
-      LOG(WARNING) << "copying KV to the session cache failed; dropping the session: " << fault;
-      store_->FinishFill(f.fill, fault);
-    } else {
-      store_->FinishFill(f.fill, absl::OkStatus());
-      // Saved to the host tier: the sequence may stay in HBM for the session's next turn.
-      hbm_->Keep(f.key, std::move(f.seq), std::move(f.tokens));
-    }
-    f.seq.reset();
-    {
-      MutexLock lock(&mu_);
-      active_sessions_.erase(f.session_key);
-    }
-    saves_in_flight_.pop_front();
-  }
 }
 
 }  // namespace strata::engine

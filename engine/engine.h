@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
@@ -45,6 +46,14 @@ struct EngineOptions {
   int warmup_tokens = 512;
   // Finished turns' KV kept in the backend's KV memory (the HBM tier); with the cache on.
   HbmTierOptions hbm;
+  // Shared system prompts (TurnRequest::system_tokens): with the cache on and a backend
+  // that shares prefixes, a system part of at least this many tokens is computed once,
+  // kept as a shared prefix and stored once; its turns run on it (relay attention).
+  // Shorter ones are computed inline with each session (docs/DESIGN.md says why). 0: off.
+  int min_shared_prompt_tokens = 128;
+  // Shared prompts no running turn uses that stay in KV memory (least recently used go
+  // first; also when a turn needs the memory). Their stored copy stays.
+  int max_idle_shared_prompts = 16;
 
   absl::Status Validate() const;
 };
@@ -85,6 +94,31 @@ class Engine {
   // For a graceful shutdown: Drain(), then AwaitIdle().
   void Drain();
 
+  // Shared system prompts of a tenant (system_prompt_names.h). Register makes `tokens` a
+  // shared prompt and starts bringing its KV into memory (loaded when stored, else
+  // computed); idempotent, returns its id. InvalidArgument for an empty prompt, a token
+  // outside the vocabulary or one that leaves no room in the context; FailedPrecondition
+  // when prompts cannot be shared (the cache is off). Thread-safe.
+  absl::StatusOr<std::string> RegisterSystemPrompt(const std::string& tenant, std::vector<int32_t> tokens);
+  // Drops the prompt from memory and from the store. Turns running on it finish; later
+  // lookups of the id are NotFound (until the same tokens are shared again). NotFound
+  // when the tenant has no such prompt.
+  absl::Status DropSystemPrompt(const std::string& tenant, const std::string& id);
+  struct SystemPromptInfo {
+    std::string id;
+    int64_t tokens = 0;
+    bool resident = false;  // its KV is in KV memory now
+    int running_turns = 0;  // turns running on it
+    bool stored = false;    // the store holds it (host or SSD)
+    bool persisted = false; // on SSD: it survives a restart
+    int64_t stored_bytes = 0;
+  };
+  std::vector<SystemPromptInfo> ListSystemPrompts(const std::string& tenant) const;
+  // The prompt's tokens; NotFound when the tenant has no such prompt.
+  absl::StatusOr<std::vector<int32_t>> SystemPromptTokens(const std::string& tenant, const std::string& id) const;
+  // Whether turns with a system part of `tokens` tokens run on a shared prompt.
+  bool SharesSystemPrompt(int64_t tokens) const;
+
   const model::ModelConfig& config() const { return model_->config(); }
   const model::ModelBackend& model() const { return *model_; }
   EngineStats Stats() const;
@@ -102,7 +136,15 @@ class Engine {
     enum class Load { kUnchecked, kPromoting, kReady } load = Load::kUnchecked;
     bool promoted = false;   // its session came up from SSD for it: an SSD hit
     bool recompute = false;  // its SSD prefix is recomputed: faster than loading it
+    // Shared system prompts. A prompt job computes (or loads) a prompt's KV: its request's
+    // key is the prompt's store session, its prompt the prompt's tokens, and it samples
+    // nothing. A turn on a shared prompt names the prompt's map key (SharedPrompt) once
+    // admission checked it; it waits (kPrompt) until the prompt is in memory.
+    bool prompt_job = false;
+    std::string prompt_key;
+    bool prompt_waiting = false;
   };
+  struct SharedPrompt;
   struct Promotion {
     uint64_t id;
     storage::SessionKey key;
@@ -128,8 +170,28 @@ class Engine {
   // The turn's sequence: its session's resident one from the HBM tier when that shares a
   // prefix with the prompt (`*hbm_tokens` says how long), else a new one, making room
   // from the HBM tier as needed. ResourceExhausted when the memory is not there now.
-  absl::StatusOr<std::unique_ptr<model::SequenceState>> TakeSequence(const Queued& queued, int64_t capacity,
-                                                                     int64_t* hbm_tokens);
+  // On a shared prompt (`prefix`, of `base_tokens` tokens) a new sequence is made on it.
+  absl::StatusOr<std::unique_ptr<model::SequenceState>> TakeSequence(
+      const Queued& queued, int64_t capacity, int64_t* hbm_tokens, std::shared_ptr<const model::SequenceState> prefix,
+      int64_t base_tokens);
+  // Shared prompts (system_prompts.cc). For a queued turn whose system part is shared:
+  // whether it may start now (its prompt is in memory; it then counts as one of the
+  // prompt's users); otherwise the prompt is wanted (a prompt job queued in `jobs`) and the
+  // turn waits, or the prompt failed and the turn computes it inline.
+  bool PromptReadyLocked(Queued& q, std::vector<Queued>* jobs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Queued PromptJobLocked(const storage::SessionKey& key, std::vector<int32_t> tokens)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A prompt job's KV is all in place: the prompt is in memory for its turns, and saved.
+  void FinishPromptJob(Running& r);
+  // A prompt job ended without its KV (or a turn on the prompt never started): the
+  // waiting turns compute the prompt inline.
+  void FailPromptJobLocked(const std::string& prompt_key, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleasePromptUseLocked(const std::string& prompt_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the least recently used prompt no turn uses from memory; false when none.
+  bool EvictIdlePromptLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TrimIdlePromptsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishPromptGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Puts turns that could not start back at the head of the queue, in order.
   void Requeue(std::vector<Queued> turns);
   // Ends a turn that will not start: fails its stream with `why` and frees its session.
@@ -152,6 +214,9 @@ class Engine {
   // Samples after a step; returns true when the turn has ended.
   bool AfterStep(Running& r);
   void End(Running& r, FinishReason reason);
+  // Starts the write-back of the KV the turn computed (of `shared` for a prompt job, else
+  // of its sequence, which the write-back then holds). False when nothing is being saved.
+  bool StartSave(Running& r, std::shared_ptr<model::SequenceState> shared);
 
   const EngineOptions options_;
   std::unique_ptr<model::ModelBackend> model_;
@@ -164,6 +229,9 @@ class Engine {
 
   mutable Mutex mu_;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  // Shared prompts known in memory, by map key of their store session.
+  absl::flat_hash_map<std::string, std::unique_ptr<SharedPrompt>> prompts_ ABSL_GUARDED_BY(mu_);
+  uint64_t prompt_clock_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_set<std::string> active_sessions_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -190,7 +258,10 @@ class Engine {
     storage::SessionKey key;
     std::string session_key;
     std::unique_ptr<model::SequenceState> seq;
-    std::vector<int32_t> tokens;
+    std::vector<int32_t> tokens;  // the sequence's, from position 0 (a shared prompt's too)
+    int64_t base_tokens = 0;      // the shared prompt's length for a sequence on one
+    // A prompt job's sequence, shared with the turns on the prompt: read by the copy, kept.
+    std::shared_ptr<model::SequenceState> shared;
   };
   std::deque<SaveInFlight> saves_in_flight_;
   std::thread loop_;

@@ -39,11 +39,11 @@ void HbmTier::Publish() {
 }
 
 void HbmTier::Keep(const storage::SessionKey& key, std::unique_ptr<model::SequenceState> seq,
-                   std::vector<int32_t> tokens) {
+                   std::vector<int32_t> tokens, int64_t base_tokens) {
   const std::string map_key = storage::SessionMapKey(key);
   Remove(map_key);
-  if (!enabled() || seq == nullptr || tokens.empty()) return;
-  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (!enabled() || seq == nullptr || static_cast<int64_t>(tokens.size()) <= base_tokens) return;
+  const int64_t n = static_cast<int64_t>(tokens.size()) - base_tokens;  // its own
   if (absl::Status s = model_->ResizeSequence(*seq, n); !s.ok()) {
     LOG(WARNING) << "a finished turn's KV could not be shrunk to stay in HBM: " << s;
     return;
@@ -51,6 +51,7 @@ void HbmTier::Keep(const storage::SessionKey& key, std::unique_ptr<model::Sequen
   Resident r;
   r.seq = std::move(seq);
   r.tokens = std::move(tokens);
+  r.base_tokens = base_tokens;
   r.bytes = n * model_->kv_bytes_per_token();
   r.last_use = r.inserted = ++clock_;
   bytes_ += r.bytes;
@@ -62,7 +63,7 @@ void HbmTier::Keep(const storage::SessionKey& key, std::unique_ptr<model::Sequen
 
 absl::StatusOr<std::optional<HbmTier::Taken>> HbmTier::Take(const storage::SessionKey& key,
                                                             absl::Span<const int32_t> prompt, int64_t max_tokens,
-                                                            int64_t capacity) {
+                                                            int64_t capacity, int64_t base_tokens) {
   const std::string map_key = storage::SessionMapKey(key);
   auto it = resident_.find(map_key);
   if (it == resident_.end()) return std::nullopt;
@@ -71,7 +72,7 @@ absl::StatusOr<std::optional<HbmTier::Taken>> HbmTier::Take(const storage::Sessi
                                           max_tokens});
   int64_t match = 0;
   while (match < limit && held[static_cast<size_t>(match)] == prompt[static_cast<size_t>(match)]) ++match;
-  if (match == 0) {
+  if (match == 0 || it->second.base_tokens != base_tokens || (base_tokens > 0 && match <= base_tokens)) {
     Remove(map_key);
     Publish();
     return std::nullopt;
@@ -82,7 +83,7 @@ absl::StatusOr<std::optional<HbmTier::Taken>> HbmTier::Take(const storage::Sessi
   resident_.erase(it);
   bytes_ -= taken.bytes;
   absl::Status grown;
-  while (!(grown = model_->ResizeSequence(*taken.seq, capacity)).ok() && absl::IsResourceExhausted(grown) &&
+  while (!(grown = model_->ResizeSequence(*taken.seq, capacity - base_tokens)).ok() && absl::IsResourceExhausted(grown) &&
          EvictOne()) {
   }
   if (!grown.ok()) {

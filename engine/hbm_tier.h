@@ -47,8 +47,11 @@ class HbmTier {
 
   // Keeps `seq`, which holds the KV of `tokens`, as the session's resident copy (replacing
   // any older one), shrunk to those tokens; then evicts, in policy order, until the tier
-  // is within its capacity (the new session may be the one to go). No-op when off.
-  void Keep(const storage::SessionKey& key, std::unique_ptr<model::SequenceState> seq, std::vector<int32_t> tokens);
+  // is within its capacity (the new session may be the one to go). No-op when off. A
+  // sequence on a shared prefix (model::ModelBackend::NewSequenceOnPrefix) of
+  // `base_tokens` tokens holds only the tokens after them (and counts only those bytes).
+  void Keep(const storage::SessionKey& key, std::unique_ptr<model::SequenceState> seq, std::vector<int32_t> tokens,
+            int64_t base_tokens = 0);
 
   struct Taken {
     std::unique_ptr<model::SequenceState> seq;  // grown to the requested capacity
@@ -56,11 +59,13 @@ class HbmTier {
   };
   // The session's resident sequence when it shares a non-empty prefix with `prompt`
   // (capped at `max_tokens`), grown to `capacity` tokens, taken out of the tier. nullopt
-  // when there is none (a resident copy that shares nothing is dropped); ResourceExhausted
+  // when there is none (a resident copy that shares nothing, or is on another shared prefix
+  // length than `base_tokens`, or shares no more than that prefix, is dropped);
+  // ResourceExhausted
   // when growing it needs memory that evicting every other resident session did not give
   // (the copy stays resident).
   absl::StatusOr<std::optional<Taken>> Take(const storage::SessionKey& key, absl::Span<const int32_t> prompt,
-                                            int64_t max_tokens, int64_t capacity);
+                                            int64_t max_tokens, int64_t capacity, int64_t base_tokens = 0);
 
   // Frees the resident session that leaves first under the policy. False when none is left.
   bool EvictOne();
@@ -78,6 +83,7 @@ class HbmTier {
   struct Resident {
     std::unique_ptr<model::SequenceState> seq;
     std::vector<int32_t> tokens;
+    int64_t base_tokens = 0;
     int64_t bytes = 0;
     uint64_t last_use = 0;
     uint64_t inserted = 0;

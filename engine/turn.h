@@ -25,6 +25,10 @@ struct SamplingOptions {
 struct TurnRequest {
   storage::SessionKey key;
   std::vector<int32_t> prompt;  // the whole conversation, rendered
+  // The system part: the first `system_tokens` tokens of the prompt are a system prompt
+  // that other sessions share (recognised under the chat template, registered, or named
+  // by the client); 0 for none. Less than the prompt's length.
+  int64_t system_tokens = 0;
   int64_t max_new_tokens = 0;
   SamplingOptions sampling;
   std::vector<std::string> stop;  // stop strings

@@ -1,0 +1,114 @@
+// What the engine's own files share: a running turn, the shared prompt's bookkeeping and
+// the engine's metrics. engine/ only.
+#ifndef STRATA_ENGINE_ENGINE_INTERNAL_H_
+#define STRATA_ENGINE_ENGINE_INTERNAL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "base/metrics.h"
+#include "base/random.h"
+#include "engine/engine.h"
+#include "text/stop_strings.h"
+
+namespace strata::engine {
+
+// The engine's counters, following the names dashboards are built on.
+struct Engine::Metrics {
+  explicit Metrics(metrics::Registry& r)
+      : ttft(r.AddHistogram("strata_ttft_seconds", "Time from request arrival to first token.",
+                            metrics::ExponentialBuckets(0.001, 2, 16)).WithLabels({})),
+        prefill_computed(r.AddCounter("strata_prefill_tokens_total",
+                                      "Prompt tokens by source: computed or reused from cache.")
+                             .WithLabels({{"source", "computed"}})),
+        prefill_reused(r.AddCounter("strata_prefill_tokens_total", "")
+                           .WithLabels({{"source", "reused"}})),
+        generated(r.AddCounter("strata_generated_tokens_total", "Tokens generated.").WithLabels({})),
+        lookups(r.AddCounter("strata_cache_lookups_total",
+                             "Session cache lookups (one per admitted turn with the cache on).")
+                    .WithLabels({})),
+        hits(&r.AddCounter("strata_cache_hits_total",
+                           "Lookups that reused a cached prefix, by the tier that served it.")),
+        batch_size(r.AddHistogram("strata_batch_size", "Turns in one forward step.",
+                                  metrics::ExponentialBuckets(1, 2, 8)).WithLabels({})),
+        ssd_decisions(&r.AddCounter("strata_ssd_fetch_decisions_total",
+                                    "Turns whose history was only on SSD, by what fetch-or-recompute chose: "
+                                    "load (from SSD) or recompute.")),
+        queue_depth(r.AddGauge("strata_queue_depth", "Turns waiting for admission.").WithLabels({})),
+        running(r.AddGauge("strata_running_turns", "Turns being computed.").WithLabels({})),
+        prompt_hits(r.AddCounter("strata_system_prompt_hits_total",
+                                 "Turns that ran on a shared system prompt already in KV memory.")
+                        .WithLabels({})),
+        prompt_loads(&r.AddCounter("strata_system_prompt_loads_total",
+                                   "Shared system prompts brought into KV memory, by source: computed, or "
+                                   "stored (loaded from the host or SSD tier).")),
+        prompts_resident(r.AddGauge("strata_system_prompts", "Shared system prompts in KV memory.").WithLabels({})),
+        prompt_bytes(r.AddGauge("strata_system_prompt_bytes", "KV memory held by shared system prompts.")
+                         .WithLabels({})) {
+    for (const char* source : {"computed", "stored"}) prompt_loads->WithLabels({{"source", source}});
+    for (const char* tier : {"hbm", "host", "ssd"}) hits->WithLabels({{"tier", tier}});
+    for (const char* choice : {"load", "recompute"}) ssd_decisions->WithLabels({{"choice", choice}});
+  }
+  metrics::Histogram& ttft;
+  metrics::Counter& prefill_computed;
+  metrics::Counter& prefill_reused;
+  metrics::Counter& generated;
+  metrics::Counter& lookups;
+  metrics::Family<metrics::Counter>* hits;
+  metrics::Histogram& batch_size;
+  metrics::Family<metrics::Counter>* ssd_decisions;
+  metrics::Gauge& queue_depth;
+  metrics::Gauge& running;
+  metrics::Counter& prompt_hits;
+  metrics::Family<metrics::Counter>* prompt_loads;
+  metrics::Gauge& prompts_resident;
+  metrics::Gauge& prompt_bytes;
+};
+
+// A shared system prompt the engine knows in memory.
+struct Engine::SharedPrompt {
+  std::string id;
+  storage::SessionKey key;  // its store session
+  std::vector<int32_t> tokens;
+  // kWanted: a prompt job is bringing its KV in; kReady: `seq` holds it; kFailed: the job
+  // failed (turns compute it inline until a retry after kPromptRetry).
+  enum class State { kWanted, kReady, kFailed } state = State::kWanted;
+  std::shared_ptr<model::SequenceState> seq;
+  int users = 0;  // turns admitted on it that have not ended
+  uint64_t last_use = 0;
+  absl::Time failed_at = absl::InfinitePast();
+};
+
+struct Engine::Running {
+  TurnRequest request;
+  std::shared_ptr<TurnStream> stream;
+  std::string session_key;
+  std::unique_ptr<model::SequenceState> seq;  // null once the turn has ended
+  std::vector<int32_t> tokens;  // prompt, then every generated token
+  int64_t computed = 0;         // tokens whose KV is in kv: [0, computed)
+  int64_t reused = 0;           // of those, loaded from the session cache
+  int64_t keep = 0;             // leading tokens whose stored chunks stay as they are on save
+  storage::Tier tier = storage::Tier::kNone;
+  int64_t generated = 0;
+  int32_t next_token = -1;  // drawn by the backend at the end of the turn's last step
+  SplitMix64 rng{0};
+  text::Utf8StreamDecoder utf8;
+  text::StopStringFilter stop_filter{{}};
+  bool first_token_sent = false;
+  bool text_started = false;  // some text has been streamed (the leading-space rule is applied)
+  double ttft_ms = 0;
+  int step_tokens = 0;  // tokens fed in the current step
+  // Shared system prompts: a prompt job (computes a prompt's KV, samples nothing), or a
+  // turn on a prompt (prompt_key set): its own tokens start after the prompt's
+  // base_tokens, and its session is saved on the prompt's id (`base`).
+  bool prompt_job = false;
+  std::string prompt_key;
+  int64_t base_tokens = 0;
+  std::string base;
+};
+
+}  // namespace strata::engine
+
+#endif  // STRATA_ENGINE_ENGINE_INTERNAL_H_

@@ -1,0 +1,163 @@
+// The engine's KV traffic with the session cache: loading a turn's cached prefix into its
+// sequence, saving a finished turn's KV (asynchronous write-back) and letting go of both
+// once the backend's copies completed.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/log.h"
+#include "engine/engine.h"
+#include "engine/engine_internal.h"
+
+namespace strata::engine {
+
+int64_t Engine::LoadPrefix(Running& r, int64_t tokens) {
+  // The chunks are leased (pinned in the host tier, no store lock held) while the backend
+  // copies them; the lease goes once the copies completed.
+  absl::StatusOr<storage::ChunkLease> lease = store_->Lease(r.request.key, tokens);
+  if (!lease.ok()) return 0;
+  const storage::ChunkLayout& layout = store_->layout();
+  int64_t placed = 0;
+  absl::Status status;
+  for (const storage::LeasedChunk& chunk : lease->chunks()) {
+    const int count = static_cast<int>(std::min<int64_t>(chunk.count, tokens - placed));
+    if (chunk.token_begin != placed || count <= 0) break;
+    status = model_->LoadKv(*r.seq, r.base_tokens + placed, count, chunk.payload, layout);
+    if (!status.ok()) break;  // a chunk the backend cannot place ends the reuse there
+    placed += count;
+  }
+  if (!status.ok()) LOG(WARNING) << "placing cached KV failed, recomputing from there: " << status;
+  round_leases_.push_back(*std::move(lease));  // read until the backend says the copies are done
+  return placed;
+}
+
+void Engine::StartLoads(const std::vector<Running*>& loaded) {
+  if (round_leases_.empty()) return;
+  absl::StatusOr<uint64_t> ticket = model_->StartKvTransfers();
+  if (!ticket.ok()) {
+    LOG(WARNING) << "starting cached KV loads failed; those turns compute their prompts: " << ticket.status();
+    for (Running* r : loaded) {
+      r->reused = r->computed = r->keep = 0;
+      r->tier = storage::Tier::kNone;
+    }
+    (void)model_->FinishKvTransfers();
+    round_leases_.clear();
+    return;
+  }
+  loads_in_flight_.push_back(LoadsInFlight{*ticket, std::move(round_leases_)});
+  round_leases_.clear();
+}
+
+void Engine::ReleaseLoads(bool wait) {
+  if (wait && !loads_in_flight_.empty()) {
+    if (absl::Status s = model_->FinishKvTransfers(); !s.ok()) LOG(WARNING) << "KV loads failed: " << s;
+    loads_in_flight_.clear();
+    return;
+  }
+  while (!loads_in_flight_.empty()) {
+    absl::StatusOr<bool> done = model_->KvTransfersDone(loads_in_flight_.front().ticket);
+    if (!done.ok()) {
+      // A device fault: nothing moves any more (the steps fail on their own).
+      LOG(WARNING) << "KV loads failed: " << done.status();
+      (void)model_->FinishKvTransfers();
+      loads_in_flight_.clear();
+      return;
+    }
+    if (!*done) return;
+    loads_in_flight_.pop_front();
+  }
+}
+
+bool Engine::StartSave(Running& r, std::shared_ptr<model::SequenceState> shared) {
+  if (store_ == nullptr || r.computed <= r.base_tokens) return false;
+  // Asynchronous write-back: the copies are enqueued chunk by chunk into the chunks the
+  // store reserves, and the session counts as saved when they complete (ReleaseSaves). On
+  // a shared prompt the session stores only its own tokens, on the prompt's id.
+  const model::SequenceState& seq = shared != nullptr ? *shared : *r.seq;
+  const storage::ChunkLayout& layout = store_->layout();
+  std::vector<int32_t> tokens(r.tokens.begin(), r.tokens.begin() + r.computed);
+  const absl::Span<const int32_t> own = absl::MakeConstSpan(tokens).subspan(static_cast<size_t>(r.base_tokens));
+  absl::Status fill_status;
+  absl::StatusOr<uint64_t> fill = store_->SaveAsync(
+      r.request.key, own, r.keep,
+      [&](int64_t begin, int count, absl::Span<std::byte> payload) {
+        if (!fill_status.ok()) return;
+        fill_status = model_->SaveKv(seq, r.base_tokens + begin, count, payload, layout);
+      },
+      r.base);
+  if (fill.ok()) {
+    absl::StatusOr<uint64_t> ticket = fill_status.ok() ? model_->MarkKvSaves() : fill_status;
+    if (ticket.ok()) {
+      saves_in_flight_.push_back(SaveInFlight{*ticket, *fill, r.request.key, r.session_key, std::move(r.seq),
+                                              std::move(tokens), r.base_tokens, std::move(shared)});
+      return true;
+    }
+    // The chunks may hold garbage: the session must not be served from them.
+    LOG(WARNING) << "copying KV to the session cache failed; dropping the session: " << ticket.status();
+    (void)model_->FinishKvSaves();
+    store_->FinishFill(*fill, ticket.status());
+  } else if (!absl::IsResourceExhausted(fill.status())) {
+    LOG(WARNING) << "session cache save failed: " << fill.status();
+  }
+  return false;
+}
+
+void Engine::End(Running& r, FinishReason reason) {
+  const bool saving = StartSave(r, nullptr);
+  {
+    MutexLock lock(&mu_);
+    if (!r.prompt_key.empty()) ReleasePromptUseLocked(r.prompt_key);
+  }
+  TurnResult result;
+  result.usage.prompt_tokens = static_cast<int64_t>(r.request.prompt.size());
+  result.usage.cached_tokens = r.reused;
+  result.usage.computed_tokens = result.usage.prompt_tokens - r.reused;
+  result.usage.completion_tokens = r.generated;
+  result.cache_tier = r.tier;
+  result.ttft_ms = r.ttft_ms;
+  result.finish = reason;
+  if (reason == FinishReason::kCancelled) {
+    r.stream->Fail(absl::CancelledError("the client cancelled the turn"));
+  } else {
+    r.stream->Finish(result);
+  }
+  r.seq.reset();  // marks the turn as ended for the step's clean-up (a saving one moved it)
+  if (saving) return;  // the session stays active until its write-back completes
+  MutexLock lock(&mu_);
+  active_sessions_.erase(r.session_key);
+}
+
+void Engine::ReleaseSaves(bool wait) {
+  if (saves_in_flight_.empty()) return;
+  absl::Status fault;
+  if (wait) fault = model_->FinishKvSaves();
+  while (!saves_in_flight_.empty()) {
+    SaveInFlight& f = saves_in_flight_.front();
+    if (fault.ok() && !wait) {
+      absl::StatusOr<bool> done = model_->KvSavesDone(f.ticket);
+      if (!done.ok()) {
+        fault = done.status();
+        (void)model_->FinishKvSaves();  // nothing moves any more; let it settle
+      } else if (!*done) {
+        return;
+      }
+    }
+    if (!fault.ok()) {
+      LOG(WARNING) << "copying KV to the session cache failed; dropping the session: " << fault;
+      store_->FinishFill(f.fill, fault);
+    } else {
+      store_->FinishFill(f.fill, absl::OkStatus());
+      // Saved to the host tier: the sequence may stay in HBM for the session's next turn
+      // (a shared prompt's stays with the prompt).
+      if (f.seq != nullptr) hbm_->Keep(f.key, std::move(f.seq), std::move(f.tokens), f.base_tokens);
+    }
+    f.seq.reset();
+    {
+      MutexLock lock(&mu_);
+      active_sessions_.erase(f.session_key);
+    }
+    saves_in_flight_.pop_front();
+  }
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,266 @@
+// Shared system prompts on the engine thread: a prompt's KV is brought into KV memory once
+// by a prompt job (loaded when the store holds it, else computed, then saved once), the
+// turns on it wait in the queue until it is there and then run on it, and the registry
+// (Register, Drop, List) that the API reaches.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/log.h"
+#include "engine/engine.h"
+#include "engine/engine_internal.h"
+#include "engine/system_prompt_names.h"
+
+namespace strata::engine {
+namespace {
+
+// A prompt whose job failed is computed inline by its turns for this long, then tried again.
+constexpr absl::Duration kPromptRetry = absl::Seconds(30);
+
+}  // namespace
+
+bool Engine::SharesSystemPrompt(int64_t tokens) const {
+  return store_ != nullptr && model_->shares_prefixes() && options_.min_shared_prompt_tokens > 0 &&
+         tokens >= options_.min_shared_prompt_tokens;
+}
+
+Engine::Queued Engine::PromptJobLocked(const storage::SessionKey& key, std::vector<int32_t> tokens) {
+  Queued job;
+  job.request.key = key;
+  job.request.prompt = std::move(tokens);
+  job.request.max_new_tokens = 0;
+  job.stream = std::make_shared<TurnStream>();  // nobody reads it
+  job.id = next_id_++;
+  job.prompt_job = true;
+  job.prompt_key = storage::SessionMapKey(key);
+  lookahead_changed_ = true;
+  return job;
+}
+
+bool Engine::PromptReadyLocked(Queued& q, std::vector<Queued>* jobs) {
+  if (q.prompt_job || !SharesSystemPrompt(q.request.system_tokens)) return true;
+  const absl::Span<const int32_t> system =
+      absl::MakeConstSpan(q.request.prompt).subspan(0, static_cast<size_t>(q.request.system_tokens));
+  if (q.prompt_key.empty()) {
+    q.prompt_key = storage::SessionMapKey(SystemPromptKey(q.request.key.tenant, SystemPromptId(system)));
+  }
+  auto it = prompts_.find(q.prompt_key);
+  if (it == prompts_.end()) {
+    auto p = std::make_unique<SharedPrompt>();
+    p->id = SystemPromptId(system);
+    p->key = SystemPromptKey(q.request.key.tenant, p->id);
+    p->tokens.assign(system.begin(), system.end());
+    jobs->push_back(PromptJobLocked(p->key, p->tokens));
+    it = prompts_.emplace(q.prompt_key, std::move(p)).first;
+  }
+  SharedPrompt& p = *it->second;
+  switch (p.state) {
+    case SharedPrompt::State::kReady:
+      ++p.users;
+      p.last_use = ++prompt_clock_;
+      return true;
+    case SharedPrompt::State::kWanted:
+      q.prompt_waiting = true;
+      return false;
+    case SharedPrompt::State::kFailed:
+      if (absl::Now() - p.failed_at > kPromptRetry) {
+        p.state = SharedPrompt::State::kWanted;
+        jobs->push_back(PromptJobLocked(p.key, p.tokens));
+        q.prompt_waiting = true;
+        return false;
+      }
+      // Computed inline with the turn, as without sharing.
+      q.prompt_key.clear();
+      q.request.system_tokens = 0;
+      return true;
+  }
+  return true;
+}
+
+void Engine::FinishPromptJob(Running& r) {
+  std::shared_ptr<model::SequenceState> seq(std::move(r.seq));  // the turn has ended
+  bool wanted;
+  {
+    MutexLock lock(&mu_);
+    auto it = prompts_.find(r.prompt_key);
+    wanted = it != prompts_.end() && it->second->state == SharedPrompt::State::kWanted;
+    if (wanted) {
+      SharedPrompt& p = *it->second;
+      p.state = SharedPrompt::State::kReady;
+      p.seq = seq;
+      p.last_use = ++prompt_clock_;
+      if (metrics_) {
+        const bool stored = r.reused == static_cast<int64_t>(r.tokens.size());
+        metrics_->prompt_loads->WithLabels({{"source", stored ? "stored" : "computed"}}).Increment();
+      }
+      LOG_EVERY_N_SEC(INFO, 10) << "shared system prompt " << p.id << " of tenant '" << p.key.tenant << "' ("
+                                << p.tokens.size() << " tokens) is in KV memory: " << r.reused << " tokens loaded, "
+                                << r.tokens.size() - r.reused << " computed";
+    }
+    // Its turns go on (on it, or inline when it was dropped meanwhile).
+    for (Queued& q : queue_) {
+      if (q.prompt_key == r.prompt_key) q.prompt_waiting = false;
+    }
+    TrimIdlePromptsLocked();
+    PublishPromptGaugesLocked();
+  }
+  // Stored once: saved unless all of it came from the store (or it was dropped meanwhile).
+  const bool saving = wanted && r.reused < static_cast<int64_t>(r.tokens.size()) && StartSave(r, seq);
+  if (saving) return;  // its store session stays active until the write-back completes
+  MutexLock lock(&mu_);
+  active_sessions_.erase(r.session_key);
+}
+
+void Engine::FailPromptJobLocked(const std::string& prompt_key, const absl::Status& why) {
+  auto it = prompts_.find(prompt_key);
+  if (it != prompts_.end() && it->second->state == SharedPrompt::State::kWanted) {
+    LOG(WARNING) << "shared system prompt " << it->second->id << " could not be brought into KV memory; its turns "
+                 << "compute it inline for now: " << why;
+    it->second->state = SharedPrompt::State::kFailed;
+    it->second->failed_at = absl::Now();
+  }
+  for (Queued& q : queue_) {
+    if (q.prompt_key == prompt_key) q.prompt_waiting = false;
+  }
+}
+
+void Engine::ReleasePromptUseLocked(const std::string& prompt_key) {
+  auto it = prompts_.find(prompt_key);
+  if (it == prompts_.end() || it->second->users == 0) return;
+  --it->second->users;
+  TrimIdlePromptsLocked();
+  PublishPromptGaugesLocked();
+}
+
+bool Engine::EvictIdlePromptLocked() {
+  auto victim = prompts_.end();
+  for (auto it = prompts_.begin(); it != prompts_.end(); ++it) {
+    const SharedPrompt& p = *it->second;
+    if (p.state != SharedPrompt::State::kReady || p.users > 0) continue;
+    if (victim == prompts_.end() || p.last_use < victim->second->last_use) victim = it;
+  }
+  if (victim == prompts_.end()) return false;
+  // Sequences of sessions resident in HBM that were on it keep its KV until they go.
+  prompts_.erase(victim);
+  PublishPromptGaugesLocked();
+  return true;
+}
+
+void Engine::TrimIdlePromptsLocked() {
+  int idle = 0;
+  for (const auto& [k, p] : prompts_) idle += p->state == SharedPrompt::State::kReady && p->users == 0;
+  for (; idle > options_.max_idle_shared_prompts && EvictIdlePromptLocked(); --idle) {
+  }
+}
+
+void Engine::PublishPromptGaugesLocked() {
+  if (!metrics_) return;
+  int64_t resident = 0, tokens = 0;
+  for (const auto& [k, p] : prompts_) {
+    if (p->state != SharedPrompt::State::kReady) continue;
+    ++resident;
+    tokens += static_cast<int64_t>(p->tokens.size());
+  }
+  metrics_->prompts_resident.Set(static_cast<double>(resident));
+  metrics_->prompt_bytes.Set(static_cast<double>(tokens * model_->kv_bytes_per_token()));
+}
+
+absl::StatusOr<std::string> Engine::RegisterSystemPrompt(const std::string& tenant, std::vector<int32_t> tokens) {
+  if (store_ == nullptr) {
+    return absl::FailedPreconditionError("the session cache is off: system prompts cannot be shared");
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return absl::InvalidArgumentError("the system prompt is empty");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= tokenizer_->vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("token_ids[", i, "] = ", tokens[i],
+                                                     " is outside the vocabulary [0, ", tokenizer_->vocab_size(), ")"));
+    }
+  }
+  if (n + 1 >= config().max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("the system prompt is ", n, " tokens; the model's context holds ",
+                                                   config().max_context, " (the prompt, a message and an answer)"));
+  }
+  std::string id = SystemPromptId(tokens);
+  const storage::SessionKey key = SystemPromptKey(tenant, id);
+  const std::string map_key = storage::SessionMapKey(key);
+  MutexLock lock(&mu_);
+  if (stopping_ || draining_) return absl::UnavailableError("the server is shutting down");
+  auto it = prompts_.find(map_key);
+  if (it != prompts_.end() && it->second->state != SharedPrompt::State::kFailed) return id;
+  if (it == prompts_.end()) {
+    auto p = std::make_unique<SharedPrompt>();
+    p->id = id;
+    p->key = key;
+    p->tokens = tokens;
+    it = prompts_.emplace(map_key, std::move(p)).first;
+  }
+  it->second->state = SharedPrompt::State::kWanted;
+  queue_.push_back(PromptJobLocked(key, std::move(tokens)));
+  return id;
+}
+
+absl::Status Engine::DropSystemPrompt(const std::string& tenant, const std::string& id) {
+  const storage::SessionKey key = SystemPromptKey(tenant, id);
+  bool found = false;
+  {
+    MutexLock lock(&mu_);
+    // Turns running on it hold its KV through their sequences until they end.
+    found = prompts_.erase(storage::SessionMapKey(key)) > 0;
+    PublishPromptGaugesLocked();
+  }
+  if (store_ != nullptr && store_->Get(key).ok()) found = store_->Drop(key).ok() || found;
+  if (!found) return absl::NotFoundError(absl::StrCat("no system prompt '", id, "'"));
+  return absl::OkStatus();
+}
+
+std::vector<Engine::SystemPromptInfo> Engine::ListSystemPrompts(const std::string& tenant) const {
+  std::vector<SystemPromptInfo> out;
+  if (store_ != nullptr) {
+    for (const storage::SessionInfo& s : store_->List(tenant)) {
+      std::optional<std::string> id = SystemPromptIdOfSession(s.session_id);
+      if (!id.has_value()) continue;
+      SystemPromptInfo info;
+      info.id = *id;
+      info.tokens = s.cached_tokens;
+      info.stored = true;
+      info.persisted = s.persisted;
+      info.stored_bytes = s.bytes;
+      out.push_back(std::move(info));
+    }
+  }
+  MutexLock lock(&mu_);
+  for (const auto& [k, p] : prompts_) {
+    if (p->key.tenant != tenant) continue;
+    auto it = std::find_if(out.begin(), out.end(), [&](const SystemPromptInfo& i) { return i.id == p->id; });
+    if (it == out.end()) {
+      out.push_back(SystemPromptInfo{.id = p->id, .tokens = static_cast<int64_t>(p->tokens.size())});
+      it = out.end() - 1;
+    }
+    it->resident = p->state == SharedPrompt::State::kReady;
+    it->running_turns = p->users;
+  }
+  std::sort(out.begin(), out.end(), [](const SystemPromptInfo& a, const SystemPromptInfo& b) { return a.id < b.id; });
+  return out;
+}
+
+absl::StatusOr<std::vector<int32_t>> Engine::SystemPromptTokens(const std::string& tenant,
+                                                                const std::string& id) const {
+  const storage::SessionKey key = SystemPromptKey(tenant, id);
+  {
+    MutexLock lock(&mu_);
+    auto it = prompts_.find(storage::SessionMapKey(key));
+    if (it != prompts_.end()) return it->second->tokens;
+  }
+  if (store_ != nullptr) {
+    auto tokens = store_->Tokens(key);
+    if (tokens.ok()) return tokens;
+  }
+  return absl::NotFoundError(absl::StrCat("no system prompt '", id, "'"));
+}
+
+}  // namespace strata::engine

@@ -1,0 +1,229 @@
+// Shared system prompts in the engine (CPU backend): computed once and stored once, turns
+// on them answer exactly as with the prompt computed inline and the cache off, sessions
+// store only their own tokens, a restart loads the prompt from the SSD tier, and the
+// registry's Register / Drop / List.
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "base/metrics.h"
+#include "engine/engine.h"
+#include "engine/system_prompt_names.h"
+#include "engine/testing/engine_testing.h"
+#include "gtest/gtest.h"
+#include "model/cpu/cpu_model.h"
+#include "storage/testing/temp_dir.h"
+
+namespace strata::engine {
+namespace {
+
+using testing::Collect;
+using testing::HostOnlyStore;
+using testing::SmallConfig;
+using testing::TurnOutput;
+
+// A system part of `n` tokens (printable bytes of the built-in tokenizer) for prompt `k`.
+std::vector<int32_t> SystemPart(int n, int k) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[static_cast<size_t>(i)] = 32 + (i * (7 + k) + 3 * k) % 90;
+  return t;
+}
+
+TurnRequest Turn(const std::string& session, const std::vector<int32_t>& system, int own, int salt, int max_new) {
+  TurnRequest r;
+  r.key = {"t", session};
+  r.prompt = system;
+  for (int i = 0; i < own; ++i) r.prompt.push_back(32 + (i * 13 + salt * 5) % 90);
+  r.system_tokens = static_cast<int64_t>(system.size());
+  r.max_new_tokens = max_new;
+  return r;
+}
+
+double Count(metrics::Registry& registry, const std::string& name, const metrics::Labels& labels) {
+  return registry.AddCounter(name, "").WithLabels(labels).Value();
+}
+
+class SystemPromptEngineTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Engine> MakeEngine(storage::SessionStore* store, metrics::Registry* registry = nullptr) {
+    const model::ModelConfig c = SmallConfig();
+    auto model = std::make_unique<model::CpuModel>(model::ModelWeights::Random(c, 99, tokenizer_.SilentTokens()));
+    EngineOptions options;
+    options.min_shared_prompt_tokens = 64;
+    options.warmup_tokens = 0;
+    auto e = Engine::Create(options, std::move(model), &tokenizer_, store, registry);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return *std::move(e);
+  }
+  uint64_t Fingerprint() const { return model::ModelWeights::Random(SmallConfig(), 99, {}).fingerprint(); }
+
+  // Runs the turns concurrently; returns their outputs in order.
+  static std::vector<TurnOutput> RunAll(Engine& engine, const std::vector<TurnRequest>& turns) {
+    std::vector<std::shared_ptr<TurnStream>> streams;
+    for (const TurnRequest& t : turns) {
+      auto s = engine.Submit(t);
+      EXPECT_TRUE(s.ok()) << s.status();
+      streams.push_back(*s);
+    }
+    std::vector<TurnOutput> out;
+    for (auto& s : streams) out.push_back(Collect(s));
+    return out;
+  }
+
+  text::ByteTokenizer tokenizer_;
+};
+
+TEST_F(SystemPromptEngineTest, AnswersEqualThePromptInlineWithTheCacheOff) {
+  // 24 sessions over three prompts, two turns each, against the same turns with the
+  // cache off (every prompt computed inline).
+  const std::vector<std::vector<int32_t>> prompts = {SystemPart(150, 1), SystemPart(90, 2), SystemPart(200, 3)};
+  std::vector<TurnRequest> first, second;
+  for (int s = 0; s < 24; ++s) {
+    first.push_back(Turn("s" + std::to_string(s), prompts[s % 3], 10 + s, s, 6));
+  }
+  metrics::Registry registry;
+  auto store = HostOnlyStore(SmallConfig(), Fingerprint());
+  auto shared = MakeEngine(store.get(), &registry);
+  auto plain = MakeEngine(nullptr);
+  const std::vector<TurnOutput> a = RunAll(*shared, first);
+  const std::vector<TurnOutput> b = RunAll(*plain, first);
+  for (int s = 0; s < 24; ++s) {
+    ASSERT_TRUE(a[s].status.ok()) << a[s].status;
+    EXPECT_EQ(a[s].tokens, b[s].tokens) << "session " << s;
+    EXPECT_GE(a[s].result.usage.cached_tokens, static_cast<int64_t>(prompts[s % 3].size()))
+        << "the shared prompt was not reused by session " << s;
+  }
+  ASSERT_TRUE(shared->AwaitIdle(absl::Seconds(30)));
+  // Each prompt computed once and stored once; each session stores only its own tokens.
+  EXPECT_EQ(Count(registry, "strata_system_prompt_loads_total", {{"source", "computed"}}), 3);
+  EXPECT_EQ(Count(registry, "strata_system_prompt_hits_total", {}), 24);
+  for (int s = 0; s < 24; ++s) {
+    auto info = store->Get({"t", "s" + std::to_string(s)});
+    ASSERT_TRUE(info.ok()) << info.status();
+    // Its own prompt tokens and every answer token but the last (never fed back).
+    EXPECT_EQ(info->cached_tokens, static_cast<int64_t>(first[s].prompt.size() - prompts[s % 3].size() +
+                                                         a[s].tokens.size() - 1))
+        << "session " << s << " stores more than its own tokens";
+    EXPECT_EQ(info->base, SystemPromptId(prompts[s % 3]));
+  }
+  auto listed = shared->ListSystemPrompts("t");
+  ASSERT_EQ(listed.size(), 3u);
+  for (const auto& p : listed) {
+    EXPECT_TRUE(p.resident && p.stored) << p.id;
+    EXPECT_EQ(p.running_turns, 0);
+  }
+  EXPECT_TRUE(shared->ListSystemPrompts("other").empty()) << "another tenant's prompts";
+
+  // Second turns: the conversation resent whole, grown by the answer and a new message.
+  for (int s = 0; s < 24; ++s) {
+    TurnRequest t = first[s];
+    t.prompt.insert(t.prompt.end(), a[s].tokens.begin(), a[s].tokens.end());
+    for (int i = 0; i < 5; ++i) t.prompt.push_back(40 + i + s % 7);
+    second.push_back(t);
+  }
+  const std::vector<TurnOutput> a2 = RunAll(*shared, second);
+  const std::vector<TurnOutput> b2 = RunAll(*plain, second);
+  for (int s = 0; s < 24; ++s) {
+    ASSERT_TRUE(a2[s].status.ok()) << a2[s].status;
+    EXPECT_EQ(a2[s].tokens, b2[s].tokens) << "session " << s << ", turn 2";
+    EXPECT_GE(a2[s].result.usage.cached_tokens, static_cast<int64_t>(first[s].prompt.size()))
+        << "turn 2 of session " << s << " did not reuse its own history";
+  }
+  EXPECT_EQ(Count(registry, "strata_system_prompt_loads_total", {{"source", "computed"}}), 3) << "recomputed";
+}
+
+TEST_F(SystemPromptEngineTest, AfterARestartThePromptIsLoadedFromTheSsdTier) {
+  storage::testing::TempDir dir("strata-prompt-restart");
+  std::filesystem::create_directories(dir.path() + "/ssd");
+  auto make_store = [&] {
+    storage::SessionStoreOptions so;
+    so.layout = Engine::ChunkLayoutFor(SmallConfig(), 16);
+    so.host_capacity_bytes = int64_t{16} << 20;
+    so.model_fingerprint = Fingerprint();
+    so.ssd_dirs = {dir.path() + "/ssd"};
+    so.ssd_capacity_bytes_per_dir = int64_t{32} << 20;
+    so.index_dir = dir.path() + "/index";
+    so.ssd_read_bytes_per_second = 1e9;
+    return *storage::SessionStore::Create(so);
+  };
+  const std::vector<int32_t> system = SystemPart(120, 4);
+  std::vector<TurnOutput> before;
+  {
+    auto store = make_store();
+    auto engine = MakeEngine(store.get());
+    before = RunAll(*engine, {Turn("a", system, 20, 1, 5)});
+    ASSERT_TRUE(before[0].status.ok()) << before[0].status;
+    ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+    ASSERT_TRUE(store->AwaitWriteBacks(absl::Seconds(30)).ok());
+  }
+  metrics::Registry registry;
+  auto store = make_store();
+  auto engine = MakeEngine(store.get(), &registry);
+  auto listed = engine->ListSystemPrompts("t");
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_TRUE(listed[0].persisted);
+  EXPECT_FALSE(listed[0].resident);
+  // A new session on the same prompt: the prompt comes from the store, not computed.
+  const std::vector<TurnOutput> after = RunAll(*engine, {Turn("b", system, 20, 1, 5)});
+  ASSERT_TRUE(after[0].status.ok()) << after[0].status;
+  EXPECT_EQ(after[0].tokens, before[0].tokens) << "same conversation, same answer";
+  EXPECT_EQ(Count(registry, "strata_system_prompt_loads_total", {{"source", "stored"}}), 1);
+  EXPECT_EQ(Count(registry, "strata_system_prompt_loads_total", {{"source", "computed"}}), 0);
+}
+
+TEST_F(SystemPromptEngineTest, RegisterDropAndList) {
+  auto store = HostOnlyStore(SmallConfig(), Fingerprint());
+  auto engine = MakeEngine(store.get());
+  const std::vector<int32_t> system = SystemPart(100, 5);
+  auto id = engine->RegisterSystemPrompt("t", system);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_TRUE(IsSystemPromptId(*id)) << *id;
+  EXPECT_EQ(*engine->RegisterSystemPrompt("t", system), *id) << "registering is idempotent";
+  EXPECT_EQ(*engine->SystemPromptTokens("t", *id), system);
+  EXPECT_TRUE(absl::IsNotFound(engine->SystemPromptTokens("u", *id).status())) << "another tenant's";
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  auto listed = engine->ListSystemPrompts("t");
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].id, *id);
+  EXPECT_EQ(listed[0].tokens, 100);
+  EXPECT_TRUE(listed[0].resident);
+  EXPECT_TRUE(listed[0].stored);
+  // Bad prompts change nothing.
+  EXPECT_TRUE(absl::IsInvalidArgument(engine->RegisterSystemPrompt("t", {}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(engine->RegisterSystemPrompt("t", {1, 99999}).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(engine->RegisterSystemPrompt("t", SystemPart(600, 1)).status()));
+  EXPECT_EQ(engine->ListSystemPrompts("t").size(), 1u);
+
+  // A turn running on it when it is dropped finishes; then the id is gone.
+  auto running = engine->Submit(Turn("s", system, 10, 1, 40));
+  ASSERT_TRUE(running.ok());
+  TurnStream::Event first;
+  ASSERT_TRUE((*running)->Next(&first, absl::Seconds(30)));
+  ASSERT_TRUE(engine->DropSystemPrompt("t", *id).ok());
+  TurnOutput rest = Collect(*running);
+  EXPECT_TRUE(rest.status.ok()) << rest.status;
+  EXPECT_EQ(static_cast<int>(first.token_ids.size() + rest.tokens.size()), 40);
+  EXPECT_TRUE(absl::IsNotFound(engine->DropSystemPrompt("t", *id)));
+  EXPECT_TRUE(absl::IsNotFound(engine->SystemPromptTokens("t", *id).status()));
+  EXPECT_TRUE(engine->ListSystemPrompts("t").empty());
+  EXPECT_TRUE(absl::IsNotFound(engine->DropSystemPrompt("t", SystemPromptId({1, 2, 3}))));
+}
+
+TEST_F(SystemPromptEngineTest, WithoutTheCacheNothingIsSharedAndTheAnswerIsTheSame) {
+  auto engine = MakeEngine(nullptr);
+  EXPECT_TRUE(absl::IsFailedPrecondition(engine->RegisterSystemPrompt("t", SystemPart(100, 1)).status()));
+  const std::vector<TurnOutput> out = RunAll(*engine, {Turn("s", SystemPart(100, 1), 8, 1, 4)});
+  ASSERT_TRUE(out[0].status.ok());
+  EXPECT_EQ(out[0].result.usage.cached_tokens, 0);
+}
+
+TEST_F(SystemPromptEngineTest, ASystemPartAsLongAsThePromptIsRefused) {
+  auto engine = MakeEngine(nullptr);
+  TurnRequest t = Turn("s", SystemPart(100, 1), 0, 1, 4);
+  EXPECT_TRUE(absl::IsInvalidArgument(engine->Submit(t).status()));
+}
+
+}  // namespace
+}  // namespace strata::engine
