@@ -15,7 +15,7 @@ namespace strata::engine {
 
 absl::Status EngineOptions::Validate() const {
   if (max_running <= 0 || max_step_tokens <= 0 || max_new_tokens_limit <= 0 || max_queued <= 0 ||
-      warmup_tokens < 0) {
+      warmup_tokens < 0 || min_shared_prompt_tokens < 0 || max_idle_shared_prompts < 0) {
     return absl::InvalidArgumentError("engine limits must be positive");
   }
   return absl::OkStatus();

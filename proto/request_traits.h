@@ -14,6 +14,7 @@
 
 #include "strata/v1/cache.pb.h"
 #include "strata/v1/chat.pb.h"
+#include "strata/v1/system_prompts.pb.h"
 
 #define STRATA_STRICT_REQUEST_TRAITS(Type)                                                  \
   template <>                                                                               \
@@ -41,6 +42,9 @@ STRATA_STRICT_REQUEST_TRAITS(strata::v1::ListSessionsRequest)
 STRATA_STRICT_REQUEST_TRAITS(strata::v1::PrefetchRequest)
 STRATA_STRICT_REQUEST_TRAITS(strata::v1::StatsRequest)
 STRATA_STRICT_REQUEST_TRAITS(strata::v1::FlushRequest)
+STRATA_STRICT_REQUEST_TRAITS(strata::v1::RegisterSystemPromptRequest)
+STRATA_STRICT_REQUEST_TRAITS(strata::v1::DropSystemPromptRequest)
+STRATA_STRICT_REQUEST_TRAITS(strata::v1::ListSystemPromptsRequest)
 
 #undef STRATA_STRICT_REQUEST_TRAITS
 

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "engine/system_prompt_names.h"
 #include "server/auth.h"
 #include "server/status_map.h"
 
@@ -58,7 +59,11 @@ grpc::Status CacheServiceImpl::ListSessions(grpc::ServerContext* context,
   auto tenant = TenantOf(*context, *api_keys_);
   if (!tenant.ok()) return ToGrpcStatus(tenant.status());
   if (store_ != nullptr) {
-    for (const storage::SessionInfo& info : store_->List(*tenant)) Fill(info, response->add_sessions());
+    for (const storage::SessionInfo& info : store_->List(*tenant)) {
+      // The KV of shared system prompts is the SystemPromptService's to list.
+      if (engine::SystemPromptIdOfSession(info.session_id).has_value()) continue;
+      Fill(info, response->add_sessions());
+    }
   }
   return grpc::Status::OK;
 }

@@ -1,10 +1,12 @@
 #include "server/chat_service.h"
 
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/auth.h"
+#include "server/system_prompt_service.h"
 #include "server/status_map.h"
 
 namespace strata::server {
@@ -22,11 +24,72 @@ v1::Tier ToProto(storage::Tier tier) {
 
 }  // namespace
 
+absl::Status ChatServiceImpl::BuildPrompt(const std::string& tenant, const v1::ChatRequest& request,
+                                          engine::TurnRequest* turn) const {
+  std::optional<ResolvedPrompt> system;
+  if (!request.system_prompt_id().empty()) {
+    auto resolved = ResolveSystemPrompt(*engine_, *prompts_, *tokenizer_, tenant, request.system_prompt_id());
+    if (!resolved.ok()) return resolved.status();
+    system = *std::move(resolved);
+  }
+  if (request.messages_size() > 0) {
+    if (request.system_prefix_tokens() > 0) {
+      return absl::InvalidArgumentError("system_prefix_tokens is for token_ids; messages name their system part");
+    }
+    std::vector<text::ChatMessage> messages;
+    if (system.has_value()) {
+      if (system->messages.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("system prompt ", request.system_prompt_id(),
+                                                       " is known by its token IDs: send token_ids with it"));
+      }
+      messages = system->messages;
+    }
+    messages.reserve(messages.size() + static_cast<size_t>(request.messages_size()));
+    for (const v1::Message& m : request.messages()) {
+      if (system.has_value() && m.role() == "system") {
+        return absl::InvalidArgumentError("with system_prompt_id the system messages come from the prompt");
+      }
+      messages.push_back({m.role(), m.content()});
+    }
+    auto rendered = tokenizer_->RenderChat(messages);
+    if (!rendered.ok()) return rendered.status();
+    turn->prompt = *std::move(rendered);
+    turn->system_tokens = RecognisedSystemTokens(*tokenizer_, messages, turn->prompt);
+    if (system.has_value() && turn->system_tokens != static_cast<int64_t>(system->tokens.size())) {
+      turn->system_tokens = 0;  // the template did not render it as the prompt's part: inline
+    }
+  } else {
+    if (system.has_value()) turn->prompt = system->tokens;
+    turn->prompt.insert(turn->prompt.end(), request.token_ids().begin(), request.token_ids().end());
+    turn->system_tokens = system.has_value() ? static_cast<int64_t>(system->tokens.size()) : 0;
+    if (request.system_prefix_tokens() > 0) {
+      if (system.has_value()) {
+        return absl::InvalidArgumentError("give system_prompt_id or system_prefix_tokens, not both");
+      }
+      if (request.system_prefix_tokens() >= static_cast<uint32_t>(request.token_ids_size())) {
+        return absl::InvalidArgumentError(absl::StrCat("system_prefix_tokens (", request.system_prefix_tokens(),
+                                                       ") must be less than the tokens sent (",
+                                                       request.token_ids_size(), ")"));
+      }
+      turn->system_tokens = request.system_prefix_tokens();
+    }
+  }
+  if (turn->prompt.empty() || (request.messages_size() == 0 && request.token_ids_size() == 0)) {
+    return absl::InvalidArgumentError("the conversation is empty: give messages or token_ids");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateSessionId(const std::string& session_id) {
   if (session_id.empty()) return absl::InvalidArgumentError("session_id is empty");
   if (session_id.size() > kMaxSessionIdBytes) {
     return absl::InvalidArgumentError(absl::StrCat("session_id is ", session_id.size(),
                                                    " bytes; at most ", kMaxSessionIdBytes));
+  }
+  for (char c : session_id) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError("session_id holds a control character");
+    }
   }
   return absl::OkStatus();
 }
@@ -54,20 +117,7 @@ grpc::Status ChatServiceImpl::DoChat(grpc::ServerContext* context, const v1::Cha
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("at most ", kMaxMessages, " messages"));
   }
-  if (request.messages_size() > 0) {
-    std::vector<text::ChatMessage> messages;
-    messages.reserve(static_cast<size_t>(request.messages_size()));
-    for (const v1::Message& m : request.messages()) messages.push_back({m.role(), m.content()});
-    auto rendered = tokenizer_->RenderChat(messages);
-    if (!rendered.ok()) return ToGrpcStatus(rendered.status());
-    turn.prompt = *std::move(rendered);
-  } else {
-    turn.prompt.assign(request.token_ids().begin(), request.token_ids().end());
-  }
-  if (turn.prompt.empty()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "the conversation is empty: give messages or token_ids");
-  }
+  if (absl::Status s = BuildPrompt(*tenant, request, &turn); !s.ok()) return ToGrpcStatus(s);
   turn.max_new_tokens = request.max_new_tokens();  // validated by the engine, as sent
   turn.sampling.temperature = request.sampling().temperature();
   turn.sampling.top_p = request.sampling().top_p() == 0 ? 1.0f : request.sampling().top_p();

@@ -9,6 +9,7 @@
 
 #include "base/metrics.h"
 #include "engine/engine.h"
+#include "server/system_prompts.h"
 #include "text/tokenizer.h"
 #include "strata/v1/chat.grpc.pb.h"
 
@@ -17,15 +18,17 @@ namespace strata::server {
 inline constexpr size_t kMaxSessionIdBytes = 128;
 inline constexpr int kMaxMessages = 4096;
 
-// InvalidArgument unless 1 <= bytes <= kMaxSessionIdBytes.
+// InvalidArgument unless 1 <= bytes <= kMaxSessionIdBytes and no byte is a control
+// character (the store reserves such IDs for system prompts).
 absl::Status ValidateSessionId(const std::string& session_id);
 
 class ChatServiceImpl final : public v1::ChatService::Service {
  public:
-  // `store` may be null (cache off); it answers the per-turn `persist` option.
-  ChatServiceImpl(engine::Engine* engine, const text::Tokenizer* tokenizer,
-                  storage::SessionStore* store, const std::map<std::string, std::string>* api_keys)
-      : engine_(engine), tokenizer_(tokenizer), store_(store), api_keys_(api_keys) {}
+  // `store` may be null (cache off); it answers the per-turn `persist` option. `prompts`
+  // resolves system_prompt_id.
+  ChatServiceImpl(engine::Engine* engine, const text::Tokenizer* tokenizer, storage::SessionStore* store,
+                  const SystemPromptRegistry* prompts, const std::map<std::string, std::string>* api_keys)
+      : engine_(engine), tokenizer_(tokenizer), store_(store), prompts_(prompts), api_keys_(api_keys) {}
 
   grpc::Status Chat(grpc::ServerContext* context, const v1::ChatRequest* request,
                     grpc::ServerWriter<v1::ChatEvent>* writer) override;
@@ -33,10 +36,15 @@ class ChatServiceImpl final : public v1::ChatService::Service {
  private:
   grpc::Status DoChat(grpc::ServerContext* context, const v1::ChatRequest& request,
                       grpc::ServerWriter<v1::ChatEvent>* writer);
+  // The turn's prompt and its system part, from the request's messages or token IDs and
+  // its system prompt. InvalidArgument or NotFound (an unknown prompt id) on bad input.
+  absl::Status BuildPrompt(const std::string& tenant, const v1::ChatRequest& request,
+                           engine::TurnRequest* turn) const;
 
   engine::Engine* engine_;
   const text::Tokenizer* tokenizer_;
   storage::SessionStore* store_;
+  const SystemPromptRegistry* prompts_;
   const std::map<std::string, std::string>* api_keys_;
 };
 

@@ -1,3 +1,4 @@
+#include "server/system_prompt_service.h"
 #include "server/strata_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -86,8 +87,18 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   server->tokenizer_ = std::move(tokenizer);
   server->engine_ = *std::move(engine);
 
-  server->chat_service_ = std::make_unique<ChatServiceImpl>(
-      server->engine_.get(), server->tokenizer_.get(), server->store_.get(), &server->options_.api_keys);
+  std::string prompts_file = options.system_prompts_file;
+  if (prompts_file.empty() && options.cache_enabled && !options.store.ssd_dirs.empty()) {
+    prompts_file = options.store.ssd_dirs[0] + "/system_prompts.json";
+  }
+  auto prompts = SystemPromptRegistry::Open(prompts_file);
+  if (!prompts.ok()) return prompts.status();
+  server->prompts_ = *std::move(prompts);
+  server->chat_service_ =
+      std::make_unique<ChatServiceImpl>(server->engine_.get(), server->tokenizer_.get(), server->store_.get(),
+                                        server->prompts_.get(), &server->options_.api_keys);
+  server->prompt_service_ = std::make_unique<SystemPromptServiceImpl>(
+      server->engine_.get(), server->tokenizer_.get(), server->prompts_.get(), &server->options_.api_keys);
   server->cache_service_ = std::make_unique<CacheServiceImpl>(
       server->store_.get(), fingerprint, &server->options_.api_keys, server->options_.admin_tenant);
 
@@ -100,6 +111,7 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(server->chat_service_.get());
   builder.RegisterService(server->cache_service_.get());
+  builder.RegisterService(server->prompt_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(RequestMetricsInterceptor(server->registry_));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
@@ -111,6 +123,7 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   if (grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService()) {
     health->SetServingStatus(v1::ChatService::service_full_name(), true);
     health->SetServingStatus(v1::CacheService::service_full_name(), true);
+    health->SetServingStatus(v1::SystemPromptService::service_full_name(), true);
   }
   if (!options.metrics_address.empty()) {
     auto exposer = metrics::MetricsExposer::Start(options.metrics_address, &server->registry_);

@@ -16,6 +16,7 @@
 #include "base/metrics_exposer.h"
 #include "engine/engine.h"
 #include "engine/served_model.h"
+#include "server/system_prompts.h"
 #include "storage/session_store.h"
 #include "text/tokenizer.h"
 
@@ -45,6 +46,9 @@ struct ServerOptions {
   // A tenant whose CacheService.Stats covers every tenant (an operator's key); empty:
   // none, each caller sees its own tenant only.
   std::string admin_tenant;
+  // Where registered system prompts are kept across restarts; "" (default) with an SSD
+  // tier: <first ssd dir>/system_prompts.json; without one they live in memory only.
+  std::string system_prompts_file;
 
   absl::Status Validate() const;
   // The store's defaults with the server's: 256-token chunks, a locked host arena.
@@ -83,6 +87,8 @@ class StrataServer {
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<grpc::Service> chat_service_;
   std::unique_ptr<grpc::Service> cache_service_;
+  std::unique_ptr<SystemPromptRegistry> prompts_;
+  std::unique_ptr<grpc::Service> prompt_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::once_flag shutdown_once_;
   std::unique_ptr<metrics::MetricsExposer> exposer_;

@@ -46,6 +46,12 @@ ABSL_FLAG(int, drain_seconds, 30,
           "serve: on SIGTERM/SIGINT, how long running turns may take to finish (health says NOT_SERVING and "
           "new turns get UNAVAILABLE meanwhile)");
 ABSL_FLAG(std::string, port_file, "", "serve: write 'grpc_port metrics_port' here once listening");
+ABSL_FLAG(int, min_shared_prompt_tokens, 128,
+          "serve: a conversation's system part of at least this many tokens is shared across sessions "
+          "(computed once, stored once, relay attention); shorter ones are computed with each session; 0: off");
+ABSL_FLAG(std::string, system_prompts_file, "",
+          "serve: where registered system prompts are kept across restarts; empty: "
+          "<first --ssd_dirs>/system_prompts.json, or memory only without an SSD tier");
 
 namespace strata::server::cli {
 namespace {
@@ -88,6 +94,8 @@ bool OptionsFromFlags(ServerOptions& o) {
   o.engine.max_running = absl::GetFlag(FLAGS_max_batch);
   o.engine.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
+  o.engine.min_shared_prompt_tokens = absl::GetFlag(FLAGS_min_shared_prompt_tokens);
+  o.system_prompts_file = absl::GetFlag(FLAGS_system_prompts_file);
   for (absl::string_view pair : absl::StrSplit(absl::GetFlag(FLAGS_api_keys), ',', absl::SkipEmpty())) {
     std::vector<std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
     if (kv.size() != 2 || kv[0].empty() || kv[1].empty()) {

@@ -1,0 +1,52 @@
+// SystemPromptService: a tenant's shared system prompts (register, drop, list), and how a
+// chat request's system_prompt_id resolves.
+#ifndef STRATA_SERVER_SYSTEM_PROMPT_SERVICE_H_
+#define STRATA_SERVER_SYSTEM_PROMPT_SERVICE_H_
+
+#include "proto/request_traits.h"  // before the generated service: strict request parsing
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/system_prompts.h"
+#include "strata/v1/system_prompts.grpc.pb.h"
+#include "text/tokenizer.h"
+
+namespace strata::server {
+
+// A prompt as a chat request uses it: its tokens, and its system messages when it was
+// registered from text or messages (empty when known by its tokens only).
+struct ResolvedPrompt {
+  std::vector<text::ChatMessage> messages;
+  std::vector<int32_t> tokens;
+};
+// NotFound when the tenant has no prompt `id` (registered, or recognised and still held).
+absl::StatusOr<ResolvedPrompt> ResolveSystemPrompt(const engine::Engine& engine, const SystemPromptRegistry& registry,
+                                                   const text::Tokenizer& tokenizer, const std::string& tenant,
+                                                   const std::string& id);
+
+class SystemPromptServiceImpl final : public v1::SystemPromptService::Service {
+ public:
+  SystemPromptServiceImpl(engine::Engine* engine, const text::Tokenizer* tokenizer, SystemPromptRegistry* registry,
+                          const std::map<std::string, std::string>* api_keys)
+      : engine_(engine), tokenizer_(tokenizer), registry_(registry), api_keys_(api_keys) {}
+
+  grpc::Status RegisterSystemPrompt(grpc::ServerContext* context, const v1::RegisterSystemPromptRequest* request,
+                                    v1::RegisterSystemPromptResponse* response) override;
+  grpc::Status DropSystemPrompt(grpc::ServerContext* context, const v1::DropSystemPromptRequest* request,
+                                v1::DropSystemPromptResponse* response) override;
+  grpc::Status ListSystemPrompts(grpc::ServerContext* context, const v1::ListSystemPromptsRequest* request,
+                                 v1::ListSystemPromptsResponse* response) override;
+
+ private:
+  engine::Engine* engine_;
+  const text::Tokenizer* tokenizer_;
+  SystemPromptRegistry* registry_;
+  const std::map<std::string, std::string>* api_keys_;
+};
+
+}  // namespace strata::server
+
+#endif  // STRATA_SERVER_SYSTEM_PROMPT_SERVICE_H_

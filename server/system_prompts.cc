@@ -1,0 +1,165 @@
+#include "server/system_prompts.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace strata::server {
+
+absl::StatusOr<std::vector<int32_t>> RenderSystemPart(const text::Tokenizer& tokenizer,
+                                                      absl::Span<const text::ChatMessage> system) {
+  std::vector<text::ChatMessage> a(system.begin(), system.end()), b = a;
+  a.push_back({"user", "a"});
+  b.push_back({"user", "b"});
+  auto ra = tokenizer.RenderChat(a);
+  if (!ra.ok()) return ra.status();
+  auto rb = tokenizer.RenderChat(b);
+  if (!rb.ok()) return rb.status();
+  const auto mismatch = std::mismatch(ra->begin(), ra->end(), rb->begin(), rb->end());
+  std::vector<int32_t> part(ra->begin(), mismatch.first);
+  if (part.empty()) return absl::InvalidArgumentError("the chat template renders no system part");
+  return part;
+}
+
+int64_t RecognisedSystemTokens(const text::Tokenizer& tokenizer, absl::Span<const text::ChatMessage> messages,
+                               absl::Span<const int32_t> prompt) {
+  size_t k = 0;
+  while (k < messages.size() && messages[k].role == "system") ++k;
+  if (k == 0 || k == messages.size()) return 0;
+  auto part = RenderSystemPart(tokenizer, messages.subspan(0, k));
+  if (!part.ok() || part->size() >= prompt.size()) return 0;
+  if (!std::equal(part->begin(), part->end(), prompt.begin())) return 0;
+  return static_cast<int64_t>(part->size());
+}
+
+namespace {
+
+nlohmann::json ToJson(const std::string& tenant, const std::string& id,
+                      const SystemPromptRegistry::Registration& r) {
+  nlohmann::json j = {{"tenant", tenant}, {"id", id}};
+  if (!r.messages.empty()) {
+    j["messages"] = nlohmann::json::array();
+    for (const text::ChatMessage& m : r.messages) j["messages"].push_back({{"role", m.role}, {"content", m.content}});
+  } else {
+    j["token_ids"] = r.token_ids;
+  }
+  return j;
+}
+
+absl::Status SyncPath(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return absl::InternalError(absl::StrCat("fsync ", path, ": ", std::strerror(err)));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SystemPromptRegistry>> SystemPromptRegistry::Open(std::string file) {
+  std::unique_ptr<SystemPromptRegistry> registry(new SystemPromptRegistry(std::move(file)));
+  if (registry->file_.empty() || !std::filesystem::exists(registry->file_)) return registry;
+  std::ifstream in(registry->file_);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    const nlohmann::json all = nlohmann::json::parse(text.str());
+    MutexLock lock(&registry->mu_);
+    for (const nlohmann::json& j : all.at("prompts")) {
+      Registration r;
+      if (j.contains("messages")) {
+        for (const nlohmann::json& m : j.at("messages")) {
+          r.messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+        }
+      } else {
+        r.token_ids = j.at("token_ids").get<std::vector<int32_t>>();
+      }
+      registry->registrations_[{j.at("tenant").get<std::string>(), j.at("id").get<std::string>()}] = std::move(r);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the system prompt registrations in ", registry->file_, " do not parse: ", e.what()));
+  }
+  return registry;
+}
+
+absl::Status SystemPromptRegistry::WriteLocked() const {
+  if (file_.empty()) return absl::OkStatus();
+  nlohmann::json all = {{"prompts", nlohmann::json::array()}};
+  for (const auto& [key, r] : registrations_) all["prompts"].push_back(ToJson(key.first, key.second, r));
+  const std::string tmp = file_ + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << all.dump(1) << "\n";
+    out.flush();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  if (absl::Status s = SyncPath(tmp, O_RDONLY); !s.ok()) return s;
+  if (::rename(tmp.c_str(), file_.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("rename ", tmp, ": ", std::strerror(errno)));
+  }
+  const std::string dir = std::filesystem::path(file_).parent_path().string();
+  return SyncPath(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
+}
+
+absl::Status SystemPromptRegistry::Add(const std::string& tenant, const std::string& id, Registration registration) {
+  MutexLock lock(&mu_);
+  auto key = std::make_pair(tenant, id);
+  auto old = registrations_.find(key);
+  std::optional<Registration> previous;
+  if (old != registrations_.end()) previous = old->second;
+  registrations_[key] = std::move(registration);
+  absl::Status s = WriteLocked();
+  if (!s.ok()) {
+    // Not acknowledged: as it was.
+    if (previous.has_value()) {
+      registrations_[key] = *std::move(previous);
+    } else {
+      registrations_.erase(key);
+    }
+  }
+  return s;
+}
+
+absl::StatusOr<bool> SystemPromptRegistry::Remove(const std::string& tenant, const std::string& id) {
+  MutexLock lock(&mu_);
+  auto it = registrations_.find({tenant, id});
+  if (it == registrations_.end()) return false;
+  Registration removed = std::move(it->second);
+  registrations_.erase(it);
+  if (absl::Status s = WriteLocked(); !s.ok()) {
+    registrations_[{tenant, id}] = std::move(removed);
+    return s;
+  }
+  return true;
+}
+
+std::optional<SystemPromptRegistry::Registration> SystemPromptRegistry::Find(const std::string& tenant,
+                                                                             const std::string& id) const {
+  MutexLock lock(&mu_);
+  auto it = registrations_.find({tenant, id});
+  if (it == registrations_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::string> SystemPromptRegistry::Ids(const std::string& tenant) const {
+  MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [key, r] : registrations_) {
+    if (key.first == tenant) out.push_back(key.second);
+  }
+  return out;
+}
+
+}  // namespace strata::server

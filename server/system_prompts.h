@@ -1,0 +1,66 @@
+// Shared system prompts on the server side: the system part of a conversation under the
+// model's chat template, and the registrations a tenant made (kept in a file across
+// restarts when the server has one).
+#ifndef STRATA_SERVER_SYSTEM_PROMPTS_H_
+#define STRATA_SERVER_SYSTEM_PROMPTS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "base/mutex.h"
+#include "text/tokenizer.h"
+
+namespace strata::server {
+
+// The tokens every conversation that starts with `system` (system messages) shares under
+// the tokenizer's chat template, up to where the first user message's content begins: the
+// longest common prefix of the conversation rendered with two different user messages.
+// InvalidArgument when the template renders nothing in common (or cannot render).
+absl::StatusOr<std::vector<int32_t>> RenderSystemPart(const text::Tokenizer& tokenizer,
+                                                      absl::Span<const text::ChatMessage> system);
+
+// The recognised system part of a rendered conversation: its leading system messages'
+// part when that is a prefix of `prompt` shorter than it, else 0 (nothing shared).
+int64_t RecognisedSystemTokens(const text::Tokenizer& tokenizer, absl::Span<const text::ChatMessage> messages,
+                               absl::Span<const int32_t> prompt);
+
+// The prompts tenants registered, by (tenant, id): their system messages, or token IDs.
+// With a file, every change is written to it (a new file synced, then renamed over the
+// old, the directory synced) before it is acknowledged, and Open() reads it back.
+// Thread-safe.
+class SystemPromptRegistry {
+ public:
+  struct Registration {
+    std::vector<text::ChatMessage> messages;  // system messages; empty for token IDs
+    std::vector<int32_t> token_ids;
+  };
+  // `file` "" keeps registrations in memory only. A file that does not parse is
+  // InvalidArgument (naming it); a missing one is an empty registry.
+  static absl::StatusOr<std::unique_ptr<SystemPromptRegistry>> Open(std::string file);
+
+  absl::Status Add(const std::string& tenant, const std::string& id, Registration registration);
+  // Whether there was one; the file is rewritten first.
+  absl::StatusOr<bool> Remove(const std::string& tenant, const std::string& id);
+  std::optional<Registration> Find(const std::string& tenant, const std::string& id) const;
+  // The tenant's registered ids.
+  std::vector<std::string> Ids(const std::string& tenant) const;
+
+ private:
+  explicit SystemPromptRegistry(std::string file) : file_(std::move(file)) {}
+  absl::Status WriteLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string file_;
+  mutable Mutex mu_;
+  std::map<std::pair<std::string, std::string>, Registration> registrations_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace strata::server
+
+#endif  // STRATA_SERVER_SYSTEM_PROMPTS_H_
