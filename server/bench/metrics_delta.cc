@@ -63,6 +63,10 @@ ServerCounters CountersBetween(const MetricsSample& before, const MetricsSample&
   c.generated_tokens = delta("strata_generated_tokens_total");
   c.ttft_count = delta("strata_ttft_seconds_count");
   c.ttft_sum_s = delta("strata_ttft_seconds_sum");
+  c.system_prompt_hits = delta("strata_system_prompt_hits_total");
+  c.system_prompts_computed = delta("strata_system_prompt_loads_total{source=\"computed\"}");
+  c.host_bytes = Get(after, "strata_tier_bytes{tier=\"host\"}");
+  c.host_sessions = Get(after, "strata_sessions{tier=\"host\"}");
   for (const auto& [key, value] : after) {
     if (auto labels = LabelsOf(key, "strata_cache_hits_total"); labels && labels->size() == 1 && labels->contains("tier")) {
       c.hits_by_tier[labels->at("tier")] = value - Get(before, key);

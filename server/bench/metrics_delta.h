@@ -28,6 +28,11 @@ struct ServerCounters {
   std::map<std::string, double> requests_by_code;   // strata_requests_total of Chat calls by code (non-zero only)
   double ttft_count = 0;      // strata_ttft_seconds_count
   double ttft_sum_s = 0;      // strata_ttft_seconds_sum
+  double system_prompt_hits = 0;      // strata_system_prompt_hits_total
+  double system_prompts_computed = 0; // strata_system_prompt_loads_total{source="computed"}
+  // Gauges at the end of the run (not deltas): what the host tier holds.
+  double host_bytes = 0;      // strata_tier_bytes{tier="host"}
+  double host_sessions = 0;   // strata_sessions{tier="host"} (shared prompts' included)
 };
 
 // Subtracts `before` from `after` for the counters above; a sample missing from either

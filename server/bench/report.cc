@@ -149,6 +149,11 @@ void PrintSummary(std::FILE* out, const RunSummary& s) {
                  "%.0f generated; requests %s\n",
                  c.prefill_computed_tokens, c.prefill_reused_tokens, c.cache_lookups,
                  hits.empty() ? "none" : hits.c_str(), c.generated_tokens, codes.empty() ? "none" : codes.c_str());
+    std::fprintf(out, "  host tier at the end: %.1f MiB in %.0f stored sessions (%.2f MiB each); shared system "
+                 "prompts: %.0f turns on one, %.0f computed\n",
+                 c.host_bytes / (1 << 20), c.host_sessions,
+                 c.host_sessions > 0 ? c.host_bytes / c.host_sessions / (1 << 20) : 0.0, c.system_prompt_hits,
+                 c.system_prompts_computed);
   } else {
     std::fprintf(out, "  /metrics: not scraped\n");
   }
@@ -194,7 +199,11 @@ nlohmann::json SummaryToJson(const RunSummary& s) {
                     {"hits_by_tier", c.hits_by_tier},
                     {"requests_by_code", c.requests_by_code},
                     {"ttft_count", c.ttft_count},
-                    {"ttft_sum_s", c.ttft_sum_s}};
+                    {"ttft_sum_s", c.ttft_sum_s},
+                    {"system_prompt_hits", c.system_prompt_hits},
+                    {"system_prompts_computed", c.system_prompts_computed},
+                    {"host_bytes", c.host_bytes},
+                    {"host_sessions", c.host_sessions}};
   }
   return j;
 }

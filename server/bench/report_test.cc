@@ -62,8 +62,16 @@ TEST(CountersBetweenTest, SubtractsAndSplitsLabels) {
                          {"strata_cache_hits_total{tier=\"ssd\"}", 0},
                          {"strata_requests_total{code=\"ok\",method=\"strata.v1.ChatService/Chat\"}", 9},
                          {"strata_requests_total{code=\"not_found\",method=\"strata.v1.ChatService/Chat\"}", 0},
-                         {"strata_requests_total{code=\"ok\",method=\"grpc.health.v1.Health/Check\"}", 7}};
+                         {"strata_requests_total{code=\"ok\",method=\"grpc.health.v1.Health/Check\"}", 7},
+                         {"strata_system_prompt_hits_total", 12},
+                         {"strata_tier_bytes{tier=\"host\"}", 4096},
+                         {"strata_sessions{tier=\"host\"}", 2}};
+  before["strata_system_prompt_hits_total"] = 2;
+  before["strata_tier_bytes{tier=\"host\"}"] = 1024;
   ServerCounters c = CountersBetween(before, after);
+  EXPECT_EQ(c.system_prompt_hits, 10);
+  EXPECT_EQ(c.host_bytes, 4096) << "a gauge: its value at the end, not a delta";
+  EXPECT_EQ(c.host_sessions, 2);
   EXPECT_EQ(c.prefill_reused_tokens, 25);
   EXPECT_EQ(c.prefill_computed_tokens, 50);
   EXPECT_EQ(c.hits_by_tier.at("host"), 2);

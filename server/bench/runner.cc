@@ -99,6 +99,10 @@ class Runner {
     request.set_session_id(options_.session_prefix + ws.session_id);
     request.mutable_token_ids()->Assign(history.begin(), history.end());
     request.set_max_new_tokens(static_cast<uint32_t>(wt.max_new_tokens));
+    // The shared system prompt is named, so the server computes and stores it once.
+    if (ws.system_prompt >= 0) {
+      request.set_system_prefix_tokens(static_cast<uint32_t>(workload_.system_prompts[ws.system_prompt].size()));
+    }
 
     TurnRecord r;
     r.session = session;
