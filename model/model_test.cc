@@ -3,6 +3,7 @@
 
 #include "model/cpu/cpu_model.h"
 #include "model/model_config.h"
+#include "model/testing/tiny_config.h"
 #include "model/model_weights.h"
 #include "text/tokenizer.h"
 #include "gtest/gtest.h"
@@ -10,18 +11,7 @@
 namespace strata::model {
 namespace {
 
-ModelConfig TinyConfig() {
-  ModelConfig c = ModelConfig::Builtin();
-  c.hidden_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
-  c.intermediate_size = 96;
-  c.max_context = 256;
-  c.qkv_bias = true;
-  return c;
-}
+using testing::TinyConfig;
 
 std::vector<int32_t> Prompt(int n) {
   std::vector<int32_t> p(n);

@@ -7,6 +7,7 @@
 
 #include "model/cpu/cpu_model.h"
 #include "model/model_config.h"
+#include "model/testing/tiny_config.h"
 #include "model/model_weights.h"
 #include "storage/chunk_format.h"
 #include "gtest/gtest.h"
@@ -14,17 +15,7 @@
 namespace strata::model {
 namespace {
 
-ModelConfig TinyConfig() {
-  ModelConfig c = ModelConfig::Builtin();
-  c.hidden_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
-  c.intermediate_size = 96;
-  c.max_context = 256;
-  return c;
-}
+using testing::TinyConfig;
 
 std::vector<int32_t> Tokens(int n, int salt) {
   std::vector<int32_t> p(n);
