@@ -422,6 +422,7 @@ void Engine::Loop() {
         if (r->reused > 0 && r->tier != storage::Tier::kHbm) loaded.push_back(r.get());
         running_.push_back(std::move(r));
       } else if (q.stream != nullptr) {
+        if (metrics_) metrics_->kv_waits.Increment();
         waiting.push_back(std::move(q));  // no KV memory for it yet
       }
     }
@@ -549,11 +550,15 @@ bool Engine::AfterStep(Running& r) {
   const int32_t token = r.next_token;
   ++r.generated;
   if (metrics_) metrics_->generated.Increment();
+  const absl::Time now = absl::Now();
   if (!r.first_token_sent) {
     r.first_token_sent = true;
-    r.ttft_ms = absl::ToDoubleMilliseconds(absl::Now() - r.request.arrival);
-    if (metrics_) metrics_->ttft.Observe(r.ttft_ms / 1000.0);
+    r.ttft_ms = absl::ToDoubleMilliseconds(now - r.request.arrival);
+    if (metrics_) metrics_->ttft->WithLabels({{"tier", storage::TierName(r.tier)}}).Observe(r.ttft_ms / 1000.0);
+  } else if (metrics_) {
+    metrics_->inter_token.Observe(absl::ToDoubleSeconds(now - r.last_token));
   }
+  r.last_token = now;
   const bool stop_token = tokenizer_->IsStopToken(token);
   std::string text = stop_token ? std::string() : r.utf8.Feed(tokenizer_->TokenBytes(token));
   if (!r.text_started && !text.empty()) {

@@ -100,9 +100,10 @@ class Engine {
   // outside the vocabulary or one that leaves no room in the context; FailedPrecondition
   // when prompts cannot be shared (the cache is off). Thread-safe.
   absl::StatusOr<std::string> RegisterSystemPrompt(const std::string& tenant, std::vector<int32_t> tokens);
-  // Drops the prompt from memory and from the store. Turns running on it finish; later
-  // lookups of the id are NotFound (until the same tokens are shared again). NotFound
-  // when the tenant has no such prompt.
+  // Drops the prompt from memory and from the store. Turns running on it finish, and
+  // turns queued before the drop compute it inline (they do not bring it back); later
+  // lookups of the id are NotFound (until the same tokens are shared again by a newer
+  // turn or registration). NotFound when the tenant has no such prompt.
   absl::Status DropSystemPrompt(const std::string& tenant, const std::string& id);
   struct SystemPromptInfo {
     std::string id;
@@ -232,6 +233,9 @@ class Engine {
   // Shared prompts known in memory, by map key of their store session.
   absl::flat_hash_map<std::string, std::unique_ptr<SharedPrompt>> prompts_ ABSL_GUARDED_BY(mu_);
   uint64_t prompt_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  // When each dropped prompt was dropped: turns that arrived before that compute it inline
+  // rather than bring it back.
+  absl::flat_hash_map<std::string, absl::Time> prompt_dropped_at_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> active_sessions_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

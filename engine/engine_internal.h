@@ -18,8 +18,16 @@ namespace strata::engine {
 // The engine's counters, following the names dashboards are built on.
 struct Engine::Metrics {
   explicit Metrics(metrics::Registry& r)
-      : ttft(r.AddHistogram("strata_ttft_seconds", "Time from request arrival to first token.",
-                            metrics::ExponentialBuckets(0.001, 2, 16)).WithLabels({})),
+      : ttft(&r.AddHistogram("strata_ttft_seconds",
+                             "Time from request arrival to first token, by the tier its cached prefix came from "
+                             "(none: computed whole).",
+                             {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60})),
+        inter_token(r.AddHistogram("strata_inter_token_seconds", "Time between consecutive tokens of a turn.",
+                                   {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5})
+                        .WithLabels({})),
+        kv_waits(r.AddCounter("strata_kv_memory_waits_total",
+                              "Times an admitted turn went back to the queue because the KV memory had no room.")
+                     .WithLabels({})),
         prefill_computed(r.AddCounter("strata_prefill_tokens_total",
                                       "Prompt tokens by source: computed or reused from cache.")
                              .WithLabels({{"source", "computed"}})),
@@ -49,9 +57,12 @@ struct Engine::Metrics {
                          .WithLabels({})) {
     for (const char* source : {"computed", "stored"}) prompt_loads->WithLabels({{"source", source}});
     for (const char* tier : {"hbm", "host", "ssd"}) hits->WithLabels({{"tier", tier}});
+    for (const char* tier : {"none", "hbm", "host", "ssd"}) ttft->WithLabels({{"tier", tier}});
     for (const char* choice : {"load", "recompute"}) ssd_decisions->WithLabels({{"choice", choice}});
   }
-  metrics::Histogram& ttft;
+  metrics::Family<metrics::Histogram>* ttft;
+  metrics::Histogram& inter_token;
+  metrics::Counter& kv_waits;
   metrics::Counter& prefill_computed;
   metrics::Counter& prefill_reused;
   metrics::Counter& generated;
@@ -99,6 +110,7 @@ struct Engine::Running {
   bool first_token_sent = false;
   bool text_started = false;  // some text has been streamed (the leading-space rule is applied)
   double ttft_ms = 0;
+  absl::Time last_token;  // when its last token was drawn
   int step_tokens = 0;  // tokens fed in the current step
   // Shared system prompts: a prompt job (computes a prompt's KV, samples nothing), or a
   // turn on a prompt (prompt_key set): its own tokens start after the prompt's

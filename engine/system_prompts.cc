@@ -50,6 +50,15 @@ bool Engine::PromptReadyLocked(Queued& q, std::vector<Queued>* jobs) {
   }
   auto it = prompts_.find(q.prompt_key);
   if (it == prompts_.end()) {
+    if (auto dropped = prompt_dropped_at_.find(q.prompt_key); dropped != prompt_dropped_at_.end()) {
+      if (q.request.arrival <= dropped->second) {
+        // Sent before its prompt was dropped: computed inline, the prompt stays gone.
+        q.prompt_key.clear();
+        q.request.system_tokens = 0;
+        return true;
+      }
+      prompt_dropped_at_.erase(dropped);
+    }
     auto p = std::make_unique<SharedPrompt>();
     p->id = SystemPromptId(system);
     p->key = SystemPromptKey(q.request.key.tenant, p->id);
@@ -190,6 +199,7 @@ absl::StatusOr<std::string> Engine::RegisterSystemPrompt(const std::string& tena
   const std::string map_key = storage::SessionMapKey(key);
   MutexLock lock(&mu_);
   if (stopping_ || draining_) return absl::UnavailableError("the server is shutting down");
+  prompt_dropped_at_.erase(map_key);
   auto it = prompts_.find(map_key);
   if (it != prompts_.end() && it->second->state != SharedPrompt::State::kFailed) return id;
   if (it == prompts_.end()) {
@@ -211,6 +221,7 @@ absl::Status Engine::DropSystemPrompt(const std::string& tenant, const std::stri
     MutexLock lock(&mu_);
     // Turns running on it hold its KV through their sequences until they end.
     found = prompts_.erase(storage::SessionMapKey(key)) > 0;
+    prompt_dropped_at_[storage::SessionMapKey(key)] = absl::Now();
     PublishPromptGaugesLocked();
   }
   if (store_ != nullptr && store_->Get(key).ok()) found = store_->Drop(key).ok() || found;

@@ -47,12 +47,14 @@ double Count(metrics::Registry& registry, const std::string& name, const metrics
 
 class SystemPromptEngineTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Engine> MakeEngine(storage::SessionStore* store, metrics::Registry* registry = nullptr) {
+  std::unique_ptr<Engine> MakeEngine(storage::SessionStore* store, metrics::Registry* registry = nullptr,
+                                     int max_running = 64) {
     const model::ModelConfig c = SmallConfig();
     auto model = std::make_unique<model::CpuModel>(model::ModelWeights::Random(c, 99, tokenizer_.SilentTokens()));
     EngineOptions options;
     options.min_shared_prompt_tokens = 64;
     options.warmup_tokens = 0;
+    options.max_running = max_running;
     auto e = Engine::Create(options, std::move(model), &tokenizer_, store, registry);
     EXPECT_TRUE(e.ok()) << e.status();
     return *std::move(e);
@@ -209,6 +211,37 @@ TEST_F(SystemPromptEngineTest, RegisterDropAndList) {
   EXPECT_TRUE(absl::IsNotFound(engine->SystemPromptTokens("t", *id).status()));
   EXPECT_TRUE(engine->ListSystemPrompts("t").empty());
   EXPECT_TRUE(absl::IsNotFound(engine->DropSystemPrompt("t", SystemPromptId({1, 2, 3}))));
+}
+
+// A turn queued before its prompt was dropped runs (computing the prompt inline) and does
+// not bring the prompt back; a turn sent after the drop shares it anew.
+TEST_F(SystemPromptEngineTest, TurnsQueuedBeforeADropDoNotBringThePromptBack) {
+  auto store = HostOnlyStore(SmallConfig(), Fingerprint());
+  auto plain = MakeEngine(nullptr);
+  auto engine = MakeEngine(store.get(), nullptr, /*max_running=*/1);
+  const std::vector<int32_t> system = SystemPart(100, 6);
+  auto id = engine->RegisterSystemPrompt("t", system);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  auto running = engine->Submit(Turn("a", system, 10, 1, 30));
+  auto queued = engine->Submit(Turn("b", system, 12, 2, 5));  // waits: one turn at a time
+  ASSERT_TRUE(running.ok() && queued.ok());
+  TurnStream::Event first;
+  ASSERT_TRUE((*running)->Next(&first, absl::Seconds(30)));
+  ASSERT_TRUE(engine->DropSystemPrompt("t", *id).ok());
+  EXPECT_TRUE(Collect(*running).status.ok());
+  const TurnOutput b = Collect(*queued);
+  ASSERT_TRUE(b.status.ok()) << b.status;
+  EXPECT_EQ(b.result.usage.cached_tokens, 0) << "computed inline";
+  EXPECT_EQ(b.tokens, RunAll(*plain, {Turn("b", system, 12, 2, 5)})[0].tokens);
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  EXPECT_TRUE(engine->ListSystemPrompts("t").empty()) << "a turn from before the drop brought it back";
+  EXPECT_TRUE(absl::IsNotFound(engine->SystemPromptTokens("t", *id).status()));
+  // Sent after the drop: shared again (its content names it).
+  const TurnOutput c = RunAll(*engine, {Turn("c", system, 8, 3, 4)})[0];
+  ASSERT_TRUE(c.status.ok());
+  EXPECT_GE(c.result.usage.cached_tokens, 100);
+  EXPECT_EQ(engine->ListSystemPrompts("t").size(), 1u);
 }
 
 TEST_F(SystemPromptEngineTest, WithoutTheCacheNothingIsSharedAndTheAnswerIsTheSame) {

@@ -28,7 +28,7 @@ absl::Status ChatServiceImpl::BuildPrompt(const std::string& tenant, const v1::C
                                           engine::TurnRequest* turn) const {
   std::optional<ResolvedPrompt> system;
   if (!request.system_prompt_id().empty()) {
-    auto resolved = ResolveSystemPrompt(*engine_, *prompts_, *tokenizer_, tenant, request.system_prompt_id());
+    auto resolved = ResolveSystemPrompt(*prompts_, *tokenizer_, tenant, request.system_prompt_id());
     if (!resolved.ok()) return resolved.status();
     system = *std::move(resolved);
   }

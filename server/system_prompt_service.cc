@@ -10,9 +10,8 @@
 
 namespace strata::server {
 
-absl::StatusOr<ResolvedPrompt> ResolveSystemPrompt(const engine::Engine& engine, const SystemPromptRegistry& registry,
-                                                   const text::Tokenizer& tokenizer, const std::string& tenant,
-                                                   const std::string& id) {
+absl::StatusOr<ResolvedPrompt> ResolveSystemPrompt(const SystemPromptRegistry& registry, const text::Tokenizer& tokenizer,
+                                                   const std::string& tenant, const std::string& id) {
   if (!engine::IsSystemPromptId(id)) return absl::NotFoundError(absl::StrCat("no system prompt '", id, "'"));
   ResolvedPrompt out;
   if (std::optional<SystemPromptRegistry::Registration> r = registry.Find(tenant, id); r.has_value()) {
@@ -26,10 +25,9 @@ absl::StatusOr<ResolvedPrompt> ResolveSystemPrompt(const engine::Engine& engine,
     }
     return out;
   }
-  auto tokens = engine.SystemPromptTokens(tenant, id);
-  if (!tokens.ok()) return tokens.status();
-  out.tokens = *std::move(tokens);
-  return out;
+  // Only registered prompts have names clients use; one recognised in conversations is
+  // shared without being named.
+  return absl::NotFoundError(absl::StrCat("no system prompt '", id, "' is registered"));
 }
 
 grpc::Status SystemPromptServiceImpl::RegisterSystemPrompt(grpc::ServerContext* context,
@@ -97,9 +95,9 @@ grpc::Status SystemPromptServiceImpl::ListSystemPrompts(grpc::ServerContext* con
   std::vector<std::string> registered = registry_->Ids(*tenant);
   for (const std::string& id : registered) {
     if (std::none_of(held.begin(), held.end(), [&](const auto& p) { return p.id == id; })) {
-      // Registered and not held now (its KV was evicted, or a restart lost it): listed
-      // with its tokens as the chat path would use them.
-      auto resolved = ResolveSystemPrompt(*engine_, *registry_, *tokenizer_, *tenant, id);
+      // Registered and not held now (its KV was evicted or dropped with the store's
+      // space): listed with its tokens as the chat path would use them.
+      auto resolved = ResolveSystemPrompt(*registry_, *tokenizer_, *tenant, id);
       held.push_back({.id = id, .tokens = resolved.ok() ? static_cast<int64_t>(resolved->tokens.size()) : 0});
     }
   }

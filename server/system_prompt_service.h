@@ -22,10 +22,9 @@ struct ResolvedPrompt {
   std::vector<text::ChatMessage> messages;
   std::vector<int32_t> tokens;
 };
-// NotFound when the tenant has no prompt `id` (registered, or recognised and still held).
-absl::StatusOr<ResolvedPrompt> ResolveSystemPrompt(const engine::Engine& engine, const SystemPromptRegistry& registry,
-                                                   const text::Tokenizer& tokenizer, const std::string& tenant,
-                                                   const std::string& id);
+// NotFound when the tenant has registered no prompt `id`.
+absl::StatusOr<ResolvedPrompt> ResolveSystemPrompt(const SystemPromptRegistry& registry, const text::Tokenizer& tokenizer,
+                                                   const std::string& tenant, const std::string& id);
 
 class SystemPromptServiceImpl final : public v1::SystemPromptService::Service {
  public:

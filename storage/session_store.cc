@@ -655,6 +655,7 @@ SessionStoreStats SessionStoreImpl::Stats() const {
   }
   s.ssd_enabled = ssd_ != nullptr;
   s.ssd_degraded = degraded_;
+  s.persist_queue = static_cast<int64_t>(persist_queue_.size());
   if (ssd_ != nullptr) {
     s.ssd_capacity_bytes = ssd_->capacity_bytes();
     s.ssd_used_bytes = ssd_->used_bytes();

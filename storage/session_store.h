@@ -131,6 +131,7 @@ struct SessionStoreStats {
   int64_t prefetch_late = 0;       // turns that came while their prefetch was in flight
   int64_t prefetch_wasted = 0;     // prefetched host copies that left before use
   int64_t lookahead_sessions = 0;  // queued + hinted sessions the policy sees now
+  int64_t persist_queue = 0;       // write-backs waiting for the SSD (sessions saved, not yet persisted)
   int64_t save_rejected = 0;   // saves that did not fit even after eviction
   int64_t corrupt_chunks = 0;  // chunks that failed verification (read, promotion, write-back)
   int64_t expired = 0;         // sessions dropped by TTL

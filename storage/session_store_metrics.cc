@@ -15,6 +15,8 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
                                   "the turn came), late (the turn waited for it), wasted (left host unused).");
   auto& lookahead = r.AddGauge("strata_lookahead_sessions",
                                "Sessions in the placement look-ahead (queued turns and gateway hints).");
+  auto& persist_queue = r.AddGauge("strata_persist_queue_sessions",
+                                   "Write-backs waiting for the SSD tier (saved sessions not yet persisted).");
   auto& demotions = r.AddCounter("strata_cache_demotions_total",
                                  "Host copies dropped under pressure (the session stays on SSD).");
   auto& promotions = r.AddCounter("strata_cache_promotions_total",
@@ -53,7 +55,7 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
     double delta = static_cast<double>(total) - c.Value();
     if (delta > 0) c.Increment(delta);
   };
-  r.AddCollector([=, &tier_bytes, &tier_capacity, &sessions, &evictions, &prefetches, &lookahead, &demotions,
+  r.AddCollector([=, &tier_bytes, &tier_capacity, &sessions, &evictions, &prefetches, &lookahead, &persist_queue, &demotions,
                   &promotions,
                   &moved, &persisted, &ssd_errors, &degraded, &rejected, &corrupt, &expired, &reverted, &persisted_deleted, &index_damaged, &unbacked, &io_seconds] {
     SessionStoreStats s;
@@ -78,6 +80,7 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
     sync(prefetches.WithLabels({{"outcome", "late"}}), s.prefetch_late);
     sync(prefetches.WithLabels({{"outcome", "wasted"}}), s.prefetch_wasted);
     lookahead.WithLabels({}).Set(static_cast<double>(s.lookahead_sessions));
+    persist_queue.WithLabels({}).Set(static_cast<double>(s.persist_queue));
     sync(demotions.WithLabels({}), s.demotions);
     sync(promotions.WithLabels({{"outcome", "ok"}}), s.promotions);
     sync(promotions.WithLabels({{"outcome", "failed"}}), s.promotion_failures);

@@ -61,6 +61,7 @@ ServerCounters CountersBetween(const MetricsSample& before, const MetricsSample&
   c.prefill_reused_tokens = delta("strata_prefill_tokens_total{source=\"reused\"}");
   c.cache_lookups = delta("strata_cache_lookups_total");
   c.generated_tokens = delta("strata_generated_tokens_total");
+  // Summed over the tier label (a server of an older release has none: the bare name).
   c.ttft_count = delta("strata_ttft_seconds_count");
   c.ttft_sum_s = delta("strata_ttft_seconds_sum");
   c.system_prompt_hits = delta("strata_system_prompt_hits_total");
@@ -71,6 +72,8 @@ ServerCounters CountersBetween(const MetricsSample& before, const MetricsSample&
     if (auto labels = LabelsOf(key, "strata_cache_hits_total"); labels && labels->size() == 1 && labels->contains("tier")) {
       c.hits_by_tier[labels->at("tier")] = value - Get(before, key);
     }
+    if (LabelsOf(key, "strata_ttft_seconds_count")) c.ttft_count += value - Get(before, key);
+    if (LabelsOf(key, "strata_ttft_seconds_sum")) c.ttft_sum_s += value - Get(before, key);
     // The Chat calls (the bench's own), by code.
     if (auto labels = LabelsOf(key, "strata_requests_total");
         labels && labels->contains("code") && (*labels)["method"] == "strata.v1.ChatService/Chat") {
