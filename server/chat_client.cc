@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
+#include "server/session_header.h"
 #include "strata/v1/chat.grpc.pb.h"
 
 namespace strata::server {
@@ -35,6 +36,7 @@ int RunChatScript(const ChatScriptOptions& options) {
     user->set_content(options.user_turns[turn]);
     grpc::ClientContext context;
     if (!options.api_key.empty()) context.AddMetadata("authorization", "Bearer " + options.api_key);
+    context.AddMetadata(kSessionHeader, options.session_id);  // for session-affine proxies
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
     auto reader = stub->Chat(&context, request);
     std::string answer;

@@ -9,6 +9,7 @@
 
 #include "base/metrics.h"
 #include "engine/engine.h"
+#include "server/session_header.h"
 #include "server/system_prompts.h"
 #include "text/tokenizer.h"
 #include "strata/v1/chat.grpc.pb.h"

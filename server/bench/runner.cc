@@ -11,6 +11,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "server/session_header.h"
 #include "strata/v1/chat.grpc.pb.h"
 
 namespace strata::server::bench {
@@ -111,6 +112,7 @@ class Runner {
     r.scheduled_ms = scheduled_ms;
     grpc::ClientContext context;
     if (!options_.api_key.empty()) context.AddMetadata("authorization", "Bearer " + options_.api_key);
+    context.AddMetadata(kSessionHeader, request.session_id());  // for session-affine proxies
     context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
     // A server restarted between rounds: the call waits for the channel to reconnect.
     if (options_.between_rounds) context.set_wait_for_ready(true);

@@ -2,12 +2,15 @@
 
 #include <chrono>
 
+#include "server/session_header.h"
+
 namespace strata::testing {
 
 ChatTurn RunChat(const std::string& target, const v1::ChatRequest& request) {
   auto stub = v1::ChatService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(2));
+  ctx.AddMetadata(server::kSessionHeader, request.session_id());
   auto reader = stub->Chat(&ctx, request);
   ChatTurn t;
   v1::ChatEvent e;
