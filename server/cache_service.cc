@@ -24,9 +24,23 @@ absl::Status CacheOff() { return absl::NotFoundError("the session cache is off (
 
 }  // namespace
 
+absl::StatusOr<std::string> CacheServiceImpl::TenantFor(grpc::ServerContext* context, const std::string& requested,
+                                                        bool* admin) const {
+  auto caller = api_keys_->Authenticate(*context);
+  if (!caller.ok()) return caller.status();
+  const bool is_admin = caller->admin || (!admin_tenant_.empty() && caller->tenant == admin_tenant_);
+  if (admin != nullptr) *admin = is_admin;
+  if (requested.empty() || requested == caller->tenant) return caller->tenant;
+  if (!is_admin) {
+    return absl::PermissionDeniedError("only an admin key may act on another tenant's sessions");
+  }
+  return requested;
+}
+
 absl::StatusOr<storage::SessionKey> CacheServiceImpl::KeyFor(grpc::ServerContext* context,
-                                                             const std::string& session_id) const {
-  auto tenant = TenantOf(*context, *api_keys_);
+                                                             const std::string& session_id,
+                                                             const std::string& requested_tenant) const {
+  auto tenant = TenantFor(context, requested_tenant);
   if (!tenant.ok()) return tenant.status();
   if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
   return storage::SessionKey{*tenant, session_id};
@@ -35,7 +49,7 @@ absl::StatusOr<storage::SessionKey> CacheServiceImpl::KeyFor(grpc::ServerContext
 grpc::Status CacheServiceImpl::GetSession(grpc::ServerContext* context,
                                           const v1::GetSessionRequest* request,
                                           v1::SessionInfo* response) {
-  auto key = KeyFor(context, request->session_id());
+  auto key = KeyFor(context, request->session_id(), request->tenant());
   if (!key.ok()) return ToGrpcStatus(key.status());
   if (store_ == nullptr) return ToGrpcStatus(CacheOff());
   auto info = store_->Get(*key);
@@ -47,16 +61,16 @@ grpc::Status CacheServiceImpl::GetSession(grpc::ServerContext* context,
 grpc::Status CacheServiceImpl::DropSession(grpc::ServerContext* context,
                                            const v1::DropSessionRequest* request,
                                            v1::DropSessionResponse*) {
-  auto key = KeyFor(context, request->session_id());
+  auto key = KeyFor(context, request->session_id(), request->tenant());
   if (!key.ok()) return ToGrpcStatus(key.status());
   if (store_ == nullptr) return ToGrpcStatus(CacheOff());
   return ToGrpcStatus(store_->Drop(*key));
 }
 
 grpc::Status CacheServiceImpl::ListSessions(grpc::ServerContext* context,
-                                            const v1::ListSessionsRequest*,
+                                            const v1::ListSessionsRequest* request,
                                             v1::ListSessionsResponse* response) {
-  auto tenant = TenantOf(*context, *api_keys_);
+  auto tenant = TenantFor(context, request->tenant());
   if (!tenant.ok()) return ToGrpcStatus(tenant.status());
   if (store_ != nullptr) {
     for (const storage::SessionInfo& info : store_->List(*tenant)) {
@@ -89,13 +103,14 @@ grpc::Status CacheServiceImpl::Prefetch(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status CacheServiceImpl::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
+grpc::Status CacheServiceImpl::Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
                                      v1::StatsResponse* response) {
-  auto tenant = TenantOf(*context, *api_keys_);
+  bool admin = false;
+  auto tenant = TenantFor(context, request->tenant(), &admin);
   if (!tenant.ok()) return ToGrpcStatus(tenant.status());
   response->set_model_fingerprint(absl::StrFormat("%016x", fingerprint_));
   if (store_ != nullptr) {
-    const bool everything = !admin_tenant_.empty() && *tenant == admin_tenant_;
+    const bool everything = admin && request->tenant().empty();
     storage::SessionStoreStats s = everything ? store_->Stats() : store_->TenantStats(*tenant);
     v1::TierStats* host = response->add_tiers();
     host->set_tier(v1::TIER_HOST);

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "server/auth.h"
 #include "server/chat_service.h"
 #include "storage/session_store.h"
 #include "strata/v1/cache.grpc.pb.h"
@@ -17,7 +18,7 @@ class CacheServiceImpl final : public v1::CacheService::Service {
  public:
   // `store` is null when the cache is off: every session is then NOT_FOUND.
   CacheServiceImpl(storage::SessionStore* store, uint64_t model_fingerprint,
-                   const std::map<std::string, std::string>* api_keys, std::string admin_tenant = "")
+                   const ApiKeys* api_keys, std::string admin_tenant = "")
       : store_(store), fingerprint_(model_fingerprint), api_keys_(api_keys), admin_tenant_(std::move(admin_tenant)) {}
 
   grpc::Status GetSession(grpc::ServerContext* context, const v1::GetSessionRequest* request,
@@ -36,12 +37,16 @@ class CacheServiceImpl final : public v1::CacheService::Service {
                      v1::FlushResponse* response) override;
 
  private:
-  absl::StatusOr<storage::SessionKey> KeyFor(grpc::ServerContext* context,
-                                             const std::string& session_id) const;
+  // The tenant a call acts on: `requested` (another tenant's, for admin keys only:
+  // PermissionDenied otherwise) or the caller's own when empty.
+  absl::StatusOr<std::string> TenantFor(grpc::ServerContext* context, const std::string& requested,
+                                        bool* admin = nullptr) const;
+  absl::StatusOr<storage::SessionKey> KeyFor(grpc::ServerContext* context, const std::string& session_id,
+                                             const std::string& requested_tenant) const;
 
   storage::SessionStore* store_;
   uint64_t fingerprint_;
-  const std::map<std::string, std::string>* api_keys_;
+  const ApiKeys* api_keys_;
   const std::string admin_tenant_;  // Stats of every tenant; empty: none
 };
 

@@ -106,7 +106,7 @@ grpc::Status ChatServiceImpl::DoChat(grpc::ServerContext* context, const v1::Cha
   if (!tenant.ok()) return ToGrpcStatus(tenant.status());
   if (absl::Status s = ValidateSessionId(request.session_id()); !s.ok()) return ToGrpcStatus(s);
   if (auto header = context->client_metadata().find(kSessionHeader); header != context->client_metadata().end()) {
-    const std::string_view routed(header->second.data(), header->second.size());
+    const absl::string_view routed(header->second.data(), header->second.size());
     if (routed != request.session_id()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat("the ", kSessionHeader, " header ('", routed,

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/metrics.h"
+#include "server/auth.h"
 #include "engine/engine.h"
 #include "server/session_header.h"
 #include "server/system_prompts.h"
@@ -28,7 +29,7 @@ class ChatServiceImpl final : public v1::ChatService::Service {
   // `store` may be null (cache off); it answers the per-turn `persist` option. `prompts`
   // resolves system_prompt_id.
   ChatServiceImpl(engine::Engine* engine, const text::Tokenizer* tokenizer, storage::SessionStore* store,
-                  const SystemPromptRegistry* prompts, const std::map<std::string, std::string>* api_keys)
+                  const SystemPromptRegistry* prompts, const ApiKeys* api_keys)
       : engine_(engine), tokenizer_(tokenizer), store_(store), prompts_(prompts), api_keys_(api_keys) {}
 
   grpc::Status Chat(grpc::ServerContext* context, const v1::ChatRequest* request,
@@ -46,7 +47,7 @@ class ChatServiceImpl final : public v1::ChatService::Service {
   const text::Tokenizer* tokenizer_;
   storage::SessionStore* store_;
   const SystemPromptRegistry* prompts_;
-  const std::map<std::string, std::string>* api_keys_;
+  const ApiKeys* api_keys_;
 };
 
 }  // namespace strata::server

@@ -102,6 +102,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);  // serve reloads its API keys on it
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   ConfigureUsage(CommandInArgs(argc, argv));

@@ -29,6 +29,8 @@ class ServeProcess {
   ServeProcess& operator=(const ServeProcess&) = delete;
 
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
+  // The server's stdout and stderr.
+  std::string log_path() const { return dir_ + "/serve.log"; }
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }
   pid_t pid() const { return pid_; }

@@ -1,12 +1,14 @@
-#include "server/system_prompt_service.h"
 #include "server/strata_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 
 #include "base/log.h"
 #include "absl/strings/str_cat.h"
@@ -15,6 +17,7 @@
 #include "server/cache_service.h"
 #include "server/chat_service.h"
 #include "server/port_check.h"
+#include "server/system_prompt_service.h"
 #include "server/request_metrics.h"
 
 namespace strata::server {
@@ -27,6 +30,37 @@ storage::SessionStoreOptions ServerOptions::DefaultStoreOptions() {
   return o;
 }
 
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in || text.str().empty()) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
+  return text.str();
+}
+
+// Plaintext, TLS, or mutual TLS (a client certificate the CA signed is required).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const ServerOptions& o) {
+  if (o.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+  auto cert = ReadPem(o.tls_cert_file, "--tls_cert");
+  if (!cert.ok()) return cert.status();
+  auto key = ReadPem(o.tls_key_file, "--tls_key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!o.tls_client_ca_file.empty()) {
+    auto ca = ReadPem(o.tls_client_ca_file, "--tls_client_ca");
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  LOG(INFO) << (o.tls_client_ca_file.empty() ? "TLS" : "mutual TLS") << " on the gRPC port";
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
 absl::Status ServerOptions::Validate() const {
   if (listen_address.empty()) return absl::InvalidArgumentError("listen address is empty");
   if (store.host_capacity_bytes < 0) return absl::InvalidArgumentError("--host_cache_bytes must be >= 0");
@@ -34,8 +68,15 @@ absl::Status ServerOptions::Validate() const {
   if (store.layout.chunk_tokens <= 0 || store.layout.chunk_tokens > 65536) {
     return absl::InvalidArgumentError("--chunk_tokens must be in 1..65536");
   }
-  if (!admin_tenant.empty() &&
-      std::none_of(api_keys.begin(), api_keys.end(), [&](const auto& kv) { return kv.second == admin_tenant; })) {
+  if (tls_cert_file.empty() != tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (!tls_client_ca_file.empty() && tls_cert_file.empty()) {
+    return absl::InvalidArgumentError("--tls_client_ca (mutual TLS) needs --tls_cert and --tls_key");
+  }
+  if (!admin_tenant.empty() && std::none_of(api_keys.begin(), api_keys.end(), [&](const auto& kv) {
+        return kv.second.tenant == admin_tenant;
+      })) {
     return absl::InvalidArgumentError(
         absl::StrCat("--admin_tenant '", admin_tenant, "' is the tenant of no key in --api_keys"));
   }
@@ -52,6 +93,7 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   }
   std::unique_ptr<StrataServer> server(new StrataServer());
   server->options_ = options;
+  server->api_keys_.Replace(options.api_keys);
   auto served = engine::LoadServedModel(options.model);
   if (!served.ok()) return served.status();
   LOG(INFO) << "model: " << served->description;
@@ -96,16 +138,18 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   server->prompts_ = *std::move(prompts);
   server->chat_service_ =
       std::make_unique<ChatServiceImpl>(server->engine_.get(), server->tokenizer_.get(), server->store_.get(),
-                                        server->prompts_.get(), &server->options_.api_keys);
+                                        server->prompts_.get(), &server->api_keys_);
   server->prompt_service_ = std::make_unique<SystemPromptServiceImpl>(
-      server->engine_.get(), server->tokenizer_.get(), server->prompts_.get(), &server->options_.api_keys);
+      server->engine_.get(), server->tokenizer_.get(), server->prompts_.get(), &server->api_keys_);
   server->cache_service_ = std::make_unique<CacheServiceImpl>(
-      server->store_.get(), fingerprint, &server->options_.api_keys, server->options_.admin_tenant);
+      server->store_.get(), fingerprint, &server->api_keys_, server->options_.admin_tenant);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &server->port_);
+  auto credentials = ServerCredentials(options);
+  if (!credentials.ok()) return credentials.status();
+  builder.AddListeningPort(options.listen_address, *credentials, &server->port_);
   // The port is this server's alone: gRPC would otherwise share it (SO_REUSEPORT) with a
   // second strata, silently splitting sessions between two caches.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -133,6 +177,20 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   LOG(INFO) << "strata serving gRPC on port " << server->port_ << ", metrics on port "
             << server->metrics_port() << "; model fingerprint " << std::hex << fingerprint;
   return server;
+}
+
+absl::Status StrataServer::ReloadApiKeys(std::map<std::string, ApiKey> keys) {
+  if (!options_.api_keys.empty() && keys.empty()) {
+    return absl::InvalidArgumentError("the new key list is empty: it would turn authentication off");
+  }
+  const std::string& admin = options_.admin_tenant;
+  if (!admin.empty() &&
+      std::none_of(keys.begin(), keys.end(), [&](const auto& kv) { return kv.second.tenant == admin; })) {
+    return absl::InvalidArgumentError(absl::StrCat("the admin tenant '", admin, "' has no key in the new list"));
+  }
+  LOG(INFO) << "API keys reloaded: " << keys.size() << " keys";
+  api_keys_.Replace(std::move(keys));
+  return absl::OkStatus();
 }
 
 void StrataServer::Wait() {

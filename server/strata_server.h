@@ -16,6 +16,7 @@
 #include "base/metrics_exposer.h"
 #include "engine/engine.h"
 #include "engine/served_model.h"
+#include "server/auth.h"
 #include "server/system_prompts.h"
 #include "storage/session_store.h"
 #include "text/tokenizer.h"
@@ -41,8 +42,14 @@ struct ServerOptions {
   // Which model (built-in, random:NAME or a directory) on which device.
   engine::ServedModelOptions model;
   engine::EngineOptions engine;
-  // API key -> tenant. Empty: no authentication, every caller is tenant "default".
-  std::map<std::string, std::string> api_keys;
+  // API key -> tenant (and admin). Empty: no authentication, every caller is tenant
+  // "default". ReloadApiKeys replaces them while serving (server/auth.h).
+  std::map<std::string, ApiKey> api_keys;
+  // TLS on the gRPC port (PEM files; empty: plaintext). With tls_client_ca_file, clients
+  // must present a certificate that CA signed (mutual TLS).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
   // A tenant whose CacheService.Stats covers every tenant (an operator's key); empty:
   // none, each caller sees its own tenant only.
   std::string admin_tenant;
@@ -76,11 +83,16 @@ class StrataServer {
   storage::SessionStore* store() { return store_.get(); }
   metrics::Registry& registry() { return registry_; }
   const text::Tokenizer& tokenizer() const { return *tokenizer_; }
+  // Replaces the API keys for calls that start from now on (SIGHUP). InvalidArgument,
+  // nothing changed, when keys were required and `keys` is empty, or the admin tenant
+  // has no key.
+  absl::Status ReloadApiKeys(std::map<std::string, ApiKey> keys);
 
  private:
   StrataServer() = default;
 
   ServerOptions options_;
+  ApiKeys api_keys_;
   metrics::Registry registry_;
   std::unique_ptr<text::Tokenizer> tokenizer_;
   std::unique_ptr<storage::SessionStore> store_;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "server/auth.h"
 #include "engine/engine.h"
 #include "server/system_prompts.h"
 #include "strata/v1/system_prompts.grpc.pb.h"
@@ -29,7 +30,7 @@ absl::StatusOr<ResolvedPrompt> ResolveSystemPrompt(const SystemPromptRegistry& r
 class SystemPromptServiceImpl final : public v1::SystemPromptService::Service {
  public:
   SystemPromptServiceImpl(engine::Engine* engine, const text::Tokenizer* tokenizer, SystemPromptRegistry* registry,
-                          const std::map<std::string, std::string>* api_keys)
+                          const ApiKeys* api_keys)
       : engine_(engine), tokenizer_(tokenizer), registry_(registry), api_keys_(api_keys) {}
 
   grpc::Status RegisterSystemPrompt(grpc::ServerContext* context, const v1::RegisterSystemPromptRequest* request,
@@ -43,7 +44,7 @@ class SystemPromptServiceImpl final : public v1::SystemPromptService::Service {
   engine::Engine* engine_;
   const text::Tokenizer* tokenizer_;
   SystemPromptRegistry* registry_;
-  const std::map<std::string, std::string>* api_keys_;
+  const ApiKeys* api_keys_;
 };
 
 }  // namespace strata::server

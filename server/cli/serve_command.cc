@@ -1,12 +1,18 @@
 // `strata serve`: the flags that configure a server, and the serve loop.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "server/auth.h"
 #include "base/log.h"
 #include "server/cli/commands.h"
 #include "server/cli/shared_flags.h"
@@ -39,7 +45,15 @@ ABSL_FLAG(int, max_batch, 64, "serve: most turns in one decode batch");
 ABSL_FLAG(int, max_step_tokens, 512, "serve: most tokens in one forward step");
 ABSL_FLAG(int, max_new_tokens_limit, 4096, "serve: largest max_new_tokens a request may ask for");
 ABSL_FLAG(std::string, api_keys, "",
-          "serve: comma-separated key=tenant pairs; empty: no auth, one tenant 'default'");
+          "serve: comma-separated key=tenant[:admin] entries (visible in ps: prefer --api_keys_file or "
+          "STRATA_API_KEYS); none anywhere: no auth, one tenant 'default'");
+ABSL_FLAG(std::string, api_keys_file, "",
+          "serve: a file of key=tenant[:admin] entries (one a line or comma-separated, '#' comments), "
+          "reloaded on SIGHUP");
+ABSL_FLAG(std::string, tls_cert, "", "serve: PEM certificate (chain) of the gRPC port; with --tls_key: TLS");
+ABSL_FLAG(std::string, tls_key, "", "serve: PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "serve: PEM CA that must have signed every client's certificate (mutual TLS)");
 ABSL_FLAG(std::string, admin_tenant, "",
           "serve: a tenant (of --api_keys) whose CacheService.Stats covers every tenant; empty: none");
 ABSL_FLAG(int, drain_seconds, 30,
@@ -55,6 +69,36 @@ ABSL_FLAG(std::string, system_prompts_file, "",
 
 namespace strata::server::cli {
 namespace {
+
+// The API keys of --api_keys, --api_keys_file and STRATA_API_KEYS together (a key given
+// twice is an error). The messages name the source, never a key.
+absl::StatusOr<std::map<std::string, ApiKey>> LoadApiKeys() {
+  std::map<std::string, ApiKey> all;
+  auto add = [&](const std::string& text, const std::string& source) -> absl::Status {
+    auto keys = ApiKeys::Parse(text);
+    if (!keys.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", keys.status().message()));
+    for (auto& [k, v] : *keys) {
+      if (!all.emplace(k, v).second) return absl::InvalidArgumentError(absl::StrCat(source, " repeats a key"));
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = add(absl::GetFlag(FLAGS_api_keys), "--api_keys"); !s.ok()) return s;
+  if (const char* env = std::getenv("STRATA_API_KEYS"); env != nullptr) {
+    if (absl::Status s = add(env, "STRATA_API_KEYS"); !s.ok()) return s;
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_api_keys_file); !path.empty()) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) return absl::InvalidArgumentError(absl::StrCat("--api_keys_file: cannot read ", path));
+    if (absl::Status s = add(text.str(), "--api_keys_file " + path); !s.ok()) return s;
+  }
+  if (!absl::GetFlag(FLAGS_api_keys).empty()) {
+    LOG(WARNING) << "--api_keys puts keys on the command line, where ps shows them; use --api_keys_file or "
+                    "STRATA_API_KEYS";
+  }
+  return all;
+}
 
 // Fills `o` from the flags; false (having said why on stderr) for a bad value.
 bool OptionsFromFlags(ServerOptions& o) {
@@ -96,14 +140,15 @@ bool OptionsFromFlags(ServerOptions& o) {
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
   o.engine.min_shared_prompt_tokens = absl::GetFlag(FLAGS_min_shared_prompt_tokens);
   o.system_prompts_file = absl::GetFlag(FLAGS_system_prompts_file);
-  for (absl::string_view pair : absl::StrSplit(absl::GetFlag(FLAGS_api_keys), ',', absl::SkipEmpty())) {
-    std::vector<std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
-    if (kv.size() != 2 || kv[0].empty() || kv[1].empty()) {
-      std::fprintf(stderr, "--api_keys wants key=tenant pairs, got '%s'\n", std::string(pair).c_str());
-      return false;
-    }
-    o.api_keys[kv[0]] = kv[1];
+  auto keys = LoadApiKeys();
+  if (!keys.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(keys.status().message()).c_str());
+    return false;
   }
+  o.api_keys = *std::move(keys);
+  o.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  o.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  o.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   o.admin_tenant = absl::GetFlag(FLAGS_admin_tenant);
   if (absl::GetFlag(FLAGS_drain_seconds) < 0) {
     std::fprintf(stderr, "--drain_seconds must be >= 0\n");
@@ -135,17 +180,28 @@ int ServeCommand() {
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     WritePortFile(path, (*server)->port(), (*server)->metrics_port());
   }
-  // SIGINT/SIGTERM (blocked in every thread by main): shut down from a thread that may block.
+  // SIGINT/SIGTERM (blocked in every thread by main): shut down from a thread that may
+  // block. SIGHUP: reload the API keys.
   StrataServer* s = server->get();
   std::thread([s] {
     sigset_t signals;
     sigemptyset(&signals);
     sigaddset(&signals, SIGINT);
     sigaddset(&signals, SIGTERM);
-    int sig = 0;
-    sigwait(&signals, &sig);
-    LOG(INFO) << "signal " << sig << ": shutting down";
-    s->Shutdown();
+    sigaddset(&signals, SIGHUP);
+    for (;;) {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      if (sig == SIGHUP) {
+        auto keys = LoadApiKeys();
+        absl::Status reloaded = keys.ok() ? s->ReloadApiKeys(*std::move(keys)) : keys.status();
+        if (!reloaded.ok()) LOG(ERROR) << "SIGHUP: the API keys stay as they were: " << reloaded.message();
+        continue;
+      }
+      LOG(INFO) << "signal " << sig << ": shutting down";
+      s->Shutdown();
+      return;
+    }
   }).detach();
   (*server)->Wait();
   return 0;

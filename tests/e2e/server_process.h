@@ -24,6 +24,7 @@ class ServerProcess {
   int port() const { return process_->port(); }
   int metrics_port() const { return process_->metrics_port(); }
   pid_t pid() const { return process_->pid(); }
+  std::string log_path() const { return process_->log_path(); }
   // SIGTERM and wait; returns the exit status as waitpid reports it (-1 if stopped).
   int Stop() { return process_->Stop(); }
 
