@@ -1,0 +1,108 @@
+"""A conversation with strata, as a gateway holds it.
+
+    from strata.client import Session
+    s = Session("127.0.0.1:7070", "user-42", system="You are terse.")
+    for piece in s.stream("Hello!"):
+        print(piece, end="", flush=True)
+    print(s.last.usage.cached_tokens, "tokens reused")
+
+A Session keeps the conversation and resends it whole every turn, with the assistant's
+answers exactly as strata streamed them (that is what lets strata reuse the session's KV:
+an edited history is reused only up to the first changed token). It sends the session ID
+as the `x-session-id` header, so a session-affine proxy (deploy/nginx) keeps the session
+on one replica, and the API key as `authorization: Bearer`. A call waits (within
+`timeout_s`) for a server that is starting or restarting; a turn refused with UNAVAILABLE
+before any token arrived (a draining server) is retried with backoff; once tokens have
+streamed, an error is raised (the turn is not replayed) and the conversation stays as it
+was. One turn at a time per session: strata runs a session's turns in order.
+"""
+import time
+
+import grpc
+
+from strata.v1 import chat_pb2, chat_pb2_grpc
+
+
+class TurnError(Exception):
+    """A turn that failed; `code` is the grpc.StatusCode."""
+
+    def __init__(self, code, details):
+        super().__init__("%s: %s" % (code.name, details))
+        self.code = code
+        self.details = details
+
+
+class Session:
+    def __init__(self, target, session_id, api_key=None, system=None, system_prompt_id=None,
+                 credentials=None, max_new_tokens=256, retries=4, backoff_s=0.25, timeout_s=120.0,
+                 channel=None, wait_for_ready=True):
+        """`target` is host:port; `credentials` a grpc.ChannelCredentials for TLS (None:
+        plaintext); `system` a system message, or `system_prompt_id` a registered prompt
+        (SystemPromptService) in its place."""
+        if system is not None and system_prompt_id is not None:
+            raise ValueError("give system or system_prompt_id, not both")
+        if channel is None:
+            channel = (grpc.secure_channel(target, credentials) if credentials is not None
+                       else grpc.insecure_channel(target))
+        self._stub = chat_pb2_grpc.ChatServiceStub(channel)
+        self.session_id = session_id
+        self.api_key = api_key
+        self.system_prompt_id = system_prompt_id
+        self.max_new_tokens = max_new_tokens
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.timeout_s = timeout_s
+        # A call waits (within timeout_s) for a server that is starting or restarting.
+        self.wait_for_ready = wait_for_ready
+        self.messages = [] if system is None else [("system", system)]
+        self.last = None  # the last turn's ChatDone
+        self.attempts = 0  # calls made for the last turn (1 without retries)
+
+    def _metadata(self):
+        md = [("x-session-id", self.session_id)]
+        if self.api_key:
+            md.append(("authorization", "Bearer " + self.api_key))
+        return md
+
+    def _request(self, sampling):
+        r = chat_pb2.ChatRequest(session_id=self.session_id, max_new_tokens=self.max_new_tokens)
+        for role, content in self.messages:
+            r.messages.add(role=role, content=content)
+        if self.system_prompt_id:
+            r.system_prompt_id = self.system_prompt_id
+        for k, v in sampling.items():
+            setattr(r.sampling, k, v)
+        return r
+
+    def stream(self, text, **sampling):
+        """Sends `text` as the next user message and yields the answer's text as it streams.
+        The answer joins the conversation once the turn is done; `last` holds its ChatDone
+        (usage, cache tier, TTFT). Raises TurnError."""
+        self.messages.append(("user", text))
+        request = self._request(sampling)
+        answer = []
+        for attempt in range(self.retries + 1):
+            self.attempts = attempt + 1
+            started = False
+            try:
+                for event in self._stub.Chat(request, metadata=self._metadata(), timeout=self.timeout_s,
+                                             wait_for_ready=self.wait_for_ready):
+                    if event.HasField("delta"):
+                        started = True
+                        answer.append(event.delta.text)
+                        if event.delta.text:
+                            yield event.delta.text
+                    elif event.HasField("done"):
+                        self.last = event.done
+                self.messages.append(("assistant", "".join(answer)))
+                return
+            except grpc.RpcError as e:
+                retry = e.code() == grpc.StatusCode.UNAVAILABLE and not started and attempt < self.retries
+                if not retry:
+                    self.messages.pop()  # the turn did not happen: the conversation is as before
+                    raise TurnError(e.code(), e.details()) from None
+                time.sleep(self.backoff_s * (2 ** attempt))
+
+    def send(self, text, **sampling):
+        """Like stream(), returning the whole answer."""
+        return "".join(self.stream(text, **sampling))
