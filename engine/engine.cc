@@ -15,7 +15,7 @@ namespace strata::engine {
 
 absl::Status EngineOptions::Validate() const {
   if (max_running <= 0 || max_step_tokens <= 0 || max_new_tokens_limit <= 0 || max_queued <= 0 ||
-      warmup_tokens < 0 || min_shared_prompt_tokens < 0 || max_idle_shared_prompts < 0) {
+      warmup_tokens < 0 || min_shared_prompt_tokens < 0 || max_idle_shared_prompts < 0 || max_queued_per_tenant < 0) {
     return absl::InvalidArgumentError("engine limits must be positive");
   }
   return absl::OkStatus();
@@ -152,6 +152,16 @@ absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) 
   if (static_cast<int>(queue_.size()) >= options_.max_queued) {
     return absl::ResourceExhaustedError(absl::StrCat("the queue holds ", queue_.size(),
                                                      " turns; try again later"));
+  }
+  if (options_.max_queued_per_tenant > 0) {
+    const int64_t mine = std::count_if(queue_.begin(), queue_.end(), [&](const Queued& q) {
+      return !q.prompt_job && q.request.key.tenant == request.key.tenant;
+    });
+    if (mine >= options_.max_queued_per_tenant) {
+      return absl::ResourceExhaustedError(absl::StrCat("tenant '", request.key.tenant, "' has ", mine,
+                                                       " turns queued, its limit (--max_queued_per_tenant); try "
+                                                       "again later"));
+    }
   }
   queue_.push_back(Queued{std::move(request), stream, next_id_++});
   lookahead_changed_ = true;

@@ -36,6 +36,9 @@ struct EngineOptions {
   int max_step_tokens = 512;      // tokens in one forward step (decodes + prefill chunks)
   int max_new_tokens_limit = 4096;
   int max_queued = 1024;          // turns waiting for admission
+  // Turns one tenant may have waiting for admission (0: no limit beyond max_queued), so
+  // that one tenant's flood cannot fill the queue for the others.
+  int max_queued_per_tenant = 0;
   int max_stop_strings = 8;
   int max_stop_string_bytes = 256;
   // A turn whose cached prefix is only on SSD recomputes it instead when the measured

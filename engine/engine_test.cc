@@ -6,6 +6,7 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
 namespace strata::engine {
@@ -107,6 +108,76 @@ TEST(EngineKvMemoryTest, TurnsWaitForKvMemoryAndAnswerAsWithout) {
   auto limited = run(2, &peak);
   EXPECT_EQ(*peak, 2) << "at most two sequences held at once";
   EXPECT_EQ(limited, run(100, nullptr)) << "turns that waited for KV memory answer as without the limit";
+}
+
+// One tenant's flood is refused past its own queue limit, saying so, while another
+// tenant's turns still queue; nothing that was accepted is lost.
+// A CPU backend whose first Forward waits until the test opens the gate (the engine loop
+// is then busy, and every turn submitted meanwhile stays queued).
+class GatedBackend final : public model::ModelBackend {
+ public:
+  explicit GatedBackend(std::unique_ptr<model::CpuModel> inner) : inner_(std::move(inner)) {}
+  const model::ModelConfig& config() const override { return inner_->config(); }
+  std::string name() const override { return "gated-cpu"; }
+  uint64_t fingerprint() const override { return inner_->fingerprint(); }
+  int64_t kv_row_bytes() const override { return inner_->kv_row_bytes(); }
+  absl::StatusOr<std::unique_ptr<model::SequenceState>> NewSequence(int64_t capacity) override {
+    return inner_->NewSequence(capacity);
+  }
+  absl::Status ResizeSequence(model::SequenceState& seq, int64_t capacity) override {
+    return inner_->ResizeSequence(seq, capacity);
+  }
+  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
+    if (!entered.HasBeenNotified()) entered.Notify();
+    open.WaitForNotification();
+    return inner_->Forward(batch);
+  }
+  absl::Status LoadKv(model::SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                      const storage::ChunkLayout& layout) override {
+    return inner_->LoadKv(seq, begin, count, payload, layout);
+  }
+  absl::Status SaveKv(const model::SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+                      const storage::ChunkLayout& layout) override {
+    return inner_->SaveKv(seq, begin, count, payload, layout);
+  }
+  absl::Notification entered, open;
+
+ private:
+  std::unique_ptr<model::CpuModel> inner_;
+};
+
+TEST(EngineTenancyTest, ATenantPastItsQueueLimitIsRefusedAndOthersStillQueue) {
+  text::ByteTokenizer tokenizer;
+  EngineOptions options;
+  options.max_running = 1;
+  options.max_queued_per_tenant = 2;
+  options.warmup_tokens = 0;
+  auto backend = std::make_unique<GatedBackend>(
+      std::make_unique<model::CpuModel>(model::ModelWeights::Random(SmallConfig(), 99, {})));
+  GatedBackend* gate = backend.get();
+  auto engine = *Engine::Create(options, std::move(backend), &tokenizer, nullptr, nullptr);
+  auto turn = [&](const std::string& tenant, int i, int max_new) {
+    TurnRequest r;
+    r.key = {tenant, "s" + std::to_string(i)};
+    r.prompt = *tokenizer.RenderChat({{"user", "question " + std::to_string(i)}});
+    r.max_new_tokens = max_new;
+    return r;
+  };
+  auto running = engine->Submit(turn("flood", 0, 4));
+  ASSERT_TRUE(running.ok());
+  gate->entered.WaitForNotification();  // its step holds the engine loop: the next ones queue
+  std::vector<std::shared_ptr<TurnStream>> accepted;
+  for (int i = 1; i <= 2; ++i) accepted.push_back(*engine->Submit(turn("flood", i, 2)));
+  auto refused = engine->Submit(turn("flood", 3, 2));
+  ASSERT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("'flood' has 2 turns queued"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("max_queued_per_tenant"), std::string::npos);
+  auto other = engine->Submit(turn("quiet", 4, 2));
+  ASSERT_TRUE(other.ok()) << "another tenant's turn was refused: " << other.status();
+  accepted.push_back(*other);
+  accepted.push_back(*running);
+  gate->open.Notify();
+  for (auto& s : accepted) EXPECT_TRUE(Collect(s).status.ok());
 }
 
 // A backend that says how much one sequence can ever hold lets the engine refuse a turn

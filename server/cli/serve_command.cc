@@ -60,6 +60,9 @@ ABSL_FLAG(int, drain_seconds, 30,
           "serve: on SIGTERM/SIGINT, how long running turns may take to finish (health says NOT_SERVING and "
           "new turns get UNAVAILABLE meanwhile)");
 ABSL_FLAG(std::string, port_file, "", "serve: write 'grpc_port metrics_port' here once listening");
+ABSL_FLAG(int, max_queued_per_tenant, 0,
+          "serve: turns one tenant may have waiting (RESOURCE_EXHAUSTED past it, naming the limit); 0: no "
+          "limit of its own");
 ABSL_FLAG(int, min_shared_prompt_tokens, 128,
           "serve: a conversation's system part of at least this many tokens is shared across sessions "
           "(computed once, stored once, relay attention); shorter ones are computed with each session; 0: off");
@@ -139,6 +142,7 @@ bool OptionsFromFlags(ServerOptions& o) {
   o.engine.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
   o.engine.min_shared_prompt_tokens = absl::GetFlag(FLAGS_min_shared_prompt_tokens);
+  o.engine.max_queued_per_tenant = absl::GetFlag(FLAGS_max_queued_per_tenant);
   o.system_prompts_file = absl::GetFlag(FLAGS_system_prompts_file);
   auto keys = LoadApiKeys();
   if (!keys.ok()) {
