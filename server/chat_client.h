@@ -3,6 +3,7 @@
 #ifndef STRATA_SERVER_CHAT_CLIENT_H_
 #define STRATA_SERVER_CHAT_CLIENT_H_
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,12 @@ struct ChatScriptOptions {
 // Runs the turns in order, carrying the conversation (with the answers) from turn to
 // turn. Returns 0 on success, 1 if any call failed (the error is printed).
 int RunChatScript(const ChatScriptOptions& options);
+
+// Interactive: reads a message a line from `in` (until EOF or "/quit"), streams each
+// answer to `out` as it arrives, then a status line (TTFT, tokens reused and computed,
+// the tier that served the history). A failed turn is reported and left out of the
+// conversation. user_turns is not used. Returns 0.
+int RunInteractiveChat(const ChatScriptOptions& options, std::FILE* in, std::FILE* out);
 
 }  // namespace strata::server
 
