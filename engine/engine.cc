@@ -327,9 +327,14 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
     MutexLock lock(&mu_);
     auto p = prompts_.find(queued.prompt_key);
     if (p != prompts_.end() && p->second->state == SharedPrompt::State::kReady) {
-      prefix = p->second->seq;
-      base_tokens = static_cast<int64_t>(p->second->tokens.size());
-      base = p->second->id;
+      // A paged backend shares whole pages: the prompt's last partial page is computed
+      // with the session's own tokens.
+      const int64_t grain = std::max<int64_t>(1, model_->prefix_granularity());
+      base_tokens = static_cast<int64_t>(p->second->tokens.size()) / grain * grain;
+      if (base_tokens > 0) {
+        prefix = p->second->seq;
+        base = p->second->id;
+      }
     }
   }
   int64_t hbm_tokens = 0;

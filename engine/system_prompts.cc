@@ -91,6 +91,17 @@ bool Engine::PromptReadyLocked(Queued& q, std::vector<Queued>* jobs) {
 }
 
 void Engine::FinishPromptJob(Running& r) {
+  // Turns on the prompt read its KV from their first step: what was loaded from the store
+  // must have landed (a device backend's loads otherwise only order this sequence's steps).
+  if (r.reused > 0) {
+    if (absl::Status s = model_->FinishKvTransfers(); !s.ok()) {
+      MutexLock lock(&mu_);
+      FailPromptJobLocked(r.prompt_key, s);
+      active_sessions_.erase(r.session_key);
+      r.seq.reset();
+      return;
+    }
+  }
   std::shared_ptr<model::SequenceState> seq(std::move(r.seq));  // the turn has ended
   bool wanted;
   {

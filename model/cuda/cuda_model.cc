@@ -232,11 +232,33 @@ absl::Status CudaModel::ResizeSequence(SequenceState& seq, int64_t capacity_toke
   Impl& m = *impl_;
   auto* s = dynamic_cast<CudaSequence*>(&seq);
   if (s == nullptr || s->pool() != &m.pool) return absl::InvalidArgumentError("a sequence of another backend");
-  if (capacity_tokens <= 0 || capacity_tokens > m.config.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat("a sequence of ", capacity_tokens,
+  // A sequence on a prefix counts its own tokens, after the prefix's.
+  if (capacity_tokens <= 0 || s->first() + capacity_tokens > m.config.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("a sequence of ", s->first() + capacity_tokens,
                                                    " tokens does not fit the context of ", m.config.max_context));
   }
-  return m.pool.Resize(*s, capacity_tokens);
+  return m.pool.Resize(*s, s->first() + capacity_tokens);
+}
+
+bool CudaModel::shares_prefixes() const { return impl_->options.share_prefixes; }
+
+absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequenceOnPrefix(
+    std::shared_ptr<const SequenceState> prefix, int64_t prefix_tokens, int64_t capacity_tokens) {
+  Impl& m = *impl_;
+  if (!m.options.share_prefixes) return absl::UnimplementedError("cuda: sharing prefixes is off");
+  auto p = std::dynamic_pointer_cast<const CudaSequence>(prefix);
+  if (p == nullptr || p->pool() != &m.pool) return absl::InvalidArgumentError("a prefix of another backend");
+  if (p->on_prefix()) return absl::InvalidArgumentError("a prefix on a prefix");
+  const int page = m.options.page_tokens;
+  if (prefix_tokens <= 0 || prefix_tokens % page != 0 || prefix_tokens > p->capacity()) {
+    return absl::InvalidArgumentError(absl::StrCat("a shared prefix of ", prefix_tokens, " tokens (whole pages of ",
+                                                   page, ") from a sequence of ", p->capacity()));
+  }
+  if (capacity_tokens <= 0 || prefix_tokens + capacity_tokens > m.config.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("a sequence of ", prefix_tokens, " + ", capacity_tokens,
+                                                   " tokens does not fit the context of ", m.config.max_context));
+  }
+  return m.pool.NewSequenceOn(std::move(p), prefix_tokens, capacity_tokens);
 }
 
 absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {

@@ -43,6 +43,11 @@ struct CudaModelOptions {
   // up to kv_read_group_tokens tokens of chunks): see kv_loader.h.
   int kv_read_buffer_layers = 8;
   int64_t kv_read_group_tokens = 8192;
+  // Sequences on a shared prefix (a system prompt) share the prefix's whole pages in
+  // their page lists; attention reads them like the sequence's own (no relay kernel yet).
+  // Off until run on a GPU (cuda_model_test SequencesOnASharedPrefix...): then the engine
+  // computes prompts inline per sequence.
+  bool share_prefixes = false;
 };
 
 class CudaModel final : public ModelBackend {
@@ -69,6 +74,11 @@ class CudaModel final : public ModelBackend {
 
   absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity_tokens) override;
   absl::Status ResizeSequence(SequenceState& seq, int64_t capacity_tokens) override;
+  bool shares_prefixes() const override;
+  int64_t prefix_granularity() const override { return page_tokens(); }
+  absl::StatusOr<std::unique_ptr<SequenceState>> NewSequenceOnPrefix(std::shared_ptr<const SequenceState> prefix,
+                                                                     int64_t prefix_tokens,
+                                                                     int64_t capacity_tokens) override;
   absl::Status Forward(absl::Span<const ForwardEntry> batch) override;
   absl::Status LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
                       const storage::ChunkLayout& layout) override;

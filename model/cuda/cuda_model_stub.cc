@@ -44,6 +44,11 @@ CUstream_st* CudaModel::WriteStreamForTesting() const { return nullptr; }
 absl::Status CudaModel::ResizeSequence(SequenceState&, int64_t) {
   return absl::FailedPreconditionError("strata was built without CUDA");
 }
+bool CudaModel::shares_prefixes() const { return false; }
+absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequenceOnPrefix(std::shared_ptr<const SequenceState>,
+                                                                              int64_t, int64_t) {
+  return absl::FailedPreconditionError("strata was built without CUDA");
+}
 absl::Status CudaModel::Forward(absl::Span<const ForwardEntry>) {
   return absl::FailedPreconditionError("strata was built without CUDA");
 }

@@ -9,7 +9,7 @@
 namespace strata::model::cuda_internal {
 
 CudaSequence::~CudaSequence() {
-  for (int32_t p : pages_) pool_->free_pages_.push_back(p);
+  for (size_t i = static_cast<size_t>(shared_pages_); i < pages_.size(); ++i) pool_->free_pages_.push_back(pages_[i]);
 }
 
 absl::Status KvPool::Allocate(const ModelConfig& c, const CudaModelOptions& options) {
@@ -47,6 +47,23 @@ absl::StatusOr<std::unique_ptr<SequenceState>> KvPool::NewSequence(int64_t capac
   return std::unique_ptr<SequenceState>(std::make_unique<CudaSequence>(this, std::move(pages), capacity_tokens));
 }
 
+absl::StatusOr<std::unique_ptr<SequenceState>> KvPool::NewSequenceOn(std::shared_ptr<const CudaSequence> prefix,
+                                                                     int64_t prefix_tokens, int64_t capacity_tokens) {
+  const int64_t shared = prefix_tokens / page_tokens_;
+  const int64_t need = (capacity_tokens + page_tokens_ - 1) / page_tokens_;
+  if (need > static_cast<int64_t>(free_pages_.size())) {
+    return absl::ResourceExhaustedError(absl::StrCat("the GPU KV pool has ", free_pages_.size(), " free pages of ",
+                                                     pages_, "; a sequence of ", capacity_tokens,
+                                                     " tokens on a shared prefix needs ", need));
+  }
+  std::vector<int32_t> pages(prefix->pages().begin(), prefix->pages().begin() + shared);
+  pages.insert(pages.end(), free_pages_.end() - need, free_pages_.end());
+  free_pages_.resize(free_pages_.size() - static_cast<size_t>(need));
+  return std::unique_ptr<SequenceState>(std::make_unique<CudaSequence>(
+      this, std::move(pages), prefix_tokens + capacity_tokens, std::move(prefix), prefix_tokens,
+      static_cast<int>(shared)));
+}
+
 absl::Status KvPool::Resize(CudaSequence& seq, int64_t capacity_tokens) {
   const int64_t need = (capacity_tokens + page_tokens_ - 1) / page_tokens_;
   int64_t have = static_cast<int64_t>(seq.pages_.size());
@@ -59,7 +76,7 @@ absl::Status KvPool::Resize(CudaSequence& seq, int64_t capacity_tokens) {
     seq.pages_.push_back(free_pages_.back());
     free_pages_.pop_back();
   }
-  while (static_cast<int64_t>(seq.pages_.size()) > need) {
+  while (static_cast<int64_t>(seq.pages_.size()) > std::max<int64_t>(need, seq.shared_pages_)) {
     free_pages_.push_back(seq.pages_.back());
     seq.pages_.pop_back();
   }

@@ -31,14 +31,22 @@ namespace strata::model::cuda_internal {
 
 class KvPool;
 
-// A sequence's pages in the pool; gives them back when it ends.
+// A sequence's pages in the pool; gives them back when it ends. A sequence on a shared
+// prefix starts its page list with the prefix's first() / page_tokens pages (read, never
+// written, not its own: the prefix sequence, kept alive here, owns them) and holds its
+// own tokens from first() on, which is a multiple of page_tokens.
 class CudaSequence final : public SequenceState {
  public:
-  CudaSequence(KvPool* pool, std::vector<int32_t> pages, int64_t capacity)
-      : pool_(pool), pages_(std::move(pages)), capacity_(capacity) {}
+  CudaSequence(KvPool* pool, std::vector<int32_t> pages, int64_t capacity,
+               std::shared_ptr<const SequenceState> prefix = nullptr, int64_t first = 0, int shared_pages = 0)
+      : pool_(pool), pages_(std::move(pages)), capacity_(capacity), prefix_(std::move(prefix)), first_(first),
+        shared_pages_(shared_pages) {}
   ~CudaSequence() override;
   const std::vector<int32_t>& pages() const { return pages_; }
+  // Positions it can hold: [0, capacity()), its own from first() on.
   int64_t capacity() const { return capacity_; }
+  int64_t first() const { return first_; }
+  bool on_prefix() const { return prefix_ != nullptr; }
   // The pool the pages came from: a sequence of another model has another one.
   const KvPool* pool() const { return pool_; }
   // The KV loader's ticket of the last load into the sequence (0: none): a save of its
@@ -52,6 +60,9 @@ class CudaSequence final : public SequenceState {
   friend class KvPool;
   std::vector<int32_t> pages_;
   int64_t capacity_;
+  std::shared_ptr<const SequenceState> prefix_;
+  int64_t first_ = 0;
+  int shared_pages_ = 0;  // the leading pages that are the prefix's
 };
 
 class KvPool {
@@ -65,8 +76,15 @@ class KvPool {
   // fewer pages are free.
   absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity_tokens);
 
-  // Gives `seq` the pages for `capacity_tokens` tokens: takes more from the free list or
-  // returns its last ones. ResourceExhausted (nothing changed) when too few are free.
+  // A sequence on `prefix`'s first `prefix_tokens` tokens (a multiple of page_tokens, at
+  // most what its pages hold) with pages of its own for `capacity_tokens` more.
+  // ResourceExhausted when fewer pages are free.
+  absl::StatusOr<std::unique_ptr<SequenceState>> NewSequenceOn(std::shared_ptr<const CudaSequence> prefix,
+                                                               int64_t prefix_tokens, int64_t capacity_tokens);
+
+  // Gives `seq` the pages for `capacity_tokens` tokens (positions, the prefix's included):
+  // takes more from the free list or returns its last ones. ResourceExhausted (nothing
+  // changed) when too few are free.
   absl::Status Resize(CudaSequence& seq, int64_t capacity_tokens);
 
   // Enqueues on `stream` a fill of every page of every plane with random bf16 values.

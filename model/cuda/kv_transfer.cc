@@ -9,7 +9,7 @@ absl::Status CheckChunk(const ModelConfig& c, const CudaSequence* s, const KvPoo
                         size_t payload_bytes, const storage::ChunkLayout& layout) {
   if (s == nullptr || s->pool() != &pool) return absl::InvalidArgumentError("a sequence of another backend");
   if (layout.layers != c.num_layers || layout.row_bytes != int64_t{c.kv_dim()} * 2 || count < 0 ||
-      count > layout.chunk_tokens || begin < 0 || begin + count > s->capacity() ||
+      count > layout.chunk_tokens || begin < s->first() || begin + count > s->capacity() ||
       static_cast<int64_t>(payload_bytes) < layout.PayloadBytes()) {
     return absl::InvalidArgumentError("stored KV rows do not fit this model or sequence");
   }

@@ -52,7 +52,10 @@ absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c
     const auto* s = dynamic_cast<const CudaSequence*>(e.seq);
     if (s == nullptr || s->pool() != &pool) return absl::InvalidArgumentError("a sequence of another backend");
     const int64_t len = e.start_pos + static_cast<int64_t>(e.tokens.size());
-    if (e.start_pos < 0 || len > s->capacity()) return absl::InvalidArgumentError("tokens past the sequence's capacity");
+    if (e.start_pos < s->first() || len > s->capacity()) {
+      return absl::InvalidArgumentError(e.start_pos < s->first() ? "tokens inside the sequence's shared prefix"
+                                                                 : "tokens past the sequence's capacity");
+    }
     for (int32_t t : e.tokens) {
       if (t < 0 || t >= c.vocab_size) return absl::InvalidArgumentError(absl::StrCat("token ", t, " out of range"));
     }

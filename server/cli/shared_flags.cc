@@ -14,6 +14,10 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(double, kv_memory_fraction, 0.85,
           "serve, logits: share of the GPU memory left after the weights that the paged KV pool takes");
 
+ABSL_FLAG(bool, cuda_share_prefixes, false,
+          "serve: on the GPU, sessions on a shared system prompt share its KV pages (experimental: not yet run "
+          "on a GPU; off, the GPU computes shared prompts inline per session)");
+
 namespace strata::server::cli {
 
 std::string TargetFromFlags() {
@@ -27,6 +31,7 @@ engine::ServedModelOptions ServedModelFromFlags() {
   o.model = absl::GetFlag(FLAGS_model);
   o.backend.device = absl::GetFlag(FLAGS_device);
   o.backend.cuda.kv_memory_fraction = absl::GetFlag(FLAGS_kv_memory_fraction);
+  o.backend.cuda.share_prefixes = absl::GetFlag(FLAGS_cuda_share_prefixes);
   return o;
 }
 
