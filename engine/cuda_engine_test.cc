@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/metrics.h"
 #include "engine/engine.h"
 #include "engine/testing/engine_testing.h"
 #include "kernels/testing/delay.h"
@@ -231,6 +232,69 @@ TEST_F(CudaEngineTest, ManyConcurrentSessionsWithTheCacheEqualWithout) {
       EXPECT_EQ(on.answers, first_cached) << name << ": answers differ from the host-tier run's";
     }
   }
+}
+
+// 16 sessions over two shared system prompts on the GPU (the prompts' whole pages shared
+// in the sessions' page lists): greedy answers equal the cache-off engine's with the
+// prompts inline, each prompt is computed once, and returning turns reuse their history.
+TEST_F(CudaEngineTest, SharedSystemPromptsAnswerAsInline) {
+  ByteTokenizer tokenizer;
+  auto run = [&](bool share, metrics::Registry* registry) {
+    CudaModelOptions o;
+    o.kv_pool_bytes = 64 << 20;
+    o.initial_step_tokens = 256;
+    o.share_prefixes = share;
+    auto model = CudaModel::Create(ModelWeights::Random(ModelConfig::Builtin(), 77, tokenizer.SilentTokens()), o);
+    EXPECT_TRUE(model.ok()) << model.status();
+    std::unique_ptr<storage::SessionStore> store;
+    if (share) {
+      storage::SessionStoreOptions so;
+      so.layout = model::ChunkLayoutFor(**model, 16);
+      so.host_capacity_bytes = 64 << 20;
+      so.model_fingerprint = (*model)->fingerprint();
+      store = *storage::SessionStore::Create(so);
+    }
+    EngineOptions eo;
+    eo.min_shared_prompt_tokens = 64;
+    auto engine = *Engine::Create(eo, *std::move(model), &tokenizer, store.get(), registry);
+    std::vector<std::vector<int32_t>> answers;
+    for (int turn = 0; turn < 2; ++turn) {
+      std::vector<std::shared_ptr<TurnStream>> streams;
+      for (int s = 0; s < 16; ++s) {
+        std::string system = absl::StrCat("You are assistant ", s % 2, ". ");
+        while (system.size() < 150) absl::StrAppend(&system, "Keep answers short and kind. ");
+        std::vector<ChatMessage> conv = {{"system", system}, {"user", absl::StrCat("Question ", s)}};
+        if (turn == 1) {
+          std::string answer;
+          for (int32_t t : answers[static_cast<size_t>(s)]) answer += tokenizer.TokenBytes(t);
+          conv.push_back({"assistant", answer});
+          conv.push_back({"user", "And then?"});
+        }
+        TurnRequest r;
+        r.key = {"t", absl::StrCat("s", s)};
+        r.prompt = *tokenizer.RenderChat(conv);
+        auto part = *tokenizer.RenderChat({{"system", system}, {"user", "a"}});
+        auto other = *tokenizer.RenderChat({{"system", system}, {"user", "b"}});
+        while (r.system_tokens < static_cast<int64_t>(part.size()) && part[r.system_tokens] == other[r.system_tokens]) {
+          ++r.system_tokens;
+        }
+        r.max_new_tokens = 12;
+        streams.push_back(*engine->Submit(std::move(r)));
+      }
+      for (auto& stream : streams) {
+        testing::TurnOutput out = testing::Collect(stream);
+        EXPECT_TRUE(out.status.ok()) << out.status;
+        if (turn == 0) answers.push_back(out.tokens);
+        if (turn == 1 && share) EXPECT_GT(out.result.usage.cached_tokens, 150);
+      }
+    }
+    return answers;
+  };
+  metrics::Registry registry;
+  const auto shared = run(true, &registry);
+  EXPECT_EQ(shared, run(false, nullptr)) << "greedy answers differ with shared prompts";
+  EXPECT_EQ(registry.AddCounter("strata_system_prompt_loads_total", "").WithLabels({{"source", "computed"}}).Value(),
+            2);
 }
 
 }  // namespace
