@@ -18,6 +18,8 @@
 #   writeback kv_load_bench --writeback: a decode batch's steps with and without a 16K
 #             save in flight on the write stream
 #   gputests  only the GPU unit tests (kernels, CUDA backend, engine on CUDA)
+#   prompts   shared system prompts: 64 sessions, S = 0/2048/4096 system tokens shared
+#             (--cuda_share_prefixes) and not, TTFT, decode rate, host bytes (PROMPT_S)
 #   bench-ssd strata bench --sweep_from_ssd at 4K and 16K: turn 2 with its history only on
 #             the machine's disk (server restarted, no hint) vs recomputed; then the same
 #             with fetch-or-recompute off (every SSD hit loaded), for the load's own TTFT
@@ -158,6 +160,25 @@ run_bench_ssd() {
   rm -rf "$ssd"
 }
 
+# The issue-15 table: 64 sessions at once, each prompt = the same S system tokens + 128 of
+# its own, 128 new tokens; S = 0, 2048, 4096, with the prompt shared (pages shared in the
+# pool) and not shared (env PROMPT_S narrows S).
+run_prompts() {
+  for S in ${PROMPT_S:-0 2048 4096}; do
+    for share in on off; do
+      [ "$S" = 0 ] && [ "$share" = off ] && continue
+      local flags="$SERVE8B --host_cache_bytes=$((64 << 30)) --max_batch=64"
+      [ "$share" = on ] && flags="$flags --cuda_share_prefixes" || flags="$flags --min_shared_prompt_tokens=0"
+      local sys="--system_prompts=1 --system_prompt_tokens=$S"; [ "$S" = 0 ] && sys="--system_prompts=0"
+      "$B/strata" bench --sessions=64 --rate=1000 --turns=1 --prompt_tokens=128 --output_tokens=128 \
+        --max_output_tokens=128 $sys --serve_flags="$flags" --json="$OUT/bench-prompts-$S-$share.json" \
+        >"$OUT/bench-prompts-$S-$share.txt" 2>"$OUT/bench-prompts-$S-$share.err"
+      note "bench prompts S=$S shared=$share: rc=$?"
+      grep -E "TTFT \(client\)|inter-token|turns:|host tier" "$OUT/bench-prompts-$S-$share.txt" >>"$summary"
+    done
+  done
+}
+
 run_step() {
   "$B/model_bench" --models=llama3-8b >"$OUT/model_bench.txt" 2>&1
   note "model_bench: rc=$?"; grep -iE 'device:|decode|batch|^\|' "$OUT/model_bench.txt" | head -30 >>"$summary"
@@ -170,6 +191,7 @@ for phase in "$@"; do
     step-e2e) run_step_e2e ;; sharegpt) run_sharegpt ;; step) run_step ;;
     hf-old) run_hf_old ;; kvload) run_kvload ;; writeback) run_writeback ;; gputests) run_gpu_tests ;;
     bench-ssd) run_bench_ssd ;; bench-host-history) run_bench_history bench-host --hbm_cache_bytes=0 ;;
+    prompts) run_prompts ;;
     *) note "unknown phase $phase" ;;
   esac
 done
