@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "base/log.h"
+#include "base/process_metrics.h"
 #include "absl/strings/str_cat.h"
 #include "engine/served_model.h"
 #include "storage/session_store_metrics.h"
@@ -123,6 +124,7 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
     LOG(WARNING) << "session cache OFF (--cache=off): every turn recomputes its whole prompt";
   }
   storage::ExportSessionStoreMetrics(server->registry_, server->store_.get(), options.cache_enabled);
+  metrics::ExportProcessMetrics(server->registry_);
   auto engine = engine::Engine::Create(options.engine, std::move(model), tokenizer.get(),
                                        server->store_.get(), &server->registry_);
   if (!engine.ok()) return engine.status();

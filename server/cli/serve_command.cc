@@ -11,11 +11,13 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "server/auth.h"
 #include "base/log.h"
 #include "server/cli/commands.h"
 #include "server/cli/shared_flags.h"
+#include "server/cli/version.h"
 #include "server/strata_server.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address to listen on");
@@ -180,6 +182,19 @@ int ServeCommand() {
   if (!server.ok()) {
     std::fprintf(stderr, "strata serve: %s\n", server.status().ToString().c_str());
     return 1;
+  }
+  {
+    // What is running, for dashboards: always 1, the facts in its labels.
+    const model::ModelBackend& m = (*server)->engine().model();
+    (*server)->registry()
+        .AddGauge("strata_build_info", "strata's version, commit and build, the model and device it serves (1).")
+        .WithLabels({{"version", Version()},
+                     {"commit", GitCommit()},
+                     {"flavor", BuildFlavor()},
+                     {"model", o.model.model.empty() ? "builtin" : o.model.model},
+                     {"fingerprint", absl::StrFormat("%016x", m.fingerprint())},
+                     {"device", m.name()}})
+        .Set(1);
   }
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     WritePortFile(path, (*server)->port(), (*server)->metrics_port());

@@ -256,6 +256,22 @@ TEST_F(ChatE2eTest, MetricsShowTheReuse) {
   EXPECT_GT(value("strata_tier_bytes{tier=\"host\"}"), 0);
   EXPECT_GE(value("strata_sessions{tier=\"host\"}"), 1);
   EXPECT_GE(value("strata_batch_size_count"), 1);
+  // The process and the build.
+  EXPECT_GT(value("process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GT(value("process_open_fds"), 3);
+  EXPECT_GT(value("process_cpu_seconds_total"), 0);
+  const double started = value("process_start_time_seconds");
+  EXPECT_NEAR(started, absl::ToUnixSeconds(absl::Now()), 3600) << "start time is not Unix seconds";
+  int build_info = 0;
+  for (const auto& [key, v] : *samples) {
+    if (key.rfind("strata_build_info{", 0) != 0) continue;
+    ++build_info;
+    EXPECT_EQ(v, 1);
+    EXPECT_NE(key.find("device=\"cpu\""), std::string::npos) << key;
+    EXPECT_NE(key.find("model=\"builtin\""), std::string::npos) << key;
+    EXPECT_NE(key.find("version=\""), std::string::npos) << key;
+  }
+  EXPECT_EQ(build_info, 1);
 }
 
 // Each bad request gets its status, and the session's stored state does not change.
