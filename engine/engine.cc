@@ -458,11 +458,7 @@ void Engine::Abandon(Queued& queued, const absl::Status& why) {
   queued.stream.reset();  // ended: not to be queued again
   MutexLock lock(&mu_);
   active_sessions_.erase(storage::SessionMapKey(queued.request.key));
-  if (queued.prompt_job) {
-    FailPromptJobLocked(queued.prompt_key, why);
-  } else if (!queued.prompt_key.empty()) {
-    ReleasePromptUseLocked(queued.prompt_key);
-  }
+  LeavePromptLocked(queued.prompt_job, queued.prompt_key, why);
 }
 
 void Engine::Requeue(std::vector<Queued> turns) {
@@ -526,11 +522,7 @@ void Engine::Step() {
       r->seq.reset();
       MutexLock lock(&mu_);
       active_sessions_.erase(r->session_key);
-      if (r->prompt_job) {
-        FailPromptJobLocked(r->prompt_key, s);
-      } else if (!r->prompt_key.empty()) {
-        ReleasePromptUseLocked(r->prompt_key);
-      }
+      LeavePromptLocked(r->prompt_job, r->prompt_key, s);
     }
     std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->seq == nullptr; });
     return;

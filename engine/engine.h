@@ -118,10 +118,6 @@ class Engine {
     int64_t stored_bytes = 0;
   };
   std::vector<SystemPromptInfo> ListSystemPrompts(const std::string& tenant) const;
-  // The prompt's tokens; NotFound when the tenant has no such prompt.
-  absl::StatusOr<std::vector<int32_t>> SystemPromptTokens(const std::string& tenant, const std::string& id) const;
-  // Whether turns with a system part of `tokens` tokens run on a shared prompt.
-  bool SharesSystemPrompt(int64_t tokens) const;
 
   const model::ModelConfig& config() const { return model_->config(); }
   const model::ModelBackend& model() const { return *model_; }
@@ -143,7 +139,7 @@ class Engine {
     // Shared system prompts. A prompt job computes (or loads) a prompt's KV: its request's
     // key is the prompt's store session, its prompt the prompt's tokens, and it samples
     // nothing. A turn on a shared prompt names the prompt's map key (SharedPrompt) once
-    // admission checked it; it waits (kPrompt) until the prompt is in memory.
+    // admission checked it; it waits (prompt_waiting) until the prompt is in memory.
     bool prompt_job = false;
     std::string prompt_key;
     bool prompt_waiting = false;
@@ -178,7 +174,14 @@ class Engine {
   absl::StatusOr<std::unique_ptr<model::SequenceState>> TakeSequence(
       const Queued& queued, int64_t capacity, int64_t* hbm_tokens, std::shared_ptr<const model::SequenceState> prefix,
       int64_t base_tokens);
-  // Shared prompts (system_prompts.cc). For a queued turn whose system part is shared:
+  // Shared prompts (system_prompts.cc). Whether turns with a system part of `tokens`
+  // tokens run on a shared prompt.
+  bool SharesSystemPrompt(int64_t tokens) const;
+  // The prompt `tokens` of `key`'s tenant, known from now on and wanted: a prompt job for
+  // it is appended to `jobs`.
+  SharedPrompt& WantPromptLocked(const storage::SessionKey& key, std::string id, std::vector<int32_t> tokens,
+                                 std::vector<Queued>* jobs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // For a queued turn whose system part is shared:
   // whether it may start now (its prompt is in memory; it then counts as one of the
   // prompt's users); otherwise the prompt is wanted (a prompt job queued in `jobs`) and the
   // turn waits, or the prompt failed and the turn computes it inline.
@@ -187,10 +190,13 @@ class Engine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A prompt job's KV is all in place: the prompt is in memory for its turns, and saved.
   void FinishPromptJob(Running& r);
-  // A prompt job ended without its KV (or a turn on the prompt never started): the
-  // waiting turns compute the prompt inline.
+  // A prompt job ended without its KV: the waiting turns compute the prompt inline.
   void FailPromptJobLocked(const std::string& prompt_key, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A turn on a prompt ended: one user fewer.
   void ReleasePromptUseLocked(const std::string& prompt_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A turn or prompt job that will not finish (`why`): whichever of the two above it is.
+  void LeavePromptLocked(bool prompt_job, const std::string& prompt_key, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the least recently used prompt no turn uses from memory; false when none.
   bool EvictIdlePromptLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TrimIdlePromptsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

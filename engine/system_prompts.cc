@@ -41,30 +41,46 @@ Engine::Queued Engine::PromptJobLocked(const storage::SessionKey& key, std::vect
   return job;
 }
 
+Engine::SharedPrompt& Engine::WantPromptLocked(const storage::SessionKey& key, std::string id,
+                                               std::vector<int32_t> tokens, std::vector<Queued>* jobs) {
+  std::unique_ptr<SharedPrompt>& slot = prompts_[storage::SessionMapKey(key)];
+  if (slot == nullptr) {
+    slot = std::make_unique<SharedPrompt>();
+    slot->id = std::move(id);
+    slot->key = key;
+    slot->tokens = std::move(tokens);
+  }
+  slot->state = SharedPrompt::State::kWanted;
+  jobs->push_back(PromptJobLocked(slot->key, slot->tokens));
+  return *slot;
+}
+
 bool Engine::PromptReadyLocked(Queued& q, std::vector<Queued>* jobs) {
   if (q.prompt_job || !SharesSystemPrompt(q.request.system_tokens)) return true;
+  // Computed inline with the turn, as without sharing.
+  auto inline_prompt = [&q] {
+    q.prompt_key.clear();
+    q.request.system_tokens = 0;
+    return true;
+  };
   const absl::Span<const int32_t> system =
       absl::MakeConstSpan(q.request.prompt).subspan(0, static_cast<size_t>(q.request.system_tokens));
+  std::string id;  // hashed once per turn, when first checked
   if (q.prompt_key.empty()) {
-    q.prompt_key = storage::SessionMapKey(SystemPromptKey(q.request.key.tenant, SystemPromptId(system)));
+    id = SystemPromptId(system);
+    q.prompt_key = storage::SessionMapKey(SystemPromptKey(q.request.key.tenant, id));
   }
   auto it = prompts_.find(q.prompt_key);
   if (it == prompts_.end()) {
     if (auto dropped = prompt_dropped_at_.find(q.prompt_key); dropped != prompt_dropped_at_.end()) {
-      if (q.request.arrival <= dropped->second) {
-        // Sent before its prompt was dropped: computed inline, the prompt stays gone.
-        q.prompt_key.clear();
-        q.request.system_tokens = 0;
-        return true;
-      }
+      // Sent before its prompt was dropped: the prompt stays gone.
+      if (q.request.arrival <= dropped->second) return inline_prompt();
       prompt_dropped_at_.erase(dropped);
     }
-    auto p = std::make_unique<SharedPrompt>();
-    p->id = SystemPromptId(system);
-    p->key = SystemPromptKey(q.request.key.tenant, p->id);
-    p->tokens.assign(system.begin(), system.end());
-    jobs->push_back(PromptJobLocked(p->key, p->tokens));
-    it = prompts_.emplace(q.prompt_key, std::move(p)).first;
+    if (id.empty()) id = SystemPromptId(system);
+    const storage::SessionKey key = SystemPromptKey(q.request.key.tenant, id);
+    WantPromptLocked(key, std::move(id), std::vector<int32_t>(system.begin(), system.end()), jobs);
+    it = prompts_.find(q.prompt_key);
   }
   SharedPrompt& p = *it->second;
   switch (p.state) {
@@ -76,16 +92,10 @@ bool Engine::PromptReadyLocked(Queued& q, std::vector<Queued>* jobs) {
       q.prompt_waiting = true;
       return false;
     case SharedPrompt::State::kFailed:
-      if (absl::Now() - p.failed_at > kPromptRetry) {
-        p.state = SharedPrompt::State::kWanted;
-        jobs->push_back(PromptJobLocked(p.key, p.tokens));
-        q.prompt_waiting = true;
-        return false;
-      }
-      // Computed inline with the turn, as without sharing.
-      q.prompt_key.clear();
-      q.request.system_tokens = 0;
-      return true;
+      if (absl::Now() - p.failed_at <= kPromptRetry) return inline_prompt();
+      WantPromptLocked(p.key, p.id, p.tokens, jobs);
+      q.prompt_waiting = true;
+      return false;
   }
   return true;
 }
@@ -145,6 +155,14 @@ void Engine::FailPromptJobLocked(const std::string& prompt_key, const absl::Stat
   }
   for (Queued& q : queue_) {
     if (q.prompt_key == prompt_key) q.prompt_waiting = false;
+  }
+}
+
+void Engine::LeavePromptLocked(bool prompt_job, const std::string& prompt_key, const absl::Status& why) {
+  if (prompt_job) {
+    FailPromptJobLocked(prompt_key, why);
+  } else if (!prompt_key.empty()) {
+    ReleasePromptUseLocked(prompt_key);
   }
 }
 
@@ -213,15 +231,9 @@ absl::StatusOr<std::string> Engine::RegisterSystemPrompt(const std::string& tena
   prompt_dropped_at_.erase(map_key);
   auto it = prompts_.find(map_key);
   if (it != prompts_.end() && it->second->state != SharedPrompt::State::kFailed) return id;
-  if (it == prompts_.end()) {
-    auto p = std::make_unique<SharedPrompt>();
-    p->id = id;
-    p->key = key;
-    p->tokens = tokens;
-    it = prompts_.emplace(map_key, std::move(p)).first;
-  }
-  it->second->state = SharedPrompt::State::kWanted;
-  queue_.push_back(PromptJobLocked(key, std::move(tokens)));
+  std::vector<Queued> jobs;
+  WantPromptLocked(key, id, std::move(tokens), &jobs);
+  queue_.push_back(std::move(jobs.front()));
   return id;
 }
 
@@ -268,21 +280,6 @@ std::vector<Engine::SystemPromptInfo> Engine::ListSystemPrompts(const std::strin
   }
   std::sort(out.begin(), out.end(), [](const SystemPromptInfo& a, const SystemPromptInfo& b) { return a.id < b.id; });
   return out;
-}
-
-absl::StatusOr<std::vector<int32_t>> Engine::SystemPromptTokens(const std::string& tenant,
-                                                                const std::string& id) const {
-  const storage::SessionKey key = SystemPromptKey(tenant, id);
-  {
-    MutexLock lock(&mu_);
-    auto it = prompts_.find(storage::SessionMapKey(key));
-    if (it != prompts_.end()) return it->second->tokens;
-  }
-  if (store_ != nullptr) {
-    auto tokens = store_->Tokens(key);
-    if (tokens.ok()) return tokens;
-  }
-  return absl::NotFoundError(absl::StrCat("no system prompt '", id, "'"));
 }
 
 }  // namespace strata::engine

@@ -183,9 +183,11 @@ TEST_F(SystemPromptEngineTest, RegisterDropAndList) {
   ASSERT_TRUE(id.ok()) << id.status();
   EXPECT_TRUE(IsSystemPromptId(*id)) << *id;
   EXPECT_EQ(*engine->RegisterSystemPrompt("t", system), *id) << "registering is idempotent";
-  EXPECT_EQ(*engine->SystemPromptTokens("t", *id), system);
-  EXPECT_TRUE(absl::IsNotFound(engine->SystemPromptTokens("u", *id).status())) << "another tenant's";
   ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  // Stored once, as the prompt's tokens, under the tenant's reserved session.
+  EXPECT_EQ(store->Match(SystemPromptKey("t", *id), system, 1000).tokens, 100);
+  EXPECT_TRUE(absl::IsNotFound(store->Get(SystemPromptKey("u", *id)).status())) << "another tenant's";
+  EXPECT_TRUE(engine->ListSystemPrompts("u").empty()) << "another tenant's";
   auto listed = engine->ListSystemPrompts("t");
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_EQ(listed[0].id, *id);
@@ -208,7 +210,7 @@ TEST_F(SystemPromptEngineTest, RegisterDropAndList) {
   EXPECT_TRUE(rest.status.ok()) << rest.status;
   EXPECT_EQ(static_cast<int>(first.token_ids.size() + rest.tokens.size()), 40);
   EXPECT_TRUE(absl::IsNotFound(engine->DropSystemPrompt("t", *id)));
-  EXPECT_TRUE(absl::IsNotFound(engine->SystemPromptTokens("t", *id).status()));
+  EXPECT_TRUE(absl::IsNotFound(store->Get(SystemPromptKey("t", *id)).status()));
   EXPECT_TRUE(engine->ListSystemPrompts("t").empty());
   EXPECT_TRUE(absl::IsNotFound(engine->DropSystemPrompt("t", SystemPromptId({1, 2, 3}))));
 }
@@ -236,7 +238,7 @@ TEST_F(SystemPromptEngineTest, TurnsQueuedBeforeADropDoNotBringThePromptBack) {
   EXPECT_EQ(b.tokens, RunAll(*plain, {Turn("b", system, 12, 2, 5)})[0].tokens);
   ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
   EXPECT_TRUE(engine->ListSystemPrompts("t").empty()) << "a turn from before the drop brought it back";
-  EXPECT_TRUE(absl::IsNotFound(engine->SystemPromptTokens("t", *id).status()));
+  EXPECT_TRUE(absl::IsNotFound(store->Get(SystemPromptKey("t", *id)).status()));
   // Sent after the drop: shared again (its content names it).
   const TurnOutput c = RunAll(*engine, {Turn("c", system, 8, 3, 4)})[0];
   ASSERT_TRUE(c.status.ok());

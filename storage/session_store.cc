@@ -603,15 +603,6 @@ absl::Status SessionStoreImpl::SaveLocked(const SessionKey& key, absl::Span<cons
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int32_t>> SessionStoreImpl::Tokens(const SessionKey& key) const {
-  MutexLock lock(&mu_);
-  auto it = sessions_.find(SessionMapKey(key));
-  if (it == sessions_.end() || (it->second->host.empty() && !it->second->persisted)) {
-    return absl::NotFoundError(absl::StrCat("no session '", key.session_id, "'"));
-  }
-  return it->second->tokens;
-}
-
 absl::StatusOr<SessionInfo> SessionStoreImpl::Get(const SessionKey& key) const {
   MutexLock lock(&mu_);
   auto it = sessions_.find(SessionMapKey(key));

@@ -320,9 +320,6 @@ class SessionStore {
 
   // NotFound when the tenant has no such session.
   virtual absl::StatusOr<SessionInfo> Get(const SessionKey& key) const = 0;
-  // The tokens whose KV the session holds (as Get's cached_tokens counts them). NotFound
-  // when the tenant has no such session.
-  virtual absl::StatusOr<std::vector<int32_t>> Tokens(const SessionKey& key) const = 0;
   // Drops the session from every tier (its index record is deleted in the background).
   virtual absl::Status Drop(const SessionKey& key) = 0;
   virtual std::vector<SessionInfo> List(const std::string& tenant) const = 0;

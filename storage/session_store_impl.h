@@ -54,7 +54,6 @@ class SessionStoreImpl final : public SessionStore {
   void FinishFill(uint64_t ticket, absl::Status filled) override;
   absl::Status Flush(const SessionKey& key, absl::Duration timeout) override;
   absl::Status AwaitWriteBacks(absl::Duration timeout) override;
-  absl::StatusOr<std::vector<int32_t>> Tokens(const SessionKey& key) const override;
   absl::StatusOr<SessionInfo> Get(const SessionKey& key) const override;
   absl::Status Drop(const SessionKey& key) override;
   std::vector<SessionInfo> List(const std::string& tenant) const override;
