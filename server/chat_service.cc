@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/auth.h"
-#include "server/system_prompt_service.h"
 #include "server/status_map.h"
 
 namespace strata::server {
@@ -26,11 +25,11 @@ v1::Tier ToProto(storage::Tier tier) {
 
 absl::Status ChatServiceImpl::BuildPrompt(const std::string& tenant, const v1::ChatRequest& request,
                                           engine::TurnRequest* turn) const {
-  std::optional<ResolvedPrompt> system;
+  std::optional<SystemPromptRegistry::Registration> system;
   if (!request.system_prompt_id().empty()) {
-    auto resolved = ResolveSystemPrompt(*prompts_, *tokenizer_, tenant, request.system_prompt_id());
-    if (!resolved.ok()) return resolved.status();
-    system = *std::move(resolved);
+    auto registered = prompts_->Find(tenant, request.system_prompt_id());
+    if (!registered.ok()) return registered.status();
+    system = *std::move(registered);
   }
   if (request.messages_size() > 0) {
     if (request.system_prefix_tokens() > 0) {
@@ -54,10 +53,10 @@ absl::Status ChatServiceImpl::BuildPrompt(const std::string& tenant, const v1::C
     auto rendered = tokenizer_->RenderChat(messages);
     if (!rendered.ok()) return rendered.status();
     turn->prompt = *std::move(rendered);
-    turn->system_tokens = RecognisedSystemTokens(*tokenizer_, messages, turn->prompt);
-    if (system.has_value() && turn->system_tokens != static_cast<int64_t>(system->tokens.size())) {
-      turn->system_tokens = 0;  // the template did not render it as the prompt's part: inline
-    }
+    // A registered prompt's part is known; another conversation's is recognised. Where the
+    // template did not render it as a prefix of the prompt, it is computed inline.
+    turn->system_tokens = system.has_value() ? SharedPrefixTokens(system->tokens, turn->prompt)
+                                             : system_parts_.Recognise(messages, turn->prompt);
   } else {
     if (system.has_value()) turn->prompt = system->tokens;
     turn->prompt.insert(turn->prompt.end(), request.token_ids().begin(), request.token_ids().end());

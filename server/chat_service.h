@@ -30,7 +30,8 @@ class ChatServiceImpl final : public v1::ChatService::Service {
   // resolves system_prompt_id.
   ChatServiceImpl(engine::Engine* engine, const text::Tokenizer* tokenizer, storage::SessionStore* store,
                   const SystemPromptRegistry* prompts, const ApiKeys* api_keys)
-      : engine_(engine), tokenizer_(tokenizer), store_(store), prompts_(prompts), api_keys_(api_keys) {}
+      : engine_(engine), tokenizer_(tokenizer), store_(store), prompts_(prompts), api_keys_(api_keys),
+        system_parts_(tokenizer) {}
 
   grpc::Status Chat(grpc::ServerContext* context, const v1::ChatRequest* request,
                     grpc::ServerWriter<v1::ChatEvent>* writer) override;
@@ -48,6 +49,7 @@ class ChatServiceImpl final : public v1::ChatService::Service {
   storage::SessionStore* store_;
   const SystemPromptRegistry* prompts_;
   const ApiKeys* api_keys_;
+  mutable SystemPartCache system_parts_;  // a cache: BuildPrompt stays const
 };
 
 }  // namespace strata::server

@@ -60,6 +60,15 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
   return grpc::SslServerCredentials(ssl);
 }
 
+// --admin_tenant must name the tenant of at least one key.
+absl::Status CheckAdminTenantHasAKey(const std::string& admin_tenant, const std::map<std::string, ApiKey>& keys) {
+  if (admin_tenant.empty() ||
+      std::any_of(keys.begin(), keys.end(), [&](const auto& kv) { return kv.second.tenant == admin_tenant; })) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--admin_tenant '", admin_tenant, "' is the tenant of no API key"));
+}
+
 }  // namespace
 
 absl::Status ServerOptions::Validate() const {
@@ -75,12 +84,7 @@ absl::Status ServerOptions::Validate() const {
   if (!tls_client_ca_file.empty() && tls_cert_file.empty()) {
     return absl::InvalidArgumentError("--tls_client_ca (mutual TLS) needs --tls_cert and --tls_key");
   }
-  if (!admin_tenant.empty() && std::none_of(api_keys.begin(), api_keys.end(), [&](const auto& kv) {
-        return kv.second.tenant == admin_tenant;
-      })) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--admin_tenant '", admin_tenant, "' is the tenant of no key in --api_keys"));
-  }
+  if (absl::Status s = CheckAdminTenantHasAKey(admin_tenant, api_keys); !s.ok()) return s;
   if (absl::Status s = model.backend.Validate(); !s.ok()) return s;
   return engine.Validate();
 }
@@ -185,11 +189,7 @@ absl::Status StrataServer::ReloadApiKeys(std::map<std::string, ApiKey> keys) {
   if (!options_.api_keys.empty() && keys.empty()) {
     return absl::InvalidArgumentError("the new key list is empty: it would turn authentication off");
   }
-  const std::string& admin = options_.admin_tenant;
-  if (!admin.empty() &&
-      std::none_of(keys.begin(), keys.end(), [&](const auto& kv) { return kv.second.tenant == admin; })) {
-    return absl::InvalidArgumentError(absl::StrCat("the admin tenant '", admin, "' has no key in the new list"));
-  }
+  if (absl::Status s = CheckAdminTenantHasAKey(options_.admin_tenant, keys); !s.ok()) return s;
   LOG(INFO) << "API keys reloaded: " << keys.size() << " keys";
   api_keys_.Replace(std::move(keys));
   return absl::OkStatus();

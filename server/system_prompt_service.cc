@@ -10,26 +10,6 @@
 
 namespace strata::server {
 
-absl::StatusOr<ResolvedPrompt> ResolveSystemPrompt(const SystemPromptRegistry& registry, const text::Tokenizer& tokenizer,
-                                                   const std::string& tenant, const std::string& id) {
-  if (!engine::IsSystemPromptId(id)) return absl::NotFoundError(absl::StrCat("no system prompt '", id, "'"));
-  ResolvedPrompt out;
-  if (std::optional<SystemPromptRegistry::Registration> r = registry.Find(tenant, id); r.has_value()) {
-    out.messages = std::move(r->messages);
-    if (out.messages.empty()) {
-      out.tokens = std::move(r->token_ids);
-    } else {
-      auto tokens = RenderSystemPart(tokenizer, out.messages);
-      if (!tokens.ok()) return tokens.status();
-      out.tokens = *std::move(tokens);
-    }
-    return out;
-  }
-  // Only registered prompts have names clients use; one recognised in conversations is
-  // shared without being named.
-  return absl::NotFoundError(absl::StrCat("no system prompt '", id, "' is registered"));
-}
-
 grpc::Status SystemPromptServiceImpl::RegisterSystemPrompt(grpc::ServerContext* context,
                                                            const v1::RegisterSystemPromptRequest* request,
                                                            v1::RegisterSystemPromptResponse* response) {
@@ -41,10 +21,8 @@ grpc::Status SystemPromptServiceImpl::RegisterSystemPrompt(grpc::ServerContext* 
                         "give exactly one of text, messages or token_ids for the system prompt");
   }
   SystemPromptRegistry::Registration registration;
-  std::vector<int32_t> tokens;
   if (request->token_ids_size() > 0) {
-    registration.token_ids.assign(request->token_ids().begin(), request->token_ids().end());
-    tokens = registration.token_ids;
+    registration.tokens.assign(request->token_ids().begin(), request->token_ids().end());
   } else {
     if (!request->text().empty()) registration.messages.push_back({"system", request->text()});
     if (request->messages_size() > kMaxMessages) {
@@ -59,10 +37,10 @@ grpc::Status SystemPromptServiceImpl::RegisterSystemPrompt(grpc::ServerContext* 
     }
     auto rendered = RenderSystemPart(*tokenizer_, registration.messages);
     if (!rendered.ok()) return ToGrpcStatus(rendered.status());
-    tokens = *std::move(rendered);
+    registration.tokens = *std::move(rendered);
   }
-  const size_t n = tokens.size();
-  auto id = engine_->RegisterSystemPrompt(*tenant, std::move(tokens));
+  const size_t n = registration.tokens.size();
+  auto id = engine_->RegisterSystemPrompt(*tenant, registration.tokens);
   if (!id.ok()) return ToGrpcStatus(id.status());
   if (absl::Status s = registry_->Add(*tenant, *id, std::move(registration)); !s.ok()) return ToGrpcStatus(s);
   response->set_id(*id);
@@ -96,9 +74,9 @@ grpc::Status SystemPromptServiceImpl::ListSystemPrompts(grpc::ServerContext* con
   for (const std::string& id : registered) {
     if (std::none_of(held.begin(), held.end(), [&](const auto& p) { return p.id == id; })) {
       // Registered and not held now (its KV was evicted or dropped with the store's
-      // space): listed with its tokens as the chat path would use them.
-      auto resolved = ResolveSystemPrompt(*registry_, *tokenizer_, *tenant, id);
-      held.push_back({.id = id, .tokens = resolved.ok() ? static_cast<int64_t>(resolved->tokens.size()) : 0});
+      // space): listed with its tokens.
+      auto registration = registry_->Find(*tenant, id);
+      held.push_back({.id = id, .tokens = registration.ok() ? static_cast<int64_t>(registration->tokens.size()) : 0});
     }
   }
   std::sort(held.begin(), held.end(), [](const auto& a, const auto& b) { return a.id < b.id; });

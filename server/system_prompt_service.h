@@ -1,5 +1,4 @@
-// SystemPromptService: a tenant's shared system prompts (register, drop, list), and how a
-// chat request's system_prompt_id resolves.
+// SystemPromptService: a tenant's shared system prompts (register, drop, list).
 #ifndef STRATA_SERVER_SYSTEM_PROMPT_SERVICE_H_
 #define STRATA_SERVER_SYSTEM_PROMPT_SERVICE_H_
 
@@ -16,16 +15,6 @@
 #include "text/tokenizer.h"
 
 namespace strata::server {
-
-// A prompt as a chat request uses it: its tokens, and its system messages when it was
-// registered from text or messages (empty when known by its tokens only).
-struct ResolvedPrompt {
-  std::vector<text::ChatMessage> messages;
-  std::vector<int32_t> tokens;
-};
-// NotFound when the tenant has registered no prompt `id`.
-absl::StatusOr<ResolvedPrompt> ResolveSystemPrompt(const SystemPromptRegistry& registry, const text::Tokenizer& tokenizer,
-                                                   const std::string& tenant, const std::string& id);
 
 class SystemPromptServiceImpl final : public v1::SystemPromptService::Service {
  public:

@@ -30,15 +30,32 @@ absl::StatusOr<std::vector<int32_t>> RenderSystemPart(const text::Tokenizer& tok
   return part;
 }
 
-int64_t RecognisedSystemTokens(const text::Tokenizer& tokenizer, absl::Span<const text::ChatMessage> messages,
-                               absl::Span<const int32_t> prompt) {
+int64_t SharedPrefixTokens(absl::Span<const int32_t> part, absl::Span<const int32_t> prompt) {
+  if (part.empty() || part.size() >= prompt.size()) return 0;
+  return std::equal(part.begin(), part.end(), prompt.begin()) ? static_cast<int64_t>(part.size()) : 0;
+}
+
+int64_t SystemPartCache::Recognise(absl::Span<const text::ChatMessage> messages, absl::Span<const int32_t> prompt) {
   size_t k = 0;
   while (k < messages.size() && messages[k].role == "system") ++k;
   if (k == 0 || k == messages.size()) return 0;
-  auto part = RenderSystemPart(tokenizer, messages.subspan(0, k));
-  if (!part.ok() || part->size() >= prompt.size()) return 0;
-  if (!std::equal(part->begin(), part->end(), prompt.begin())) return 0;
-  return static_cast<int64_t>(part->size());
+  std::string key;
+  for (size_t i = 0; i < k; ++i) absl::StrAppend(&key, messages[i].role, std::string(1, '\0'), messages[i].content,
+                                                  std::string(1, '\0'));
+  std::shared_ptr<const std::vector<int32_t>> part;
+  {
+    MutexLock lock(&mu_);
+    if (auto it = parts_.find(key); it != parts_.end()) part = it->second;
+  }
+  if (part == nullptr) {
+    auto rendered = RenderSystemPart(*tokenizer_, messages.subspan(0, k));
+    part = std::make_shared<const std::vector<int32_t>>(rendered.ok() ? *std::move(rendered)
+                                                                      : std::vector<int32_t>());
+    MutexLock lock(&mu_);
+    if (parts_.size() >= capacity_) parts_.clear();
+    parts_.emplace(std::move(key), part);
+  }
+  return SharedPrefixTokens(*part, prompt);
 }
 
 namespace {
@@ -46,11 +63,10 @@ namespace {
 nlohmann::json ToJson(const std::string& tenant, const std::string& id,
                       const SystemPromptRegistry::Registration& r) {
   nlohmann::json j = {{"tenant", tenant}, {"id", id}};
+  j["tokens"] = r.tokens;
   if (!r.messages.empty()) {
     j["messages"] = nlohmann::json::array();
     for (const text::ChatMessage& m : r.messages) j["messages"].push_back({{"role", m.role}, {"content", m.content}});
-  } else {
-    j["token_ids"] = r.token_ids;
   }
   return j;
 }
@@ -78,12 +94,11 @@ absl::StatusOr<std::unique_ptr<SystemPromptRegistry>> SystemPromptRegistry::Open
     MutexLock lock(&registry->mu_);
     for (const nlohmann::json& j : all.at("prompts")) {
       Registration r;
+      r.tokens = j.at("tokens").get<std::vector<int32_t>>();
       if (j.contains("messages")) {
         for (const nlohmann::json& m : j.at("messages")) {
           r.messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
         }
-      } else {
-        r.token_ids = j.at("token_ids").get<std::vector<int32_t>>();
       }
       registry->registrations_[{j.at("tenant").get<std::string>(), j.at("id").get<std::string>()}] = std::move(r);
     }
@@ -145,11 +160,11 @@ absl::StatusOr<bool> SystemPromptRegistry::Remove(const std::string& tenant, con
   return true;
 }
 
-std::optional<SystemPromptRegistry::Registration> SystemPromptRegistry::Find(const std::string& tenant,
-                                                                             const std::string& id) const {
+absl::StatusOr<SystemPromptRegistry::Registration> SystemPromptRegistry::Find(const std::string& tenant,
+                                                                              const std::string& id) const {
   MutexLock lock(&mu_);
   auto it = registrations_.find({tenant, id});
-  if (it == registrations_.end()) return std::nullopt;
+  if (it == registrations_.end()) return absl::NotFoundError(absl::StrCat("no system prompt '", id, "' is registered"));
   return it->second;
 }
 

@@ -26,12 +26,31 @@ namespace strata::server {
 absl::StatusOr<std::vector<int32_t>> RenderSystemPart(const text::Tokenizer& tokenizer,
                                                       absl::Span<const text::ChatMessage> system);
 
-// The recognised system part of a rendered conversation: its leading system messages'
-// part when that is a prefix of `prompt` shorter than it, else 0 (nothing shared).
-int64_t RecognisedSystemTokens(const text::Tokenizer& tokenizer, absl::Span<const text::ChatMessage> messages,
-                               absl::Span<const int32_t> prompt);
+// Recognises the system part of conversations on the request path. The same few system
+// prompts come back turn after turn, so each one's part is rendered once and kept (up to
+// `capacity` of them; past that the cache starts over). Thread-safe.
+class SystemPartCache {
+ public:
+  explicit SystemPartCache(const text::Tokenizer* tokenizer, size_t capacity = 256)
+      : tokenizer_(tokenizer), capacity_(capacity) {}
+  // The length of the leading system messages' part when that is a prefix of `prompt`
+  // (`messages` rendered) shorter than it, else 0 (nothing shared).
+  int64_t Recognise(absl::Span<const text::ChatMessage> messages, absl::Span<const int32_t> prompt);
 
-// The prompts tenants registered, by (tenant, id): their system messages, or token IDs.
+ private:
+  const text::Tokenizer* tokenizer_;
+  const size_t capacity_;
+  Mutex mu_;
+  // Keyed by the system messages (role and content, '\0'-separated); an empty part when
+  // the template renders none.
+  std::map<std::string, std::shared_ptr<const std::vector<int32_t>>> parts_ ABSL_GUARDED_BY(mu_);
+};
+
+// Whether `part` is a prefix of `prompt` shorter than it: the tokens a turn shares.
+int64_t SharedPrefixTokens(absl::Span<const int32_t> part, absl::Span<const int32_t> prompt);
+
+// The prompts tenants registered, by (tenant, id): their tokens, and the system messages
+// they were rendered from (none for a prompt registered as token IDs).
 // With a file, every change is written to it (a new file synced, then renamed over the
 // old, the directory synced) before it is acknowledged, and Open() reads it back.
 // Thread-safe.
@@ -39,7 +58,7 @@ class SystemPromptRegistry {
  public:
   struct Registration {
     std::vector<text::ChatMessage> messages;  // system messages; empty for token IDs
-    std::vector<int32_t> token_ids;
+    std::vector<int32_t> tokens;              // the prompt as the model sees it
   };
   // `file` "" keeps registrations in memory only. A file that does not parse is
   // InvalidArgument (naming it); a missing one is an empty registry.
@@ -48,7 +67,8 @@ class SystemPromptRegistry {
   absl::Status Add(const std::string& tenant, const std::string& id, Registration registration);
   // Whether there was one; the file is rewritten first.
   absl::StatusOr<bool> Remove(const std::string& tenant, const std::string& id);
-  std::optional<Registration> Find(const std::string& tenant, const std::string& id) const;
+  // NotFound when the tenant registered no prompt `id` (or dropped it).
+  absl::StatusOr<Registration> Find(const std::string& tenant, const std::string& id) const;
   // The tenant's registered ids.
   std::vector<std::string> Ids(const std::string& tenant) const;
 
