@@ -112,49 +112,15 @@ TEST(EngineKvMemoryTest, TurnsWaitForKvMemoryAndAnswerAsWithout) {
 
 // One tenant's flood is refused past its own queue limit, saying so, while another
 // tenant's turns still queue; nothing that was accepted is lost.
-// A CPU backend whose first Forward waits until the test opens the gate (the engine loop
-// is then busy, and every turn submitted meanwhile stays queued).
-class GatedBackend final : public model::ModelBackend {
- public:
-  explicit GatedBackend(std::unique_ptr<model::CpuModel> inner) : inner_(std::move(inner)) {}
-  const model::ModelConfig& config() const override { return inner_->config(); }
-  std::string name() const override { return "gated-cpu"; }
-  uint64_t fingerprint() const override { return inner_->fingerprint(); }
-  int64_t kv_row_bytes() const override { return inner_->kv_row_bytes(); }
-  absl::StatusOr<std::unique_ptr<model::SequenceState>> NewSequence(int64_t capacity) override {
-    return inner_->NewSequence(capacity);
-  }
-  absl::Status ResizeSequence(model::SequenceState& seq, int64_t capacity) override {
-    return inner_->ResizeSequence(seq, capacity);
-  }
-  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
-    if (!entered.HasBeenNotified()) entered.Notify();
-    open.WaitForNotification();
-    return inner_->Forward(batch);
-  }
-  absl::Status LoadKv(model::SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
-                      const storage::ChunkLayout& layout) override {
-    return inner_->LoadKv(seq, begin, count, payload, layout);
-  }
-  absl::Status SaveKv(const model::SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
-                      const storage::ChunkLayout& layout) override {
-    return inner_->SaveKv(seq, begin, count, payload, layout);
-  }
-  absl::Notification entered, open;
-
- private:
-  std::unique_ptr<model::CpuModel> inner_;
-};
-
 TEST(EngineTenancyTest, ATenantPastItsQueueLimitIsRefusedAndOthersStillQueue) {
   text::ByteTokenizer tokenizer;
   EngineOptions options;
   options.max_running = 1;
   options.max_queued_per_tenant = 2;
   options.warmup_tokens = 0;
-  auto backend = std::make_unique<GatedBackend>(
+  auto backend = std::make_unique<testing::GatedBackend>(
       std::make_unique<model::CpuModel>(model::ModelWeights::Random(SmallConfig(), 99, {})));
-  GatedBackend* gate = backend.get();
+  testing::GatedBackend* gate = backend.get();
   auto engine = *Engine::Create(options, std::move(backend), &tokenizer, nullptr, nullptr);
   auto turn = [&](const std::string& tenant, int i, int max_new) {
     TurnRequest r;

@@ -220,17 +220,27 @@ TEST_F(SystemPromptEngineTest, RegisterDropAndList) {
 TEST_F(SystemPromptEngineTest, TurnsQueuedBeforeADropDoNotBringThePromptBack) {
   auto store = HostOnlyStore(SmallConfig(), Fingerprint());
   auto plain = MakeEngine(nullptr);
-  auto engine = MakeEngine(store.get(), nullptr, /*max_running=*/1);
+  EngineOptions options;
+  options.min_shared_prompt_tokens = 64;
+  options.warmup_tokens = 0;
+  options.max_running = 1;
+  auto backend = std::make_unique<testing::GatedBackend>(
+      std::make_unique<model::CpuModel>(model::ModelWeights::Random(SmallConfig(), 99, tokenizer_.SilentTokens())),
+      /*armed=*/false);
+  testing::GatedBackend* gate = backend.get();
+  auto engine = *Engine::Create(options, std::move(backend), &tokenizer_, store.get(), nullptr);
   const std::vector<int32_t> system = SystemPart(100, 6);
   auto id = engine->RegisterSystemPrompt("t", system);
   ASSERT_TRUE(id.ok());
   ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  gate->arm();
   auto running = engine->Submit(Turn("a", system, 10, 1, 30));
+  ASSERT_TRUE(running.ok());
+  gate->entered.WaitForNotification();  // its step holds the engine loop
   auto queued = engine->Submit(Turn("b", system, 12, 2, 5));  // waits: one turn at a time
-  ASSERT_TRUE(running.ok() && queued.ok());
-  TurnStream::Event first;
-  ASSERT_TRUE((*running)->Next(&first, absl::Seconds(30)));
+  ASSERT_TRUE(queued.ok());
   ASSERT_TRUE(engine->DropSystemPrompt("t", *id).ok());
+  gate->open.Notify();
   EXPECT_TRUE(Collect(*running).status.ok());
   const TurnOutput b = Collect(*queued);
   ASSERT_TRUE(b.status.ok()) << b.status;

@@ -4,11 +4,13 @@
 #define STRATA_ENGINE_TESTING_ENGINE_TESTING_H_
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
 #include "engine/engine.h"
 #include "engine/turn.h"
 #include "model/cpu/cpu_model.h"
@@ -122,6 +124,51 @@ class LimitedBackend final : public model::ModelBackend {
   bool says_capacity_;
   std::shared_ptr<int> live_ = std::make_shared<int>(0);
   std::shared_ptr<int> peak_ = std::make_shared<int>(0);
+};
+
+// A CPU backend whose first Forward after arm() (from the start unless constructed
+// disarmed) waits until the test opens the gate: the engine loop is then busy, and every
+// turn submitted meanwhile stays queued.
+class GatedBackend final : public model::ModelBackend {
+ public:
+  explicit GatedBackend(std::unique_ptr<model::CpuModel> inner, bool armed = true)
+      : inner_(std::move(inner)), armed_(armed) {}
+  void arm() { armed_ = true; }
+  const model::ModelConfig& config() const override { return inner_->config(); }
+  std::string name() const override { return "gated-cpu"; }
+  uint64_t fingerprint() const override { return inner_->fingerprint(); }
+  int64_t kv_row_bytes() const override { return inner_->kv_row_bytes(); }
+  absl::StatusOr<std::unique_ptr<model::SequenceState>> NewSequence(int64_t capacity) override {
+    return inner_->NewSequence(capacity);
+  }
+  absl::Status ResizeSequence(model::SequenceState& seq, int64_t capacity) override {
+    return inner_->ResizeSequence(seq, capacity);
+  }
+  bool shares_prefixes() const override { return inner_->shares_prefixes(); }
+  absl::StatusOr<std::unique_ptr<model::SequenceState>> NewSequenceOnPrefix(
+      std::shared_ptr<const model::SequenceState> prefix, int64_t prefix_tokens, int64_t capacity) override {
+    return inner_->NewSequenceOnPrefix(std::move(prefix), prefix_tokens, capacity);
+  }
+  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
+    if (armed_) {
+      if (!entered.HasBeenNotified()) entered.Notify();
+      open.WaitForNotification();
+    }
+    return inner_->Forward(batch);
+  }
+  absl::Status LoadKv(model::SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                      const storage::ChunkLayout& layout) override {
+    return inner_->LoadKv(seq, begin, count, payload, layout);
+  }
+  absl::Status SaveKv(const model::SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+                      const storage::ChunkLayout& layout) override {
+    return inner_->SaveKv(seq, begin, count, payload, layout);
+  }
+  absl::Notification entered, open;
+
+ private:
+  std::unique_ptr<model::CpuModel> inner_;
+  std::atomic<bool> armed_;
 };
 
 }  // namespace strata::engine::testing
