@@ -235,15 +235,20 @@ TEST_F(CudaEngineTest, ManyConcurrentSessionsWithTheCacheEqualWithout) {
 }
 
 // 16 sessions over two shared system prompts on the GPU (the prompts' whole pages shared
-// in the sessions' page lists): greedy answers equal the cache-off engine's with the
-// prompts inline, each prompt is computed once, and returning turns reuse their history.
+// in the sessions' page lists): each prompt is computed once, returning turns reuse their
+// history, and with the shared pages read by each session the greedy answers equal the
+// cache-off engine's with the prompts inline. Read by relay attention (each prompt's
+// sessions decode as a group), the system part's bf16 operands (kernels/attention/relay.h)
+// can tip a near-tie in a few sessions, never in many (a wrong page or a missing fence
+// garbles most of them); the first answer token, before any relay step, always agrees.
 TEST_F(CudaEngineTest, SharedSystemPromptsAnswerAsInline) {
   ByteTokenizer tokenizer;
-  auto run = [&](bool share, metrics::Registry* registry) {
+  auto run = [&](bool share, bool relay, metrics::Registry* registry) {
     CudaModelOptions o;
     o.kv_pool_bytes = 64 << 20;
     o.initial_step_tokens = 256;
     o.share_prefixes = share;
+    o.relay_attention = relay;
     auto model = CudaModel::Create(ModelWeights::Random(ModelConfig::Builtin(), 77, tokenizer.SilentTokens()), o);
     EXPECT_TRUE(model.ok()) << model.status();
     std::unique_ptr<storage::SessionStore> store;
@@ -290,11 +295,27 @@ TEST_F(CudaEngineTest, SharedSystemPromptsAnswerAsInline) {
     }
     return answers;
   };
-  metrics::Registry registry;
-  const auto shared = run(true, &registry);
-  EXPECT_EQ(shared, run(false, nullptr)) << "greedy answers differ with shared prompts";
+  metrics::Registry registry, relay_registry;
+  const auto inline_answers = run(false, false, nullptr);
+  EXPECT_EQ(run(true, false, &registry), inline_answers) << "greedy answers differ with shared prompts' pages";
   EXPECT_EQ(registry.AddCounter("strata_system_prompt_loads_total", "").WithLabels({{"source", "computed"}}).Value(),
             2);
+  const auto relay = run(true, true, &relay_registry);
+  ASSERT_EQ(relay.size(), inline_answers.size());
+  std::string differ;
+  int differing = 0;
+  for (size_t i = 0; i < relay.size(); ++i) {
+    ASSERT_FALSE(relay[i].empty());
+    EXPECT_EQ(relay[i][0], inline_answers[i][0]) << "session " << i << ": first token (no relay step yet)";
+    if (relay[i] != inline_answers[i]) {
+      ++differing;
+      absl::StrAppend(&differ, " ", i);
+    }
+  }
+  EXPECT_LE(differing, 4) << "relay attention's answers differ from the inline prompts' in sessions" << differ;
+  if (differing > 0) std::printf("relay: sessions near-tied off the inline answers:%s\n", differ.c_str());
+  EXPECT_EQ(
+      relay_registry.AddCounter("strata_system_prompt_loads_total", "").WithLabels({{"source", "computed"}}).Value(), 2);
 }
 
 }  // namespace

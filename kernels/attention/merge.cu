@@ -33,7 +33,30 @@ __global__ void MergePartsKernel(const float* ws_o, const float* ws_lse, int spl
   if (lse != nullptr && threadIdx.x == 0) lse[int64_t{b} * num_heads + h] = total > 0 ? m + logf(total) : -INFINITY;
 }
 
+// One block per (head, row): o = a * o + (1 - a) * o_b with a = 1 / (1 + exp(lse_b - lse_a)).
+__global__ void MergeTwoKernel(float* o, const float* lse_a, const float* o_b, const float* lse_b, int num_heads,
+                               int head_dim, float* lse_out) {
+  const int64_t r = int64_t{blockIdx.y} * num_heads + blockIdx.x;
+  const float la = lse_a[r], lb = lse_b[r];
+  const float m = fmaxf(la, lb);
+  const float wa = la == -INFINITY ? 0.0f : expf(la - m), wb = lb == -INFINITY ? 0.0f : expf(lb - m);
+  const float total = wa + wb;
+  const float ca = total > 0 ? wa / total : 0.0f, cb = total > 0 ? wb / total : 0.0f;
+  for (int d = threadIdx.x; d < head_dim; d += kMergeThreads) {
+    const int64_t at = r * head_dim + d;
+    o[at] = ca * o[at] + cb * o_b[at];
+  }
+  if (lse_out != nullptr && threadIdx.x == 0) lse_out[r] = total > 0 ? m + logf(total) : -INFINITY;
+}
+
 }  // namespace
+
+cudaError_t MergeTwoStatesAsync(float* o, const float* lse_a, const float* o_b, const float* lse_b, int rows,
+                                int num_heads, int head_dim, float* lse_out, cudaStream_t stream) {
+  MergeTwoKernel<<<dim3(num_heads, rows), kMergeThreads, 0, stream>>>(o, lse_a, o_b, lse_b, num_heads, head_dim,
+                                                                       lse_out);
+  return cudaGetLastError();
+}
 
 cudaError_t MergeStatesAsync(const float* ws_o, const float* ws_lse, int splits, int rows, int num_heads,
                              int head_dim, float* out, float* lse, cudaStream_t stream) {

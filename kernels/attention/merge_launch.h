@@ -19,6 +19,13 @@ namespace strata::kernels::internal {
 cudaError_t MergeStatesAsync(const float* ws_o, const float* ws_lse, int splits, int rows, int num_heads,
                              int head_dim, float* out, float* lse, cudaStream_t stream);
 
+// Two partial attentions over disjoint key sets, merged in place: for each of `rows` rows
+// and each head, (o, lse_a) [rows][num_heads][head_dim] / [rows][num_heads] merged with
+// (o_b, lse_b) of the same layout, into o (and lse_out, which may be null). An empty part
+// has lse -inf. MergeAttentionStates (kernels/attention/merge_cpu.h) is the specification.
+cudaError_t MergeTwoStatesAsync(float* o, const float* lse_a, const float* o_b, const float* lse_b, int rows,
+                                int num_heads, int head_dim, float* lse_out, cudaStream_t stream);
+
 }  // namespace strata::kernels::internal
 
 #endif  // STRATA_KERNELS_ATTENTION_MERGE_LAUNCH_H_

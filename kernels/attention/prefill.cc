@@ -63,6 +63,7 @@ absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& param
   p.scale = scale;
   p.out = out;
   p.lse = params.lse;
+  p.all_keys = params.all_keys;
   STRATA_CUDA_RETURN_IF_ERROR(internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::kAuto, stream));
   return absl::OkStatus();
 }

@@ -81,7 +81,8 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int b = blockIdx.z, kvh = blockIdx.y;
-  const int tile = gridDim.x - 1 - blockIdx.x;
+  const int split = blockIdx.x % p.key_splits;
+  const int tile = gridDim.x / p.key_splits - 1 - blockIdx.x / p.key_splits;
   const int q_begin = p.qo_indptr[b];
   const int new_tokens = p.qo_indptr[b + 1] - q_begin;
   const int m0 = tile * kTileRows;
@@ -89,10 +90,17 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
   // new_tokens >= 1, so the sequence has at least one page.
   const int first_page = p.indptr[b];
   const int len = (p.indptr[b + 1] - first_page - 1) * p.page_size + p.last_page_len[b];
-  const int first_pos = len - new_tokens;
+  // A query's position: the last key it sees. Causal, new token t is at len - new_tokens + t;
+  // with all_keys (relay attention's system part) every query sits after the last key.
+  const int first_pos = p.all_keys ? len - 1 : len - new_tokens;
+  const int pos_step = p.all_keys ? 0 : 1;
   const int last_token = min(new_tokens - 1, (m0 + kTileRows - 1) / kGroup);
-  const int key_tiles = (first_pos + last_token + kKeyTile) / kKeyTile;
-  const int min_pos = first_pos + m0 / kGroup;  // the tile's earliest query position
+  const int all_key_tiles = (first_pos + pos_step * last_token + kKeyTile) / kKeyTile;
+  // This block's key tiles: [kt_begin, key_tiles) (all of them without a split).
+  const int split_tiles = (all_key_tiles + p.key_splits - 1) / p.key_splits;
+  const int kt_begin = min(all_key_tiles, split * split_tiles);
+  const int key_tiles = min(all_key_tiles, kt_begin + split_tiles);
+  const int min_pos = first_pos + pos_step * (m0 / kGroup);  // the tile's earliest query position
   const int64_t row_elems = int64_t{p.kv_heads} * kHeadDim;
 
   // Each thread copies the same kCopies (row, chunk) pairs of every K/V tile; the pages of
@@ -124,9 +132,11 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
     }
     CpAsyncCommit();
   };
-  fetch_pages(0);
-  load_kv(0, 0);
-  if (key_tiles > 1) fetch_pages(1);
+  if (kt_begin < key_tiles) {
+    fetch_pages(kt_begin);
+    load_kv(kt_begin, 0);
+    if (kt_begin + 1 < key_tiles) fetch_pages(kt_begin + 1);
+  }
 
   // Q tile -> bf16 in shared memory (rows past the sequence's new tokens are zero).
 #pragma unroll 4
@@ -154,7 +164,7 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      query_pos[mt][h] = first_pos + (m0 + warp * kWarpRows + mt * 16 + (lane >> 2) + h * 8) / kGroup;
+      query_pos[mt][h] = first_pos + pos_step * ((m0 + warp * kWarpRows + mt * 16 + (lane >> 2) + h * 8) / kGroup);
     }
   }
   const float scale_log2 = p.scale * kLog2e;
@@ -168,8 +178,8 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
     row_sum[mt][0] = row_sum[mt][1] = 0.0f;
   }
 
-  for (int kt = 0; kt < key_tiles; ++kt) {
-    const int buf = kt & 1;
+  for (int kt = kt_begin; kt < key_tiles; ++kt) {
+    const int buf = (kt - kt_begin) & 1;
     if (kt + 1 < key_tiles) {
       load_kv(kt + 1, buf ^ 1);  // that buffer was released by the barrier ending kt - 1
       if (kt + 2 < key_tiles) fetch_pages(kt + 2);
@@ -289,13 +299,24 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
       const int token = m / kGroup, g = m % kGroup;
       if (token >= new_tokens) continue;
       const int64_t head_row = (int64_t{q_begin} + token) * p.num_heads + kvh * kGroup + g;
-      float* dst = p.out + head_row * kHeadDim + (lane & 3) * 2;
-      const float inv = 1.0f / sum;  // sum >= 1: the row's maximum contributes exp2(0)
+      // Split: the part's row of the workspace (row, split, head).
+      const int64_t part_row =
+          ((int64_t{q_begin} + token) * p.key_splits + split) * p.num_heads + kvh * kGroup + g;
+      float* dst = (p.key_splits > 1 ? p.ws_o + part_row * kHeadDim : p.out + head_row * kHeadDim) + (lane & 3) * 2;
+      // sum >= 1 when the part has keys (the row's maximum contributes exp2(0)); 0 when empty.
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
 #pragma unroll
       for (int d = 0; d < kDimFrags; ++d) {
         *reinterpret_cast<float2*>(dst + d * 8) = make_float2(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
       }
-      if (p.lse != nullptr && (lane & 3) == 0) p.lse[head_row] = row_max[mt][h] * p.scale + logf(sum);
+      if ((lane & 3) == 0) {
+        const float part_lse = sum > 0.0f ? row_max[mt][h] * p.scale + logf(sum) : -INFINITY;
+        if (p.key_splits > 1) {
+          p.ws_lse[part_row] = part_lse;
+        } else if (p.lse != nullptr) {
+          p.lse[head_row] = part_lse;
+        }
+      }
     }
   }
 }
@@ -310,7 +331,7 @@ cudaError_t LaunchTiles(const PrefillTcParams& p, cudaStream_t stream) {
     return e;
   }
   const int64_t tiles = (int64_t{p.max_new_tokens} * kGroup + kTileRows - 1) / kTileRows;
-  kernel<<<dim3(static_cast<unsigned>(tiles), p.kv_heads, p.batch), kWarps * 32, kSmem, stream>>>(p);
+  kernel<<<dim3(static_cast<unsigned>(tiles * p.key_splits), p.kv_heads, p.batch), kWarps * 32, kSmem, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -61,6 +61,9 @@ struct PrefillAttentionTcParams {
   int max_new_tokens;
   float* out;
   float* lse;  // may be null
+  // Not causal: every query row of sequence b sees all of b's keys, as if it came after
+  // them (relay attention's system part: a group's queries against their shared prefix).
+  bool all_keys = false;
 };
 absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& p, cudaStream_t stream);
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/attention/decode.h"
+#include "kernels/attention/relay.h"
 #include "kernels/cuda_check.h"
 #include "model/cuda/cuda_model_impl.h"
 #include "model/cuda/kv_transfer.h"
@@ -62,15 +62,24 @@ absl::Status CudaModel::Impl::Init(int device) {
   return absl::OkStatus();
 }
 
-absl::Status CudaModel::Impl::ReserveStep(int64_t rows, int64_t logit_rows, int64_t decodes, int64_t max_tokens) {
+absl::Status CudaModel::Impl::ReserveStep(int64_t rows, int64_t logit_rows, int64_t decodes, int64_t max_tokens,
+                                          const cuda_internal::Step* relay_step) {
   const ModelConfig& c = config;
+  // The decode attention's workspace (with relay groups' parts, if the step has any).
+  kernels::RelayShape relay{static_cast<int>(std::max<int64_t>(decodes, 1)), 0, 0, 0, c.num_heads, c.num_kv_heads,
+                            c.head_dim, max_tokens, 0};
+  if (relay_step != nullptr) {
+    relay.groups = relay_step->groups;
+    relay.grouped_rows = relay_step->grouped_rows;
+    relay.max_group_rows = relay_step->max_group_rows;
+    relay.max_prefix_tokens = relay_step->prefix_bucket;
+  }
   const int64_t h = c.hidden_size, qd = c.q_dim(), ffn = c.intermediate_size;
   for (auto [buf, bytes] : {std::pair{&x, 4 * rows * h}, {&proj, 4 * rows * h}, {&hb, 2 * rows * std::max(h, qd)},
                             {&qkv, 4 * rows * qkv_width()}, {&q, 4 * rows * qd}, {&attn, 4 * rows * qd},
                             {&ab, 2 * rows * qd}, {&gu, 4 * rows * 2 * ffn}, {&act, 2 * rows * ffn},
                             {&logits, 4 * logit_rows * c.vocab_size}, {&lb, 2 * logit_rows * h},
-                            {&attn_ws, 4 * kernels::DecodeWorkspaceFloats(static_cast<int>(std::max<int64_t>(decodes, 1)), c.num_heads,
-                                                                          c.head_dim, max_tokens)}}) {
+                            {&attn_ws, 4 * kernels::RelayDecodeWorkspaceFloats(relay)}}) {
     if (absl::Status s = buf->Reserve(bytes, &generation); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -271,7 +280,9 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   const bool wait_loads = m.loader.waits_pending();
   const ModelConfig& c = m.config;
   StepPlan plan;
-  if (absl::Status s = cuda_internal::PlanStep(batch, c, m.pool, m.graphs.enabled() && !wait_loads, &plan); !s.ok()) {
+  const bool relay = m.options.share_prefixes && m.options.relay_attention;
+  if (absl::Status s = cuda_internal::PlanStep(batch, c, m.pool, m.graphs.enabled() && !wait_loads, relay, &plan);
+      !s.ok()) {
     return s;
   }
   if (plan.rows == 0) return absl::OkStatus();
@@ -282,14 +293,15 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
                          m.meta.Reserve(step.meta.bytes, &m.generation),
                          m.argmax_host.Reserve(4 * std::max<int64_t>(logit_rows, 1), &m.generation),
                          m.argmax_dev.Reserve(4 * std::max<int64_t>(logit_rows, 1), &m.generation),
-                         m.ReserveStep(plan.rows, std::max<int64_t>(logit_rows, 1), step.decodes, step.max_tokens)}) {
+                         m.ReserveStep(plan.rows, std::max<int64_t>(logit_rows, 1), step.decodes, step.max_tokens,
+                                       &step)}) {
     if (!s.ok()) return s;
   }
   if (m.generation != generation) m.graphs.Drop();  // a buffer moved: captured addresses are stale
   const std::vector<size_t> token_entry = cuda_internal::PackStep(batch, plan, m.pool, m.host_meta.data());
 
   DrainOnError drain(m.stream);
-  absl::Status run = plan.graph ? m.graphs.Run(step.rows, step.max_tokens, m.stream,
+  absl::Status run = plan.graph ? m.graphs.Run(cuda_internal::GraphShapeOf(step), m.stream,
                                                [&] { return m.Enqueue(step, /*wait_loads=*/false); })
                                 : m.Enqueue(step, wait_loads);
   if (!run.ok()) return run;

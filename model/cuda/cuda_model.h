@@ -44,10 +44,12 @@ struct CudaModelOptions {
   int kv_read_buffer_layers = 8;
   int64_t kv_read_group_tokens = 8192;
   // Sequences on a shared prefix (a system prompt) share the prefix's whole pages in
-  // their page lists; attention reads them like the sequence's own (no relay kernel yet).
-  // Off until run on a GPU (cuda_model_test SequencesOnASharedPrefix...): then the engine
-  // computes prompts inline per sequence.
-  bool share_prefixes = false;
+  // their page lists. Off: the engine computes prompts inline per sequence.
+  bool share_prefixes = true;
+  // Decode rows of two or more sequences on one shared prefix attend to it as a group
+  // (relay attention, kernels/attention/relay.h): the prefix's KV is read once per group
+  // and step. Off: each row reads the shared pages like its own.
+  bool relay_attention = true;
 };
 
 class CudaModel final : public ModelBackend {

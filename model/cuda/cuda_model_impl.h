@@ -100,8 +100,9 @@ struct CudaModel::Impl {
   absl::Status Init(int device);
   absl::Status AllocatePool();
   // Grows the step workspaces for `rows` rows, `logit_rows` sampled rows and `decodes`
-  // decode rows over at most `max_tokens` tokens.
-  absl::Status ReserveStep(int64_t rows, int64_t logit_rows, int64_t decodes, int64_t max_tokens);
+  // decode rows over at most `max_tokens` tokens (and the relay groups of `relay_step`).
+  absl::Status ReserveStep(int64_t rows, int64_t logit_rows, int64_t decodes, int64_t max_tokens,
+                           const cuda_internal::Step* relay_step = nullptr);
   // For saving `count` tokens of `seq` from `begin` to a chunk payload of
   // `payload_bytes`: grows the save staging and writes the tokens' slots ([count] int64,
   // at save_host_meta) and positions ([count] int32, after them) for one copy to save_meta.

@@ -5,9 +5,7 @@
 
 namespace strata::model::cuda_internal {
 
-absl::Status GraphCache::Run(int rows, int64_t max_tokens, cudaStream_t stream,
-                             absl::FunctionRef<absl::Status()> enqueue) {
-  const uint64_t key = (static_cast<uint64_t>(rows) << 32) | static_cast<uint64_t>(max_tokens);
+absl::Status GraphCache::Run(const GraphShape& key, cudaStream_t stream, absl::FunctionRef<absl::Status()> enqueue) {
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     // Each graph holds a few hundred nodes: past kMaxGraphs shapes, start the cache over.

@@ -1,4 +1,5 @@
-// Captured decode steps: one CUDA graph per step shape (batch size, context bucket).
+// Captured decode steps: one CUDA graph per step shape (batch size, context bucket, relay
+// groups).
 //
 // The first step of a shape runs eagerly (cuBLAS picks and sets up its kernels), the
 // second captures it, later ones replay it. Launching ~11 kernels a layer one by one
@@ -16,12 +17,22 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
+#include <map>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 
 namespace strata::model::cuda_internal {
+
+// What a decode step's enqueued work depends on besides the metadata's contents: the
+// launches' grids and the metadata's layout (step_plan.h's Step).
+struct GraphShape {
+  int rows = 0;
+  int64_t max_tokens = 0;
+  int groups = 0, grouped_rows = 0, max_group_rows = 0;
+  int64_t prefix_bucket = 0;
+  auto operator<=>(const GraphShape&) const = default;
+};
 
 class GraphCache {
  public:
@@ -36,18 +47,18 @@ class GraphCache {
   bool enabled() const { return enabled_; }
   void set_enabled(bool enabled) { enabled_ = enabled; }
 
-  // Runs the step of shape (`rows`, `max_tokens`) that `enqueue` puts on `stream`: eagerly
+  // Runs the step of `shape` that `enqueue` puts on `stream`: eagerly
   // the first time, captured the second, replayed after. `enqueue` must not synchronise.
   // Returns enqueue's error, or a CUDA error of the capture or launch as CudaStatus; a
   // failed capture or instantiation is not an error (the step runs eagerly).
-  absl::Status Run(int rows, int64_t max_tokens, cudaStream_t stream, absl::FunctionRef<absl::Status()> enqueue);
+  absl::Status Run(const GraphShape& shape, cudaStream_t stream, absl::FunctionRef<absl::Status()> enqueue);
 
   // Destroys every graph (their addresses are stale).
   void Drop();
 
  private:
-  // By (rows << 32 | context bucket); null: seen once, not captured.
-  std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
+  // Null: seen once, not captured.
+  std::map<GraphShape, cudaGraphExec_t> graphs_;
   bool enabled_;
 };
 

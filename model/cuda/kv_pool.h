@@ -47,6 +47,9 @@ class CudaSequence final : public SequenceState {
   int64_t capacity() const { return capacity_; }
   int64_t first() const { return first_; }
   bool on_prefix() const { return prefix_ != nullptr; }
+  // The prefix it shares (null if none): its first shared_pages() pages are the prefix's.
+  const SequenceState* prefix() const { return prefix_.get(); }
+  int shared_pages() const { return shared_pages_; }
   // The pool the pages came from: a sequence of another model has another one.
   const KvPool* pool() const { return pool_; }
   // The KV loader's ticket of the last load into the sequence (0: none): a save of its

@@ -1,6 +1,6 @@
 // The forward pass of one step, top to bottom as the model is written: embed; for each
 // layer: norm, QKV projection, RoPE and KV placement into the pool, attention (decode
-// rows, then prompt rows), O projection (the residual add rides on the next norm), norm,
+// rows, relay groups among them, then prompt rows), O projection (the residual add rides on the next norm), norm,
 // gate/up, SwiGLU, down; final norm; logits of the sampled rows; sampling.
 //
 // Everything goes on the model's stream in this order and nothing synchronises (a decode
@@ -10,6 +10,7 @@
 
 #include "kernels/attention/decode.h"
 #include "kernels/attention/prefill.h"
+#include "kernels/attention/relay.h"
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/gemm/gemm.h"
@@ -39,6 +40,10 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
   const auto* d_indices = reinterpret_cast<const int32_t*>(dm + off.kv_indices);
   const auto* d_last = reinterpret_cast<const int32_t*>(dm + off.last_page_len);
   const auto* d_lrows = reinterpret_cast<const int32_t*>(dm + off.logit_rows);
+  const auto* d_relay_rows = reinterpret_cast<const int32_t*>(dm + off.relay_rows);
+  const auto* d_relay_indptr = reinterpret_cast<const int32_t*>(dm + off.relay_indptr);
+  const auto* d_relay_indices = reinterpret_cast<const int32_t*>(dm + off.relay_indices);
+  const auto* d_relay_last = reinterpret_cast<const int32_t*>(dm + off.relay_last);
 
   const int r = step.rows;
   const int h = c.hidden_size, qd = c.q_dim(), ffn = c.intermediate_size, w = qkv_width();
@@ -64,7 +69,13 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
                                c.head_dim, weights.inv_freq, q.as<float>(), pool.k_rot() + l * layer_stride,
                                pool.k_raw() + l * layer_stride, pool.v() + l * layer_stride};
     STRATA_STEP(kernels::LaunchQkvRopePlace(qp, st));
-    if (step.decodes > 0) {
+    if (step.groups > 0) {  // relay attention: each group reads its prefix once
+      STRATA_STEP(kernels::LaunchRelayDecodeAttention(
+          {q.as<float>(), pool.LayerKv(l, d_indptr, d_indices, d_last),
+           pool.LayerKv(l, d_relay_indptr, d_relay_indices, d_relay_last), d_relay_rows, step.decodes, step.groups,
+           step.grouped_rows, step.max_group_rows, c.num_heads, scale, step.max_tokens, step.prefix_bucket,
+           attn_ws.as<float>(), attn.as<float>()}, st));
+    } else if (step.decodes > 0) {
       STRATA_STEP(kernels::LaunchPagedDecodeAttention({q.as<float>(), pool.LayerKv(l, d_indptr, d_indices, d_last),
                                                       step.decodes, c.num_heads, scale, step.max_tokens,
                                                       attn_ws.as<float>(), attn.as<float>(), nullptr}, st));

@@ -1,13 +1,15 @@
 #include "model/cuda/step_plan.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "model/cuda/device_memory.h"
 
 namespace strata::model::cuda_internal {
 
-StepMeta MetaLayout(int64_t rows, int n_seq, int64_t logit_rows, int64_t pages) {
+StepMeta MetaLayout(int64_t rows, int n_seq, int64_t logit_rows, int64_t pages, int groups, int64_t relay_pages) {
   Arena a;
   StepMeta m{};
   m.ids = a.Add(4 * rows);
@@ -19,8 +21,12 @@ StepMeta MetaLayout(int64_t rows, int n_seq, int64_t logit_rows, int64_t pages) 
   m.temperature = a.Add(4 * std::max<int64_t>(logit_rows, 1));
   m.top_p = a.Add(4 * std::max<int64_t>(logit_rows, 1));
   m.u = a.Add(8 * std::max<int64_t>(logit_rows, 1));
-  m.kv_indices = a.Add(4 * std::max<int64_t>(pages, 1));
   m.qo_prompt = a.Add(4 * (n_seq + 1));
+  m.relay_rows = a.Add(4 * (groups + 1));
+  m.relay_indptr = a.Add(4 * (groups + 1));
+  m.relay_last = a.Add(4 * std::max(groups, 1));
+  m.kv_indices = a.Add(4 * std::max<int64_t>(pages, 1));
+  m.relay_indices = a.Add(4 * std::max<int64_t>(relay_pages, 1));
   m.bytes = a.size;
   return m;
 }
@@ -35,19 +41,11 @@ int64_t ContextBucket(int64_t tokens) {
 bool WantsToken(const ForwardEntry& e) { return (e.logits != nullptr || e.token != nullptr) && !e.tokens.empty(); }
 
 absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c, const KvPool& pool,
-                      bool use_graphs, StepPlan* plan) {
+                      bool use_graphs, bool relay, StepPlan* plan) {
   const int page = pool.page_tokens();
   Step& step = plan->step;
-  int64_t rows = 0, total_pages = 0, logit_rows = 0, max_tokens = 0;
+  int64_t rows = 0, logit_rows = 0;
   bool graphable = true;  // decodes only, no logits out: a graph can run it
-  // Entries in step order: one-row entries (decodes) first, then prompt chunks.
-  std::vector<size_t>& order = plan->order;
-  order.reserve(batch.size());
-  for (int pass = 0; pass < 2; ++pass) {
-    for (size_t b = 0; b < batch.size(); ++b) {
-      if ((batch[b].tokens.size() == 1) == (pass == 0)) order.push_back(b);
-    }
-  }
   for (const ForwardEntry& e : batch) {
     const auto* s = dynamic_cast<const CudaSequence*>(e.seq);
     if (s == nullptr || s->pool() != &pool) return absl::InvalidArgumentError("a sequence of another backend");
@@ -60,15 +58,60 @@ absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c
       if (t < 0 || t >= c.vocab_size) return absl::InvalidArgumentError(absl::StrCat("token ", t, " out of range"));
     }
     rows += static_cast<int64_t>(e.tokens.size());
-    total_pages += (len + page - 1) / page;
     logit_rows += WantsToken(e);
+    graphable = graphable && e.tokens.size() == 1 && e.logits == nullptr && e.token != nullptr;
+  }
+  // Relay groups: decodes on one prefix (the same prefix sequence and length), two or more.
+  using GroupKey = std::pair<const SequenceState*, int64_t>;
+  std::vector<std::pair<GroupKey, std::vector<size_t>>> groups;
+  if (relay) {
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const auto& s = static_cast<const CudaSequence&>(*batch[b].seq);
+      if (batch[b].tokens.size() != 1 || !s.on_prefix()) continue;
+      const GroupKey key{s.prefix(), s.first()};
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
+      if (it == groups.end()) it = groups.insert(groups.end(), {key, {}});
+      it->second.push_back(b);
+    }
+    std::erase_if(groups, [](const auto& g) { return g.second.size() < 2; });
+  }
+  // Entries in step order: grouped decodes by group, the other decodes, then prompt chunks.
+  std::vector<size_t>& order = plan->order;
+  order.reserve(batch.size());
+  std::vector<bool> grouped(batch.size(), false);
+  plan->group_rows.assign(1, 0);
+  int64_t max_prefix = 0, relay_pages = 0;
+  for (const auto& [key, members] : groups) {
+    for (size_t b : members) {
+      order.push_back(b);
+      grouped[b] = true;
+    }
+    plan->group_rows.push_back(static_cast<int>(order.size()));
+    step.max_group_rows = std::max(step.max_group_rows, static_cast<int>(members.size()));
+    max_prefix = std::max(max_prefix, key.second);
+    relay_pages += key.second / page;
+  }
+  step.groups = static_cast<int>(groups.size());
+  step.grouped_rows = static_cast<int>(order.size());
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t b = 0; b < batch.size(); ++b) {
+      if (!grouped[b] && (batch[b].tokens.size() == 1) == (pass == 0)) order.push_back(b);
+    }
+  }
+  // Decode rows read their own pages' tokens (all of them unless grouped).
+  int64_t total_pages = 0, max_tokens = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const ForwardEntry& e = batch[b];
+    const auto& s = static_cast<const CudaSequence&>(*e.seq);
+    const int64_t len = e.start_pos + static_cast<int64_t>(e.tokens.size());
+    const int64_t skipped = grouped[b] ? s.first() : 0;
+    total_pages += (len - skipped + page - 1) / page;
     if (e.tokens.size() == 1) {
       ++step.decodes;
-      max_tokens = std::max(max_tokens, len);
+      max_tokens = std::max(max_tokens, len - skipped);
     } else {
       step.max_new = std::max(step.max_new, static_cast<int>(e.tokens.size()));
     }
-    graphable = graphable && e.tokens.size() == 1 && e.logits == nullptr && e.token != nullptr;
   }
   plan->rows = rows;
   plan->logit_rows = logit_rows;
@@ -79,8 +122,11 @@ absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c
   // See ContextBucket: decodes are shaped by (batch, context bucket), graph or not.
   plan->graph = graphable && use_graphs;
   step.max_tokens = ContextBucket(max_tokens);
+  step.prefix_bucket = step.groups > 0 ? ContextBucket(max_prefix) : 0;
+  // A graph's arrays keep their addresses and sizes for the shape: room for the buckets.
   const int64_t page_capacity = plan->graph ? step.n_seq * ((step.max_tokens + page - 1) / page) : total_pages;
-  step.meta = MetaLayout(rows, step.n_seq, logit_rows, page_capacity);
+  const int64_t relay_capacity = plan->graph ? step.groups * ((step.prefix_bucket + page - 1) / page) : relay_pages;
+  step.meta = MetaLayout(rows, step.n_seq, logit_rows, page_capacity, step.groups, relay_capacity);
   return absl::OkStatus();
 }
 
@@ -117,7 +163,9 @@ std::vector<size_t> PackStep(absl::Span<const ForwardEntry> batch, const StepPla
     if (k >= step.decodes) qo_prompt[k - step.decodes + 1] = static_cast<int32_t>(row - step.decodes);
     const int64_t len = e.start_pos + static_cast<int64_t>(e.tokens.size());
     const int64_t used = (len + page - 1) / page;
-    for (int64_t p = 0; p < used; ++p) kv_indices[page_at++] = s.pages()[static_cast<size_t>(p)];
+    // A grouped decode's list starts after the prefix's pages (the group reads those).
+    const int64_t own_from = k < step.grouped_rows ? s.first() / page : 0;
+    for (int64_t p = own_from; p < used; ++p) kv_indices[page_at++] = s.pages()[static_cast<size_t>(p)];
     kv_indptr[k + 1] = static_cast<int32_t>(page_at);
     last_page_len[k] = static_cast<int32_t>(len - (used - 1) * page);
     if (WantsToken(e)) {
@@ -128,6 +176,20 @@ std::vector<size_t> PackStep(absl::Span<const ForwardEntry> batch, const StepPla
       lrows[lr] = static_cast<int32_t>(row - 1);
       token_entry.push_back(order[static_cast<size_t>(k)]);
     }
+  }
+  // The relay groups: their rows and their prefix's pages (the first member's first pages).
+  auto* relay_rows = reinterpret_cast<int32_t*>(hm + off.relay_rows);
+  auto* relay_indptr = reinterpret_cast<int32_t*>(hm + off.relay_indptr);
+  auto* relay_last = reinterpret_cast<int32_t*>(hm + off.relay_last);
+  auto* relay_indices = reinterpret_cast<int32_t*>(hm + off.relay_indices);
+  relay_indptr[0] = 0;
+  int64_t relay_at = 0;
+  for (int g = 0; g <= step.groups; ++g) relay_rows[g] = plan.group_rows[static_cast<size_t>(g)];
+  for (int g = 0; g < step.groups; ++g) {
+    const auto& s = static_cast<const CudaSequence&>(*batch[order[static_cast<size_t>(plan.group_rows[g])]].seq);
+    for (int64_t p = 0; p < s.first() / page; ++p) relay_indices[relay_at++] = s.pages()[static_cast<size_t>(p)];
+    relay_indptr[g + 1] = static_cast<int32_t>(relay_at);
+    relay_last[g] = page;
   }
   return token_entry;
 }

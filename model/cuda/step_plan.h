@@ -5,7 +5,10 @@
 //
 // Order: sequences (and their rows) go decodes first: the first `decodes` sequences have
 // one new row each (rows [0, decodes)), attended by the decode kernel; the others are
-// prompt chunks, attended by the tensor-core prefill kernel.
+// prompt chunks, attended by the tensor-core prefill kernel. With relay attention, the
+// decodes of two or more sequences on one shared prefix form a group: groups come first
+// (rows [0, grouped_rows)), and a grouped row's page list holds only its own pages (the
+// prefix's are the group's, in the relay arrays) — kernels/attention/relay.h.
 //
 // Pure host code: nothing here touches the GPU or a stream. Not thread-safe only in that
 // the pool and the block written are the caller's.
@@ -18,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "model/cuda/graph_cache.h"
 #include "model/cuda/kv_pool.h"
 #include "model/model_backend.h"
 #include "model/model_config.h"
@@ -28,11 +32,14 @@ namespace strata::model::cuda_internal {
 // page list last, so that steps with the same batch shape keep every array at the same
 // address (what a captured graph needs).
 struct StepMeta {
-  int64_t ids, positions, slots, kv_indptr, last_page_len, logit_rows, temperature, top_p, u, kv_indices, qo_prompt,
-      bytes;
+  int64_t ids, positions, slots, kv_indptr, last_page_len, logit_rows, temperature, top_p, u, qo_prompt, relay_rows,
+      relay_indptr, relay_last, kv_indices, relay_indices, bytes;
 };
 
-StepMeta MetaLayout(int64_t rows, int n_seq, int64_t logit_rows, int64_t pages);
+// `pages`: room for the sequences' page lists; `groups` and `relay_pages`: for the relay
+// groups' rows and prefix page lists (last, after the sequences' pages).
+StepMeta MetaLayout(int64_t rows, int n_seq, int64_t logit_rows, int64_t pages, int groups = 0,
+                    int64_t relay_pages = 0);
 
 // Decodes are shaped by (batch, context bucket), graph or not: the decode kernel's split
 // along the sequence follows the bucket (parts past a sequence's end are empty), so a
@@ -49,23 +56,34 @@ struct Step {
   int rows = 0, n_seq = 0, logit_rows = 0;
   int decodes = 0;
   int max_new = 0;         // most new rows of one prompt sequence
-  int64_t max_tokens = 0;  // bounds every decode sequence's length (sets the decode kernel's split)
+  int64_t max_tokens = 0;  // bounds every decode row's own pages' tokens (sets the decode kernel's split)
+  // Relay groups (none without relay attention): their number, rows, largest group, and
+  // the bucket (ContextBucket) of their longest prefix.
+  int groups = 0, grouped_rows = 0, max_group_rows = 0;
+  int64_t prefix_bucket = 0;
   StepMeta meta{};
 };
+
+// The step's graph key.
+inline GraphShape GraphShapeOf(const Step& s) {
+  return GraphShape{s.rows, s.max_tokens, s.groups, s.grouped_rows, s.max_group_rows, s.prefix_bucket};
+}
 
 struct StepPlan {
   Step step;
   int64_t rows = 0, logit_rows = 0;  // the step's, before narrowing
   bool graph = false;                // decodes only, no logits out, graphs on: a graph runs it
   std::vector<size_t> order;         // entries of the batch in step order
+  std::vector<int> group_rows;       // relay groups' first rows, then grouped_rows
 };
 
 // Checks `batch` (sequences of `pool`, tokens in the vocabulary and within each sequence's
 // capacity; InvalidArgument naming what is wrong otherwise), orders it and sizes the step.
 // A batch with no tokens leaves plan->rows 0: nothing to run. `use_graphs`: whether the
-// model may run a decode-only step as a graph (its page list is then sized for the bucket).
+// model may run a decode-only step as a graph (its page list is then sized for the bucket);
+// `relay`: whether decodes on a shared prefix are grouped for relay attention.
 absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& config, const KvPool& pool,
-                      bool use_graphs, StepPlan* plan);
+                      bool use_graphs, bool relay, StepPlan* plan);
 
 // Writes the plan's index arrays into `host_meta` (plan.step.meta.bytes of it). Returns,
 // for each sampled row in order, the batch entry it belongs to.

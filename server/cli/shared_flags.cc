@@ -14,9 +14,12 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(double, kv_memory_fraction, 0.85,
           "serve, logits: share of the GPU memory left after the weights that the paged KV pool takes");
 
-ABSL_FLAG(bool, cuda_share_prefixes, false,
-          "serve: on the GPU, sessions on a shared system prompt share its KV pages (experimental: not yet run "
-          "on a GPU; off, the GPU computes shared prompts inline per session)");
+ABSL_FLAG(bool, cuda_share_prefixes, true,
+          "serve: on the GPU, sessions on a shared system prompt share its KV pages (off: the GPU computes "
+          "shared prompts inline per session)");
+ABSL_FLAG(bool, cuda_relay_attention, true,
+          "serve: on the GPU, decodes of sessions on one shared system prompt read its KV once per step as a "
+          "group (relay attention); off, each session reads the shared pages itself");
 
 namespace strata::server::cli {
 
@@ -32,6 +35,7 @@ engine::ServedModelOptions ServedModelFromFlags() {
   o.backend.device = absl::GetFlag(FLAGS_device);
   o.backend.cuda.kv_memory_fraction = absl::GetFlag(FLAGS_kv_memory_fraction);
   o.backend.cuda.share_prefixes = absl::GetFlag(FLAGS_cuda_share_prefixes);
+  o.backend.cuda.relay_attention = absl::GetFlag(FLAGS_cuda_relay_attention);
   return o;
 }
 

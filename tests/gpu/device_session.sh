@@ -18,8 +18,10 @@
 #   writeback kv_load_bench --writeback: a decode batch's steps with and without a 16K
 #             save in flight on the write stream
 #   gputests  only the GPU unit tests (kernels, CUDA backend, engine on CUDA)
-#   prompts   shared system prompts: 64 sessions, S = 0/2048/4096 system tokens shared
-#             (--cuda_share_prefixes) and not, TTFT, decode rate, host bytes (PROMPT_S)
+#   prompts   shared system prompts: 64 sessions, S = 0/2048/4096 system tokens shared and
+#             read by relay attention, shared pages read per session, and not shared: TTFT,
+#             decode rate, host bytes (PROMPT_S, PROMPT_MODES)
+#   relay     relay attention's GPU tests, relay_attention_bench, PyTorch on the same shapes
 #   bench-ssd strata bench --sweep_from_ssd at 4K and 16K: turn 2 with its history only on
 #             the machine's disk (server restarted, no hint) vs recomputed; then the same
 #             with fetch-or-recompute off (every SSD hit loaded), for the load's own TTFT
@@ -161,22 +163,40 @@ run_bench_ssd() {
 }
 
 # The issue-15 table: 64 sessions at once, each prompt = the same S system tokens + 128 of
-# its own, 128 new tokens; S = 0, 2048, 4096, with the prompt shared (pages shared in the
-# pool) and not shared (env PROMPT_S narrows S).
+# its own, 128 new tokens; S = 0, 2048, 4096, with the prompt shared and read by relay
+# attention (relay), shared pages read by each session (pages: --cuda_relay_attention=false)
+# and not shared (none). Env PROMPT_S and PROMPT_MODES narrow it.
 run_prompts() {
   for S in ${PROMPT_S:-0 2048 4096}; do
-    for share in on off; do
-      [ "$S" = 0 ] && [ "$share" = off ] && continue
+    for mode in ${PROMPT_MODES:-relay pages none}; do
+      [ "$S" = 0 ] && [ "$mode" != relay ] && continue
       local flags="$SERVE8B --host_cache_bytes=$((64 << 30)) --max_batch=64"
-      [ "$share" = on ] && flags="$flags --cuda_share_prefixes" || flags="$flags --min_shared_prompt_tokens=0"
+      case $mode in
+        pages) flags="$flags --cuda_relay_attention=false" ;;
+        none) flags="$flags --min_shared_prompt_tokens=0" ;;
+      esac
       local sys="--system_prompts=1 --system_prompt_tokens=$S"; [ "$S" = 0 ] && sys="--system_prompts=0"
       "$B/strata" bench --sessions=64 --rate=1000 --turns=1 --prompt_tokens=128 --output_tokens=128 \
-        --max_output_tokens=128 $sys --serve_flags="$flags" --json="$OUT/bench-prompts-$S-$share.json" \
-        >"$OUT/bench-prompts-$S-$share.txt" 2>"$OUT/bench-prompts-$S-$share.err"
-      note "bench prompts S=$S shared=$share: rc=$?"
-      grep -E "TTFT \(client\)|inter-token|turns:|host tier" "$OUT/bench-prompts-$S-$share.txt" >>"$summary"
+        --max_output_tokens=128 --max_context_tokens=16384 $sys --serve_flags="$flags" --json="$OUT/bench-prompts-$S-$mode.json" \
+        >"$OUT/bench-prompts-$S-$mode.txt" 2>"$OUT/bench-prompts-$S-$mode.err"
+      local rc=$?
+      note "bench prompts S=$S $mode: rc=$rc"
+      [ $rc = 0 ] || tail -5 "$OUT/bench-prompts-$S-$mode.err" >>"$summary"
+      grep -E "TTFT \(client\)|inter-token|turns:|host tier" "$OUT/bench-prompts-$S-$mode.txt" >>"$summary"
     done
   done
+}
+
+# Relay attention: its GPU tests, the kernel against plain decode and the copy floor, and
+# PyTorch on the same shapes.
+run_relay() {
+  timeout 300 "$B/cuda_prefill_attention_test" --gtest_brief=1 >"$OUT/test-relay-kernels.log" 2>&1
+  note "cuda_prefill_attention_test: rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/test-relay-kernels.log" | tr '\n' ' ')"
+  grep -E 'Failure|error' "$OUT/test-relay-kernels.log" | head -10 >>"$summary"
+  "$B/relay_attention_bench" >"$OUT/relay_attention_bench.txt" 2>&1
+  note "relay_attention_bench: rc=$?"; cat "$OUT/relay_attention_bench.txt" >>"$summary"
+  python3 tests/bench/relay_torch_ref.py >"$OUT/relay_torch_ref.txt" 2>&1
+  note "relay_torch_ref: rc=$?"; tail -8 "$OUT/relay_torch_ref.txt" >>"$summary"
 }
 
 run_step() {
@@ -191,7 +211,7 @@ for phase in "$@"; do
     step-e2e) run_step_e2e ;; sharegpt) run_sharegpt ;; step) run_step ;;
     hf-old) run_hf_old ;; kvload) run_kvload ;; writeback) run_writeback ;; gputests) run_gpu_tests ;;
     bench-ssd) run_bench_ssd ;; bench-host-history) run_bench_history bench-host --hbm_cache_bytes=0 ;;
-    prompts) run_prompts ;;
+    prompts) run_prompts ;; relay) run_relay ;;
     *) note "unknown phase $phase" ;;
   esac
 done

@@ -1,0 +1,212 @@
+// Relay decode attention on the device (relay.h) against the CPU specification of decode
+// attention over each row's whole sequence (PagedDecodeAttention: the shared prefix's pages
+// then the row's own), and against the device's plain decode over the same pages, on random
+// pools over a grid: head_dim 64/128, 1/2/4/8 query heads per KV head, pages of 16/32
+// tokens, prefixes of 1 page to 4K tokens, groups of 1 to 64 rows, rows with no prefix
+// mixed in, contexts of 1 to 300 tokens, and a sharp softmax.
+//
+// Tolerances are the tensor-core prefill's (prefill_test.cc: the system part rounds Q and
+// P to bf16): ||got - want|| / ||want|| <= 1e-2 over the call, <= 2e-2 per (row, head).
+// Outputs are poisoned with NaN first, so an unwritten element fails.
+#include "kernels/attention/relay.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/attention/decode.h"
+#include "kernels/testing/attention_cpu.h"
+#include "kernels/testing/cuda_testing.h"
+#include "kernels/testing/paged_pool.h"
+
+namespace strata::kernels {
+namespace {
+
+using test_support::DeviceVector;
+
+struct RelayCase {
+  std::vector<int64_t> prefixes;      // tokens of each group's prefix (whole pages)
+  std::vector<int> group_sizes;       // rows of each group
+  std::vector<int64_t> contexts;      // own tokens of each row (grouped rows first)
+  int kv_heads, group, head_dim, page_size;
+  float q_range;
+};
+
+std::string Describe(const RelayCase& c) {
+  std::string s = "head_dim " + std::to_string(c.head_dim) + " gqa " + std::to_string(c.group) + " page " +
+                  std::to_string(c.page_size) + " q_range " + std::to_string(c.q_range) + " groups:";
+  for (size_t g = 0; g < c.prefixes.size(); ++g) {
+    s += " " + std::to_string(c.group_sizes[g]) + "x" + std::to_string(c.prefixes[g]);
+  }
+  return s + " rows " + std::to_string(c.contexts.size());
+}
+
+// Index arrays of one view (indptr / indices / last_page_len).
+struct View {
+  std::vector<int32_t> indptr{0}, indices, last;
+  void Add(const std::vector<int32_t>& pages, int32_t last_len) {
+    indices.insert(indices.end(), pages.begin(), pages.end());
+    indptr.push_back(static_cast<int32_t>(indices.size()));
+    last.push_back(last_len);
+  }
+};
+
+struct DeviceView {
+  // (A view of no groups still gets one element of each array: nothing reads it.)
+  explicit DeviceView(const View& v) : indptr(NonEmpty(v.indptr)), indices(NonEmpty(v.indices)), last(NonEmpty(v.last)) {}
+  static std::vector<int32_t> NonEmpty(std::vector<int32_t> v) {
+    if (v.empty()) v.push_back(0);
+    return v;
+  }
+  PagedKv On(const uint16_t* k, const uint16_t* vp, const test_support::PagedPool& p) {
+    return PagedKv{k, vp, p.page_size, p.kv_heads, p.head_dim, indptr.get(), indices.get(), last.get()};
+  }
+  DeviceVector<int32_t> indptr, indices, last;
+};
+
+class CudaRelayAttentionTest : public test_support::GpuTest {
+ protected:
+  void Check(const RelayCase& c, uint32_t seed) {
+    const std::string what = Describe(c);
+    const int groups = static_cast<int>(c.prefixes.size());
+    const int rows = static_cast<int>(c.contexts.size());
+    const int heads = c.kv_heads * c.group, d = c.head_dim;
+    // One pool holding the prefixes and then every row's own tokens.
+    std::vector<int64_t> lengths = c.prefixes;
+    lengths.insert(lengths.end(), c.contexts.begin(), c.contexts.end());
+    const test_support::PagedPool pool = test_support::RandomPagedPool(lengths, c.page_size, c.kv_heads, d, seed);
+    auto pages_of = [&](int s) {
+      return std::vector<int32_t>(pool.indices.begin() + pool.indptr[s], pool.indices.begin() + pool.indptr[s + 1]);
+    };
+    View full, context, prefix;
+    std::vector<int32_t> group_rows{0};
+    int max_group_rows = 0;
+    for (int g = 0; g < groups; ++g) {
+      prefix.Add(pages_of(g), c.page_size);
+      group_rows.push_back(group_rows.back() + c.group_sizes[g]);
+      max_group_rows = std::max(max_group_rows, c.group_sizes[g]);
+    }
+    int64_t max_context = 0;
+    for (int r = 0; r < rows; ++r) {
+      const int g = static_cast<int>(std::upper_bound(group_rows.begin(), group_rows.end(), r) - group_rows.begin()) - 1;
+      std::vector<int32_t> own = pages_of(groups + r), all;
+      if (g < groups) all = pages_of(g);
+      all.insert(all.end(), own.begin(), own.end());
+      full.Add(all, pool.last_page_len[groups + r]);
+      context.Add(own, pool.last_page_len[groups + r]);
+      max_context = std::max(max_context, c.contexts[r]);
+    }
+    const std::vector<float> q =
+        test_support::RandomFloats(static_cast<size_t>(rows) * heads * d, seed + 1, -c.q_range, c.q_range);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    std::vector<float> want(q.size());
+    test_support::PagedPool whole = pool;
+    whole.indptr = full.indptr;
+    whole.indices = full.indices;
+    whole.last_page_len = full.last;
+    PagedDecodeAttention(q.data(), whole.View(), rows, heads, scale, want.data(), nullptr);
+
+    DeviceVector<uint16_t> dk(pool.k), dv(pool.v);
+    DeviceView dfull(full), dcontext(context), dprefix(prefix);
+    DeviceVector<int32_t> dgroups(group_rows);
+    DeviceVector<float> dq(q);
+    const int grouped = group_rows.back();
+    const int64_t max_prefix = groups == 0 ? 0 : *std::max_element(c.prefixes.begin(), c.prefixes.end());
+    const RelayShape shape{rows, groups, grouped, max_group_rows, heads, c.kv_heads, d, max_context, max_prefix};
+    DeviceVector<float> ws{
+        std::vector<float>(static_cast<size_t>(std::max<int64_t>(1, RelayDecodeWorkspaceFloats(shape))), std::nanf(""))};
+    DeviceVector<float> out{std::vector<float>(q.size(), std::nanf(""))};
+    const RelayDecodeParams p{dq.get(), dcontext.On(dk.get(), dv.get(), pool), dprefix.On(dk.get(), dv.get(), pool),
+                              dgroups.get(), rows, groups, grouped, max_group_rows, heads, scale, max_context,
+                              max_prefix, ws.get(), out.get()};
+    const absl::Status s = LaunchRelayDecodeAttention(p, stream_);
+    ASSERT_TRUE(s.ok()) << what << ": " << s;
+    Sync();
+    Compare(out.ToHost(), want, rows, heads, d, what + " (relay vs CPU)");
+
+    // The plain device decode over the whole pages, for the same rows.
+    int64_t max_full = 0;
+    for (int r = 0; r < rows; ++r) max_full = std::max(max_full, PagedSequenceLength(whole.View(), r));
+    DeviceVector<float> ws_plain{
+        std::vector<float>(static_cast<size_t>(std::max<int64_t>(1, DecodeWorkspaceFloats(rows, heads, d, max_full))))};
+    DeviceVector<float> plain{std::vector<float>(q.size(), std::nanf(""))};
+    ASSERT_TRUE(LaunchPagedDecodeAttention({dq.get(), dfull.On(dk.get(), dv.get(), pool), rows, heads, scale, max_full,
+                                            ws_plain.get(), plain.get(), nullptr}, stream_).ok());
+    Sync();
+    Compare(out.ToHost(), plain.ToHost(), rows, heads, d, what + " (relay vs plain decode on the device)");
+  }
+
+  static void Compare(const std::vector<float>& got, const std::vector<float>& want, int rows, int heads, int d,
+                      const std::string& what) {
+    double err2 = 0, ref2 = 0;
+    int reported = 0;
+    for (int r = 0; r < rows * heads; ++r) {
+      double row_err2 = 0, row_ref2 = 0;
+      for (int i = 0; i < d; ++i) {
+        const double g = got[static_cast<size_t>(r) * d + i], w = want[static_cast<size_t>(r) * d + i];
+        ASSERT_FALSE(std::isnan(g)) << what << ": row " << r / heads << " head " << r % heads << " not written";
+        row_err2 += (g - w) * (g - w);
+        row_ref2 += w * w;
+      }
+      err2 += row_err2;
+      ref2 += row_ref2;
+      const double row_rel = std::sqrt(row_err2 / std::max(row_ref2, 1e-30));
+      if (row_rel > 2e-2 && reported++ < 5) {
+        ADD_FAILURE() << what << ": row " << r / heads << " head " << r % heads << " relative error " << row_rel;
+      }
+    }
+    EXPECT_LE(std::sqrt(err2 / std::max(ref2, 1e-30)), 1e-2) << what;
+  }
+};
+
+TEST_F(CudaRelayAttentionTest, GroupsOnSharedPrefixesMatchPlainDecode) {
+  uint32_t seed = 1;
+  for (int head_dim : {64, 128}) {
+    for (int gqa : {1, 2, 4, 8}) {
+      for (int page : {16, 32}) {
+        RelayCase c{{int64_t{4} * page, int64_t{32} * page}, {3, 5}, {}, 2, gqa, head_dim, page, 1.0f};
+        for (int r = 0; r < 8 + 2; ++r) c.contexts.push_back(1 + (r * 37) % 150);  // two rows with no prefix
+        Check(c, seed++);
+      }
+    }
+  }
+}
+
+TEST_F(CudaRelayAttentionTest, LargeGroupsAndLongPromptsAtLlamaShapes) {
+  // 64 sessions on one 4K prompt (Llama-3-8B: 8 KV heads, 4 query heads each, head_dim 128).
+  RelayCase c{{4096}, {64}, {}, 8, 4, 128, 16, 1.0f};
+  for (int r = 0; r < 64; ++r) c.contexts.push_back(128 + (r * 7) % 172);
+  Check(c, 11);
+  // Many small groups, groups of one, and a sharp softmax.
+  RelayCase many{{}, {}, {}, 2, 8, 64, 16, 8.0f};
+  for (int g = 0; g < 12; ++g) {
+    many.prefixes.push_back(16 * (1 + g % 5));
+    many.group_sizes.push_back(1 + g % 4);
+  }
+  int grouped = 0;
+  for (int n : many.group_sizes) grouped += n;
+  for (int r = 0; r < grouped + 3; ++r) many.contexts.push_back(1 + (r * 13) % 300);
+  Check(many, 12);
+}
+
+TEST_F(CudaRelayAttentionTest, NoGroupsIsPlainDecode) {
+  RelayCase c{{}, {}, {5, 100, 260}, 2, 4, 128, 16, 1.0f};
+  Check(c, 21);
+}
+
+TEST_F(CudaRelayAttentionTest, RejectsBadCounts) {
+  RelayDecodeParams p{};
+  p.rows = 2;
+  p.groups = 1;
+  p.grouped_rows = 3;
+  EXPECT_EQ(LaunchRelayDecodeAttention(p, stream_).code(), absl::StatusCode::kInvalidArgument);
+  p.grouped_rows = 0;
+  EXPECT_EQ(LaunchRelayDecodeAttention(p, stream_).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace strata::kernels

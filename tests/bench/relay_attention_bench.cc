@@ -1,0 +1,155 @@
+// Relay attention (kernels/attention/relay.h) vs plain paged decode attention on the same
+// inputs, and vs the device's copy bandwidth, measured in the same run: Llama-3-8B
+// attention shapes (32 query heads, 8 KV heads of 128, bf16 KV, 16-token pages), `batch`
+// sequences decoding on one shared system prompt of S tokens, each with `ctx` tokens of
+// its own. Plain reads the prompt's pages once per sequence (shared pages: L2 may serve
+// some of the repeats; and a copy per sequence, as without page sharing); relay reads them
+// once per step for the group. The floor is relay's bytes (prompt once + every context)
+// at the device-to-device copy rate; the paper's bound on the speedup is plain's bytes
+// over relay's. L2 is flushed before each timed run.
+//
+//   build/tests/bench/relay_attention_bench        (needs a CUDA device; says so otherwise)
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "kernels/attention/decode.h"
+#include "kernels/attention/relay.h"
+#include "kernels/testing/paged_pool.h"
+#include "tests/bench/cuda_bench.h"
+
+namespace {
+
+using strata::bench::MedianMs;
+using strata::bench::Upload;
+
+void Check(const absl::Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+float* Floats(int64_t n) {
+  float* p = nullptr;
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&p), static_cast<size_t>(std::max<int64_t>(1, n)) * sizeof(float)));
+  return p;
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device: relay_attention_bench needs a GPU (skipped)\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  const size_t flush_bytes = size_t{256} << 20;
+  void* flush_buf = nullptr;
+  CHECK_CUDA(cudaMalloc(&flush_buf, flush_bytes));
+  auto flush = [&] { CHECK_CUDA(cudaMemsetAsync(flush_buf, 0, flush_bytes, stream)); };
+  const size_t copy_bytes = size_t{1} << 30;
+  void *src = nullptr, *dst = nullptr;
+  CHECK_CUDA(cudaMalloc(&src, copy_bytes));
+  CHECK_CUDA(cudaMalloc(&dst, copy_bytes));
+  CHECK_CUDA(cudaMemset(src, 1, copy_bytes));
+  const float copy_ms = MedianMs(
+      stream, 20, [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream)); }, flush);
+  const double copy_gbps = 2.0 * static_cast<double>(copy_bytes) / (copy_ms * 1e-3) / 1e9;  // read + write
+  std::printf("%s, %d SMs; device-to-device copy of 1 GiB: %.0f GB/s (read + write)\n\n", prop.name,
+              prop.multiProcessorCount, copy_gbps);
+  std::printf(
+      "| batch | S | ctx | plain, shared pages (ms) | plain, a copy each (ms) | relay (ms) | relay vs shared pages | "
+      "relay vs a copy each | bytes bound (plain / relay) | relay at copy rate (ms) | relay vs copy floor |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  const int kv_heads = 8, heads = 32, head_dim = 128, page = 16;
+  const float scale = 0.088f;
+  const double token_bytes = 2.0 * kv_heads * head_dim * 2;  // K and V, bf16
+  for (int64_t prompt : {2048, 4096}) {
+    for (int batch : {2, 4, 8, 16, 32, 64}) {
+      const int64_t ctx = 256;
+      // Sequences 0..batch-1: a copy of the prompt each (for the unshared plain run);
+      // sequence batch: the shared prompt; then each sequence's own context.
+      std::vector<int64_t> lengths(static_cast<size_t>(batch), prompt);
+      lengths.push_back(prompt);
+      for (int b = 0; b < batch; ++b) lengths.push_back(ctx);
+      const auto pool = strata::kernels::test_support::RandomPagedPool(lengths, page, kv_heads, head_dim, 1);
+      auto pages_of = [&](int s) {
+        return std::vector<int32_t>(pool.indices.begin() + pool.indptr[s], pool.indices.begin() + pool.indptr[s + 1]);
+      };
+      std::vector<int32_t> shared_indptr{0}, shared_indices, copy_indptr{0}, copy_indices, ctx_indptr{0}, ctx_indices,
+          last, prefix_indptr{0, static_cast<int32_t>(prompt / page)}, prefix_last{page}, group_rows{0, batch};
+      const std::vector<int32_t> prefix_pages = pages_of(batch);
+      for (int b = 0; b < batch; ++b) {
+        const std::vector<int32_t> own = pages_of(batch + 1 + b), copy = pages_of(b);
+        shared_indices.insert(shared_indices.end(), prefix_pages.begin(), prefix_pages.end());
+        shared_indices.insert(shared_indices.end(), own.begin(), own.end());
+        shared_indptr.push_back(static_cast<int32_t>(shared_indices.size()));
+        copy_indices.insert(copy_indices.end(), copy.begin(), copy.end());
+        copy_indices.insert(copy_indices.end(), own.begin(), own.end());
+        copy_indptr.push_back(static_cast<int32_t>(copy_indices.size()));
+        ctx_indices.insert(ctx_indices.end(), own.begin(), own.end());
+        ctx_indptr.push_back(static_cast<int32_t>(ctx_indices.size()));
+        last.push_back(pool.last_page_len[static_cast<size_t>(batch + 1 + b)]);
+      }
+      uint16_t* k = Upload(pool.k);
+      uint16_t* v = Upload(pool.v);
+      int32_t *d_shared_indptr = Upload(shared_indptr), *d_shared_indices = Upload(shared_indices),
+              *d_copy_indptr = Upload(copy_indptr), *d_copy_indices = Upload(copy_indices),
+              *d_ctx_indptr = Upload(ctx_indptr), *d_ctx_indices = Upload(ctx_indices), *d_last = Upload(last),
+              *d_prefix_indptr = Upload(prefix_indptr), *d_prefix_indices = Upload(prefix_pages),
+              *d_prefix_last = Upload(prefix_last), *d_group_rows = Upload(group_rows);
+      std::vector<float> qh(static_cast<size_t>(batch) * heads * head_dim);
+      for (size_t i = 0; i < qh.size(); ++i) qh[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+      float* q = Upload(qh);
+      float* out = Floats(static_cast<int64_t>(qh.size()));
+      const int64_t total = prompt + ctx;
+      float* ws = Floats(std::max(strata::kernels::DecodeWorkspaceFloats(batch, heads, head_dim, total),
+                                  strata::kernels::RelayDecodeWorkspaceFloats(
+                                      {batch, 1, batch, batch, heads, kv_heads, head_dim, ctx, prompt})));
+      auto plain = [&](const int32_t* indptr, const int32_t* indices) {
+        const strata::kernels::PagedKv kv{k, v, page, kv_heads, head_dim, indptr, indices, d_last};
+        return MedianMs(stream, 20, [&] {
+          Check(strata::kernels::LaunchPagedDecodeAttention({q, kv, batch, heads, scale, total, ws, out, nullptr},
+                                                            stream));
+        }, flush);
+      };
+      const float shared_ms = plain(d_shared_indptr, d_shared_indices);
+      const float copy_each_ms = plain(d_copy_indptr, d_copy_indices);
+      const strata::kernels::PagedKv context{k, v, page, kv_heads, head_dim, d_ctx_indptr, d_ctx_indices, d_last};
+      const strata::kernels::PagedKv prefixes{k, v, page, kv_heads, head_dim, d_prefix_indptr, d_prefix_indices,
+                                              d_prefix_last};
+      const float relay_ms = MedianMs(stream, 20, [&] {
+        Check(strata::kernels::LaunchRelayDecodeAttention(
+            {q, context, prefixes, d_group_rows, batch, 1, batch, batch, heads, scale, ctx, prompt, ws, out}, stream));
+      }, flush);
+      const double plain_bytes = token_bytes * batch * total;
+      const double relay_bytes = token_bytes * (prompt + batch * ctx);
+      const double floor_ms = 2.0 * relay_bytes / (copy_gbps * 1e9) * 1e3;  // copy rate counts read + write
+      std::printf("| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.3f | %.2f |\n", batch,
+                  static_cast<long long>(prompt), static_cast<long long>(ctx), shared_ms, copy_each_ms, relay_ms,
+                  shared_ms / relay_ms, copy_each_ms / relay_ms, plain_bytes / relay_bytes, floor_ms,
+                  relay_ms / floor_ms);
+      for (void* p : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(d_shared_indptr),
+                      static_cast<void*>(d_shared_indices), static_cast<void*>(d_copy_indptr),
+                      static_cast<void*>(d_copy_indices), static_cast<void*>(d_ctx_indptr),
+                      static_cast<void*>(d_ctx_indices), static_cast<void*>(d_last), static_cast<void*>(d_prefix_indptr),
+                      static_cast<void*>(d_prefix_indices), static_cast<void*>(d_prefix_last),
+                      static_cast<void*>(d_group_rows), static_cast<void*>(q), static_cast<void*>(out),
+                      static_cast<void*>(ws)}) {
+        CHECK_CUDA(cudaFree(p));
+      }
+    }
+  }
+  CHECK_CUDA(cudaFree(src));
+  CHECK_CUDA(cudaFree(dst));
+  CHECK_CUDA(cudaFree(flush_buf));
+  return 0;
+}
