@@ -96,7 +96,10 @@ Engine::~Engine() {
   MutexLock lock(&mu_);
   // Promotion callbacks touch the queue: wait for those in flight.
   mu_.Await([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return promotions_in_flight_ == 0; });
-  for (Queued& q : queue_) q.stream->Fail(absl::UnavailableError("the server is shutting down"));
+  for (Queued& q : queue_) {
+    if (metrics_) metrics_->TurnEnded(TurnEnd::kShutdown, q);
+    q.stream->Fail(absl::UnavailableError("the server is shutting down"));
+  }
   queue_.clear();
 }
 
@@ -309,7 +312,7 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   const model::ModelConfig& c = config();
   const int64_t capacity = static_cast<int64_t>(queued.request.prompt.size()) + queued.request.max_new_tokens;
   if (queued.stream->cancelled()) {
-    Abandon(queued, absl::CancelledError("the client cancelled the turn"));
+    Abandon(queued, CancelStatus(*queued.stream));
     return nullptr;
   }
   if (capacity > model_->kv_capacity_tokens()) {
@@ -337,6 +340,7 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
       }
     }
   }
+  const absl::Time admitted = absl::Now();  // its prefill starts: a sequence, cached KV loaded
   int64_t hbm_tokens = 0;
   auto seq = TakeSequence(queued, capacity, &hbm_tokens, prefix, base_tokens);
   if (!seq.ok()) {
@@ -356,6 +360,8 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   r->prompt_key = queued.prompt_key;
   r->base_tokens = base_tokens;
   r->base = std::move(base);
+  r->admitted = admitted;
+  if (metrics_) metrics_->TurnStarted(*r);
   const int64_t prompt = static_cast<int64_t>(r->tokens.size());
   // The shared prompt's tokens are in its sequence already; the session's own follow.
   r->reused = base_tokens;
@@ -426,7 +432,7 @@ void Engine::Loop() {
     for (Queued& q : admitted) {
       if (!waiting.empty()) {
         if (q.stream->cancelled()) {
-          Abandon(q, absl::CancelledError("the client cancelled the turn"));
+          Abandon(q, CancelStatus(*q.stream));
         } else {
           waiting.push_back(std::move(q));  // keeps the queue's order
         }
@@ -449,11 +455,15 @@ void Engine::Loop() {
   }
   ReleaseSaves(/*wait=*/true);
   ReleaseLoads(/*wait=*/true);
-  for (auto& r : running_) r->stream->Fail(absl::UnavailableError("the server is shutting down"));
+  for (auto& r : running_) {
+    if (metrics_) metrics_->TurnEnded(TurnEnd::kShutdown, *r);
+    r->stream->Fail(absl::UnavailableError("the server is shutting down"));
+  }
   running_.clear();
 }
 
 void Engine::Abandon(Queued& queued, const absl::Status& why) {
+  if (metrics_) metrics_->TurnEnded(EndOf(why), queued);
   queued.stream->Fail(why);
   queued.stream.reset();  // ended: not to be queued again
   MutexLock lock(&mu_);
@@ -518,6 +528,7 @@ void Engine::Step() {
     // A backend fault: the turns in the step cannot go on; nothing of them is saved.
     LOG(ERROR) << "forward step failed: " << s;
     for (Running* r : in_batch) {
+      if (metrics_) metrics_->TurnEnded(TurnEnd::kError, *r);
       r->stream->Fail(absl::InternalError(absl::StrCat("the model step failed: ", s.message())));
       r->seq.reset();
       MutexLock lock(&mu_);
@@ -560,8 +571,9 @@ bool Engine::AfterStep(Running& r) {
   const absl::Time now = absl::Now();
   if (!r.first_token_sent) {
     r.first_token_sent = true;
+    r.first_token = now;
     r.ttft_ms = absl::ToDoubleMilliseconds(now - r.request.arrival);
-    if (metrics_) metrics_->ttft->WithLabels({{"tier", storage::TierName(r.tier)}}).Observe(r.ttft_ms / 1000.0);
+    if (metrics_) metrics_->FirstToken(r);
   } else if (metrics_) {
     metrics_->inter_token.Observe(absl::ToDoubleSeconds(now - r.last_token));
   }

@@ -3,10 +3,12 @@
 #ifndef STRATA_ENGINE_ENGINE_INTERNAL_H_
 #define STRATA_ENGINE_ENGINE_INTERNAL_H_
 
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "base/metrics.h"
 #include "base/random.h"
@@ -14,6 +16,21 @@
 #include "text/stop_strings.h"
 
 namespace strata::engine {
+
+// How a turn ended, as strata_finished_turns_total{reason} names it: stop (an end-of-turn
+// token or a stop string), length (max_new_tokens or the context reached), cancelled (its
+// client went away), deadline (its call's deadline passed), error (it could not run or go
+// on: it can never fit the KV memory, a backend fault), shutdown (the server stopped first).
+enum class TurnEnd { kStop, kLength, kCancelled, kDeadline, kError, kShutdown };
+inline constexpr TurnEnd kTurnEnds[] = {TurnEnd::kStop,     TurnEnd::kLength, TurnEnd::kCancelled,
+                                        TurnEnd::kDeadline, TurnEnd::kError,  TurnEnd::kShutdown};
+const char* TurnEndName(TurnEnd end);
+
+// The status a turn its server cancelled fails with: DeadlineExceeded when the call's
+// deadline passed, else Cancelled.
+absl::Status CancelStatus(const TurnStream& stream);
+// How a turn that fails with `why` ended: cancelled, deadline, or else error.
+TurnEnd EndOf(const absl::Status& why);
 
 // The engine's counters, following the names dashboards are built on.
 struct Engine::Metrics {
@@ -54,12 +71,56 @@ struct Engine::Metrics {
                                    "stored (loaded from the host or SSD tier).")),
         prompts_resident(r.AddGauge("strata_system_prompts", "Shared system prompts in KV memory.").WithLabels({})),
         prompt_bytes(r.AddGauge("strata_system_prompt_bytes", "KV memory held by shared system prompts.")
-                         .WithLabels({})) {
+                         .WithLabels({})),
+        e2e(r.AddHistogram("strata_e2e_request_seconds",
+                           "Time from request arrival to the turn's end (its last token, or its failure), "
+                           "whatever the reason it ended.",
+                           {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600})
+                .WithLabels({})),
+        queue(r.AddHistogram("strata_queue_seconds",
+                             "Time from request arrival to admission into the running batch.",
+                             {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300})
+                  .WithLabels({})),
+        prefill(r.AddHistogram("strata_prefill_seconds",
+                               "Time from admission to the first token: the prompt's prefill, cached KV loads "
+                               "included.",
+                               {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60})
+                    .WithLabels({})),
+        decode(r.AddHistogram("strata_decode_seconds", "Time from a turn's first token to its end.",
+                              {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600})
+                   .WithLabels({})),
+        prompt_tokens(r.AddHistogram("strata_prompt_tokens", "Prompt tokens of a turn (the whole conversation).",
+                                     metrics::ExponentialBuckets(1, 4, 10))
+                          .WithLabels({})),
+        generation_tokens(r.AddHistogram("strata_generation_tokens", "Tokens a turn generated.",
+                                         metrics::ExponentialBuckets(1, 4, 10))
+                              .WithLabels({})) {
     for (const char* source : {"computed", "stored"}) prompt_loads->WithLabels({{"source", source}});
     for (const char* tier : {"hbm", "host", "ssd"}) hits->WithLabels({{"tier", tier}});
     for (const char* tier : {"none", "hbm", "host", "ssd"}) ttft->WithLabels({{"tier", tier}});
     for (const char* choice : {"load", "recompute"}) ssd_decisions->WithLabels({{"choice", choice}});
+    metrics::Family<metrics::Counter>& ended =
+        r.AddCounter("strata_finished_turns_total",
+                     "Turns that ended, by reason: stop, length, cancelled, deadline, error, shutdown.");
+    for (TurnEnd end : kTurnEnds) {
+      finished[static_cast<int>(end)] = &ended.WithLabels({{"reason", TurnEndName(end)}});
+    }
   }
+
+  // A turn's life, observed where it happens (engine loop only); an end is counted before
+  // the turn's stream ends, so whoever saw the end sees it counted. Prompt jobs are not
+  // turns: these ignore them.
+  //
+  // Admitted into the running batch: its time in the queue.
+  void TurnStarted(const Running& r);
+  // Its first token drawn: its prefill time and TTFT.
+  void FirstToken(const Running& r);
+  // Ended `how`: the reason counted; its end-to-end time, decode time (when it drew a
+  // first token), prompt and generated tokens observed.
+  void TurnEnded(TurnEnd how, const Running& r);
+  // Ended `how` before it started (queued, then cancelled, refused or shut down).
+  void TurnEnded(TurnEnd how, const Queued& q);
+
   metrics::Family<metrics::Histogram>* ttft;
   metrics::Histogram& inter_token;
   metrics::Counter& kv_waits;
@@ -76,6 +137,16 @@ struct Engine::Metrics {
   metrics::Family<metrics::Counter>* prompt_loads;
   metrics::Gauge& prompts_resident;
   metrics::Gauge& prompt_bytes;
+  metrics::Histogram& e2e;
+  metrics::Histogram& queue;
+  metrics::Histogram& prefill;
+  metrics::Histogram& decode;
+  metrics::Histogram& prompt_tokens;
+  metrics::Histogram& generation_tokens;
+  metrics::Counter* finished[std::size(kTurnEnds)];  // by TurnEnd
+
+ private:
+  void Ended(TurnEnd how, const TurnRequest& request, int64_t generated, absl::Time now);
 };
 
 // A shared system prompt the engine knows in memory.
@@ -110,7 +181,9 @@ struct Engine::Running {
   bool first_token_sent = false;
   bool text_started = false;  // some text has been streamed (the leading-space rule is applied)
   double ttft_ms = 0;
-  absl::Time last_token;  // when its last token was drawn
+  absl::Time admitted;     // when it left the queue
+  absl::Time first_token;  // when its first token was drawn
+  absl::Time last_token;   // when its last token was drawn
   int step_tokens = 0;  // tokens fed in the current step
   // Shared system prompts: a prompt job (computes a prompt's KV, samples nothing), or a
   // turn on a prompt (prompt_key set): its own tokens start after the prompt's

@@ -116,9 +116,13 @@ void Engine::End(Running& r, FinishReason reason) {
   result.cache_tier = r.tier;
   result.ttft_ms = r.ttft_ms;
   result.finish = reason;
+  // Counted before the stream ends: whoever saw the end sees it counted.
   if (reason == FinishReason::kCancelled) {
-    r.stream->Fail(absl::CancelledError("the client cancelled the turn"));
+    const absl::Status why = CancelStatus(*r.stream);
+    if (metrics_) metrics_->TurnEnded(EndOf(why), r);
+    r.stream->Fail(why);
   } else {
+    if (metrics_) metrics_->TurnEnded(reason == FinishReason::kLength ? TurnEnd::kLength : TurnEnd::kStop, r);
     r.stream->Finish(result);
   }
   r.seq.reset();  // marks the turn as ended for the step's clean-up (a saving one moved it)

@@ -13,14 +13,21 @@ bool TurnStream::Next(Event* event, absl::Duration timeout) {
   return true;
 }
 
-void TurnStream::Cancel() {
+void TurnStream::Cancel(CancelReason why) {
   MutexLock lock(&mu_);
+  if (cancelled_) return;
   cancelled_ = true;
+  cancel_reason_ = why;
 }
 
 bool TurnStream::cancelled() const {
   MutexLock lock(&mu_);
   return cancelled_;
+}
+
+CancelReason TurnStream::cancel_reason() const {
+  MutexLock lock(&mu_);
+  return cancel_reason_;
 }
 
 void TurnStream::PushDelta(absl::Span<const int32_t> token_ids, std::string_view text) {

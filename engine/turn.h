@@ -37,6 +37,10 @@ struct TurnRequest {
 
 enum class FinishReason { kStop, kLength, kCancelled };
 
+// Why the thread that serves a turn cancelled it: its client went away, or its call's
+// deadline passed.
+enum class CancelReason { kClient, kDeadline };
+
 struct TurnUsage {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
@@ -66,9 +70,13 @@ class TurnStream {
   // Blocks until an event is ready or `timeout` passes; returns false on timeout. After
   // the last event (done or error), further calls return false at once.
   bool Next(Event* event, absl::Duration timeout);
-  // Asks the engine to stop the turn (client went away). Never blocks.
-  void Cancel();
+  // Asks the engine to stop the turn: its client went away (kClient) or its call's
+  // deadline passed (kDeadline). The turn then fails with Cancelled or DeadlineExceeded
+  // (and is counted so); the first reason given stays. Never blocks.
+  void Cancel(CancelReason why = CancelReason::kClient);
   bool cancelled() const;
+  // Why it was cancelled; kClient while it is not.
+  CancelReason cancel_reason() const;
 
   // Producer side (the engine loop).
   void PushDelta(absl::Span<const int32_t> token_ids, std::string_view text);
@@ -81,6 +89,7 @@ class TurnStream {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;    // last event pushed
   bool drained_ ABSL_GUARDED_BY(mu_) = false;   // last event taken
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  CancelReason cancel_reason_ ABSL_GUARDED_BY(mu_) = CancelReason::kClient;
 };
 
 }  // namespace strata::engine

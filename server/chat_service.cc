@@ -21,6 +21,18 @@ v1::Tier ToProto(storage::Tier tier) {
   return v1::TIER_NONE;
 }
 
+// Why the call that arrived at `arrival` is over; the engine fails (and counts) its turn
+// so. gRPC cancels a call whose deadline passed as it does one whose client went away, and
+// the client's own timer often cancels it first: the timeout the server was sent is
+// rounded up (by up to 1%) and came later. So a call over within that margin of its
+// deadline ran out of time.
+engine::CancelReason WhyOver(const grpc::ServerContext& context, absl::Time arrival) {
+  if (context.deadline() == std::chrono::system_clock::time_point::max()) return engine::CancelReason::kClient;
+  const absl::Time deadline = absl::FromChrono(context.deadline());
+  const absl::Duration margin = (deadline - arrival) / 100 + absl::Milliseconds(5);
+  return absl::Now() + margin >= deadline ? engine::CancelReason::kDeadline : engine::CancelReason::kClient;
+}
+
 }  // namespace
 
 absl::Status ChatServiceImpl::BuildPrompt(const std::string& tenant, const v1::ChatRequest& request,
@@ -141,17 +153,12 @@ grpc::Status ChatServiceImpl::DoChat(grpc::ServerContext* context, const v1::Cha
     if (!(*stream)->Next(&event, absl::Milliseconds(50))) {
       if (context->IsCancelled() && !client_gone) {
         client_gone = true;
-        (*stream)->Cancel();
+        (*stream)->Cancel(WhyOver(*context, arrival));
       }
       continue;
     }
-    if (!event.error.ok()) {
-      // A call whose deadline passed is told (and counted) so, not as a client's cancel.
-      if (absl::IsCancelled(event.error) && context->deadline() <= std::chrono::system_clock::now()) {
-        return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the call's deadline passed before the turn ended");
-      }
-      return ToGrpcStatus(event.error);
-    }
+    // A call whose deadline passed fails with DeadlineExceeded, not as a client's cancel.
+    if (!event.error.ok()) return ToGrpcStatus(event.error);
     if (client_gone) continue;  // drain until the engine lets go of the turn
     v1::ChatEvent out;
     if (!event.token_ids.empty() || !event.text.empty()) {
@@ -160,7 +167,7 @@ grpc::Status ChatServiceImpl::DoChat(grpc::ServerContext* context, const v1::Cha
       delta->set_text(event.text);
       if (!writer->Write(out)) {
         client_gone = true;
-        (*stream)->Cancel();
+        (*stream)->Cancel(WhyOver(*context, arrival));
         continue;
       }
     }

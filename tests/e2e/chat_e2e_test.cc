@@ -256,6 +256,26 @@ TEST_F(ChatE2eTest, MetricsShowTheReuse) {
   EXPECT_GT(value("strata_tier_bytes{tier=\"host\"}"), 0);
   EXPECT_GE(value("strata_sessions{tier=\"host\"}"), 1);
   EXPECT_GE(value("strata_batch_size_count"), 1);
+  // Each turn's life: every finish reason is exported, and the turns so far each ended
+  // by their stop token or length, after a queue, a prefill and a decode.
+  double finished = 0;
+  for (const char* reason : {"stop", "length", "cancelled", "deadline", "error", "shutdown"}) {
+    finished += value(std::string("strata_finished_turns_total{reason=\"") + reason + "\"}");
+  }
+  EXPECT_GE(value("strata_finished_turns_total{reason=\"stop\"}") +
+                value("strata_finished_turns_total{reason=\"length\"}"),
+            3);
+  EXPECT_EQ(value("strata_e2e_request_seconds_count"), finished) << "every ended turn is timed, once";
+  for (const char* name : {"strata_queue_seconds", "strata_prefill_seconds", "strata_decode_seconds"}) {
+    EXPECT_GE(value(std::string(name) + "_count"), 3) << name;
+  }
+  EXPECT_GE(value("strata_e2e_request_seconds_sum"),
+            value("strata_queue_seconds_sum") + value("strata_prefill_seconds_sum"));
+  EXPECT_EQ(value("strata_prompt_tokens_count"), finished);
+  EXPECT_GT(value("strata_prompt_tokens_sum"), 0);
+  EXPECT_EQ(value("strata_generation_tokens_sum"), value("strata_generated_tokens_total"))
+      << "an idle server's ended turns hold every token generated";
+  EXPECT_EQ(value("strata_generation_tokens_bucket{le=\"+Inf\"}"), finished);
   // The process and the build.
   EXPECT_GT(value("process_resident_memory_bytes"), 1 << 20);
   EXPECT_GT(value("process_open_fds"), 3);

@@ -132,17 +132,28 @@ TEST(LifecycleE2eTest, ASecondServerOnTheSamePortFailsAtOnceSayingSo) {
   EXPECT_TRUE(turn.status.ok()) << turn.status.error_message();
 }
 
-// strata_requests_total{code, method="strata.v1.ChatService/Chat"} from /metrics.
-double ChatCalls(const ServerProcess& server, const std::string& code) {
+// A sample from the server's /metrics; 0 when it is not there, -1 when there is no scrape.
+double Sample(const ServerProcess& server, const std::string& key) {
   auto body = metrics::HttpGet("127.0.0.1", server.metrics_port(), "/metrics");
   if (!body.ok()) return -1;
   auto samples = metrics::ParsePrometheusText(*body);
   if (!samples.ok()) return -1;
-  auto it = samples->find("strata_requests_total{code=\"" + code + "\",method=\"strata.v1.ChatService/Chat\"}");
+  auto it = samples->find(key);
   return it == samples->end() ? 0 : it->second;
 }
 
-// A call whose deadline passes mid-turn and one its client cancels are counted apart.
+// strata_requests_total{code, method="strata.v1.ChatService/Chat"}.
+double ChatCalls(const ServerProcess& server, const std::string& code) {
+  return Sample(server, "strata_requests_total{code=\"" + code + "\",method=\"strata.v1.ChatService/Chat\"}");
+}
+
+// strata_finished_turns_total{reason}.
+double FinishedTurns(const ServerProcess& server, const std::string& reason) {
+  return Sample(server, "strata_finished_turns_total{reason=\"" + reason + "\"}");
+}
+
+// A call whose deadline passes mid-turn and one its client cancels are counted apart: by
+// their calls' status codes, and by how their turns ended.
 TEST(LifecycleE2eTest, DeadlinesAndCancellationsAreCountedApart) {
   auto started = ServerProcess::Start({});
   ASSERT_TRUE(started.ok()) << started.status();
@@ -173,6 +184,10 @@ TEST(LifecycleE2eTest, DeadlinesAndCancellationsAreCountedApart) {
   }
   EXPECT_EQ(ChatCalls(server, "deadline_exceeded"), 1);
   EXPECT_EQ(ChatCalls(server, "cancelled"), 1);
+  // The engine counted each turn's end before its call ended.
+  EXPECT_EQ(FinishedTurns(server, "deadline"), 1);
+  EXPECT_EQ(FinishedTurns(server, "cancelled"), 1);
+  EXPECT_EQ(FinishedTurns(server, "stop") + FinishedTurns(server, "length") + FinishedTurns(server, "error"), 0);
 }
 
 }  // namespace
