@@ -249,6 +249,7 @@ TEST_F(CudaEngineTest, SharedSystemPromptsAnswerAsInline) {
     o.initial_step_tokens = 256;
     o.share_prefixes = share;
     o.relay_attention = relay;
+    o.relay_min_saved_tokens = 0;  // the test's short prompts: relay every group
     auto model = CudaModel::Create(ModelWeights::Random(ModelConfig::Builtin(), 77, tokenizer.SilentTokens()), o);
     EXPECT_TRUE(model.ok()) << model.status();
     std::unique_ptr<storage::SessionStore> store;

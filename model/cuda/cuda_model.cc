@@ -280,8 +280,10 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   const bool wait_loads = m.loader.waits_pending();
   const ModelConfig& c = m.config;
   StepPlan plan;
-  const bool relay = m.options.share_prefixes && m.options.relay_attention;
-  if (absl::Status s = cuda_internal::PlanStep(batch, c, m.pool, m.graphs.enabled() && !wait_loads, relay, &plan);
+  const int64_t relay_min = m.options.share_prefixes && m.options.relay_attention
+                                ? std::max<int64_t>(0, m.options.relay_min_saved_tokens)
+                                : -1;
+  if (absl::Status s = cuda_internal::PlanStep(batch, c, m.pool, m.graphs.enabled() && !wait_loads, relay_min, &plan);
       !s.ok()) {
     return s;
   }

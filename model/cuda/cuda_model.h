@@ -50,6 +50,11 @@ struct CudaModelOptions {
   // (relay attention, kernels/attention/relay.h): the prefix's KV is read once per group
   // and step. Off: each row reads the shared pages like its own.
   bool relay_attention = true;
+  // ... where it pays: a group reads its prefix once instead of once per row, so relay
+  // saves (rows - 1) x prefix tokens of KV reads and costs a few launches. Measured on the
+  // H100 (relay_attention_bench, docs/BENCHMARKS.md) it breaks even near 12-14K tokens
+  // saved (4 rows on a 4K prompt, 8 on a 2K one): groups saving fewer run plain.
+  int64_t relay_min_saved_tokens = 16384;
 };
 
 class CudaModel final : public ModelBackend {

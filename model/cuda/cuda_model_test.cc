@@ -420,6 +420,7 @@ TEST_F(CudaModelTest, RelayDecodeGroupsGiveTheInlineLogitsAndGraphsEqualEager) {
     CudaModelOptions o = SmallPool();
     o.share_prefixes = true;
     o.relay_attention = true;
+    o.relay_min_saved_tokens = 0;  // every group of two or more
     o.cuda_graphs = graphs;
     auto model = CudaModel::Create(weights, o);
     ASSERT_TRUE(model.ok()) << model.status();

@@ -41,7 +41,7 @@ int64_t ContextBucket(int64_t tokens) {
 bool WantsToken(const ForwardEntry& e) { return (e.logits != nullptr || e.token != nullptr) && !e.tokens.empty(); }
 
 absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c, const KvPool& pool,
-                      bool use_graphs, bool relay, StepPlan* plan) {
+                      bool use_graphs, int64_t relay_min_saved_tokens, StepPlan* plan) {
   const int page = pool.page_tokens();
   Step& step = plan->step;
   int64_t rows = 0, logit_rows = 0;
@@ -61,10 +61,11 @@ absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c
     logit_rows += WantsToken(e);
     graphable = graphable && e.tokens.size() == 1 && e.logits == nullptr && e.token != nullptr;
   }
-  // Relay groups: decodes on one prefix (the same prefix sequence and length), two or more.
+  // Relay groups: decodes on one prefix (the same prefix sequence and length), two or more,
+  // saving enough reads.
   using GroupKey = std::pair<const SequenceState*, int64_t>;
   std::vector<std::pair<GroupKey, std::vector<size_t>>> groups;
-  if (relay) {
+  if (relay_min_saved_tokens >= 0) {
     for (size_t b = 0; b < batch.size(); ++b) {
       const auto& s = static_cast<const CudaSequence&>(*batch[b].seq);
       if (batch[b].tokens.size() != 1 || !s.on_prefix()) continue;
@@ -73,7 +74,10 @@ absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c
       if (it == groups.end()) it = groups.insert(groups.end(), {key, {}});
       it->second.push_back(b);
     }
-    std::erase_if(groups, [](const auto& g) { return g.second.size() < 2; });
+    std::erase_if(groups, [&](const auto& g) {
+      const auto rows = static_cast<int64_t>(g.second.size());
+      return rows < 2 || (rows - 1) * g.first.second < relay_min_saved_tokens;
+    });
   }
   // Entries in step order: grouped decodes by group, the other decodes, then prompt chunks.
   std::vector<size_t>& order = plan->order;

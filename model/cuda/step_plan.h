@@ -81,9 +81,11 @@ struct StepPlan {
 // capacity; InvalidArgument naming what is wrong otherwise), orders it and sizes the step.
 // A batch with no tokens leaves plan->rows 0: nothing to run. `use_graphs`: whether the
 // model may run a decode-only step as a graph (its page list is then sized for the bucket);
-// `relay`: whether decodes on a shared prefix are grouped for relay attention.
+// `relay_min_saved_tokens`: decodes on a shared prefix are grouped for relay attention when
+// the group saves at least this many tokens' reads ((rows - 1) x prefix tokens); negative:
+// never.
 absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& config, const KvPool& pool,
-                      bool use_graphs, bool relay, StepPlan* plan);
+                      bool use_graphs, int64_t relay_min_saved_tokens, StepPlan* plan);
 
 // Writes the plan's index arrays into `host_meta` (plan.step.meta.bytes of it). Returns,
 // for each sampled row in order, the batch entry it belongs to.

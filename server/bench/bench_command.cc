@@ -55,6 +55,10 @@ ABSL_FLAG(double, think_s, 1.0, "bench synthetic: mean think time between a sess
 ABSL_FLAG(int64_t, max_context_tokens, 4096, "bench synthetic: longest prompt a session reaches (it ends there)");
 ABSL_FLAG(int, system_prompts, 0, "bench synthetic: K shared system prompts, one per session (0: none)");
 ABSL_FLAG(int64_t, system_prompt_tokens, 256, "bench synthetic: tokens of each shared system prompt");
+ABSL_FLAG(bool, warm_system_prompts, false,
+          "bench synthetic: before the measured run, one unmeasured turn per system prompt (a server that "
+          "already holds its prompts, as after RegisterSystemPrompt; without it the first turns wait for each "
+          "prompt's one computation)");
 ABSL_FLAG(uint64_t, seed, 1, "bench: seed of the workload (lengths, timing and token IDs)");
 ABSL_FLAG(std::string, trace, "", "bench trace: session JSONL or Mooncake trace to replay with its timing");
 ABSL_FLAG(double, time_scale, 1.0, "bench trace: multiply the trace's arrival times by this (0: all at once)");
@@ -100,6 +104,7 @@ struct BenchConfig {
   absl::Duration request_timeout;
   int sweep_repeats = 1;
   bool sweep_from_ssd = false;
+  bool warm_system_prompts = false;
 };
 
 absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag, const std::string& text) {
@@ -225,6 +230,7 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
     }
   }
   c.sweep_from_ssd = absl::GetFlag(FLAGS_sweep_from_ssd);
+  c.warm_system_prompts = absl::GetFlag(FLAGS_warm_system_prompts);
   if (c.sweep_from_ssd) {
     if (c.mode != Mode::kSweep) return Bad("--sweep_from_ssd needs --workload=sweep");
     if (!c.target.empty()) return Bad("--sweep_from_ssd restarts the server: it must be one the bench starts");
@@ -359,6 +365,27 @@ class Bench {
     return true;
   }
 
+  // --warm_system_prompts: one one-token turn per system prompt of the workloads, before
+  // the run and its /metrics scrape, so the server holds the prompts when it starts.
+  void WarmSystemPrompts(const std::vector<Workload>& workloads, Endpoint& e, const std::string& tag) {
+    if (workloads.empty() || workloads[0].system_prompts.empty()) return;
+    Workload warm;
+    warm.name = "warm-up";
+    warm.system_prompts = workloads[0].system_prompts;
+    for (size_t k = 0; k < warm.system_prompts.size(); ++k) {
+      warm.sessions.push_back(WorkloadSession{absl::StrCat("prompt", k), static_cast<int>(k),
+                                              {WorkloadTurn{0, {1}, 1, false}}});
+    }
+    RunnerOptions o;
+    o.target = e.target;
+    o.api_key = c_.api_key;
+    o.client_threads = 1;
+    o.request_timeout = c_.request_timeout;
+    o.session_prefix = absl::StrCat(session_prefix_, tag, "-warm-");
+    absl::StatusOr<RunResult> r = RunWorkload(warm, o);
+    if (!r.ok()) std::fprintf(stderr, "strata bench: warming the system prompts: %s\n", r.status().ToString().c_str());
+  }
+
   // Runs `workload` against `e`, with /metrics scraped around it.
   RunSummary RunOn(const Workload& workload, Endpoint& e, const std::string& tag, int min_threads = 1) {
     return RunOn(std::vector<Workload>{workload}, e, tag, min_threads);
@@ -367,6 +394,7 @@ class Bench {
   // Runs `workloads` one after the other (each with its own session IDs) and summarises
   // them as one run.
   RunSummary RunOn(const std::vector<Workload>& workloads, Endpoint& e, const std::string& tag, int min_threads) {
+    if (c_.warm_system_prompts) WarmSystemPrompts(workloads, e, tag);
     std::optional<MetricsSample> before;
     if (!e.metrics_target.empty()) {
       absl::StatusOr<MetricsSample> s = ScrapeMetrics(e.metrics_target);

@@ -2,11 +2,14 @@
 // inputs, and vs the device's copy bandwidth, measured in the same run: Llama-3-8B
 // attention shapes (32 query heads, 8 KV heads of 128, bf16 KV, 16-token pages), `batch`
 // sequences decoding on one shared system prompt of S tokens, each with `ctx` tokens of
-// its own. Plain reads the prompt's pages once per sequence (shared pages: L2 may serve
-// some of the repeats; and a copy per sequence, as without page sharing); relay reads them
-// once per step for the group. The floor is relay's bytes (prompt once + every context)
-// at the device-to-device copy rate; the paper's bound on the speedup is plain's bytes
-// over relay's. L2 is flushed before each timed run.
+// its own, over batch 1/8/32/64 x S 1K/4K/8K x ctx 128/1K. Plain reads the prompt's pages
+// once per sequence (shared pages: L2 may serve some of the repeats; and a copy per
+// sequence, as without page sharing); relay reads them once per step for the group.
+// Printed beside: the paper's bound on relay's speedup, p = (s+c+2)/(s/b+c+7), the bytes
+// relay must read (prompt once + every context) over its time as GB/s and as a share of
+// the device-to-device copy rate (bytes read + written per second), and whether the
+// backend's rule (cuda_model.h, relay_min_saved_tokens) would take the relay path. L2 is
+// flushed before each timed run.
 //
 //   build/tests/bench/relay_attention_bench        (needs a CUDA device; says so otherwise)
 #include <cuda_runtime_api.h>
@@ -19,6 +22,7 @@
 #include "kernels/attention/decode.h"
 #include "kernels/attention/relay.h"
 #include "kernels/testing/paged_pool.h"
+#include "model/cuda/cuda_model.h"
 #include "tests/bench/cuda_bench.h"
 
 namespace {
@@ -67,14 +71,15 @@ int main() {
               prop.multiProcessorCount, copy_gbps);
   std::printf(
       "| batch | S | ctx | plain, shared pages (ms) | plain, a copy each (ms) | relay (ms) | relay vs shared pages | "
-      "relay vs a copy each | bytes bound (plain / relay) | relay at copy rate (ms) | relay vs copy floor |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "relay vs a copy each | paper's bound | relay GB/s read | vs copy | rule takes relay |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const int kv_heads = 8, heads = 32, head_dim = 128, page = 16;
   const float scale = 0.088f;
   const double token_bytes = 2.0 * kv_heads * head_dim * 2;  // K and V, bf16
-  for (int64_t prompt : {2048, 4096}) {
-    for (int batch : {2, 4, 8, 16, 32, 64}) {
-      const int64_t ctx = 256;
+  const strata::model::CudaModelOptions defaults;
+  for (int64_t prompt : {1024, 4096, 8192}) {
+   for (int64_t ctx : {128, 1024}) {
+    for (int batch : {1, 8, 32, 64}) {
       // Sequences 0..batch-1: a copy of the prompt each (for the unshared plain run);
       // sequence batch: the shared prompt; then each sequence's own context.
       std::vector<int64_t> lengths(static_cast<size_t>(batch), prompt);
@@ -130,13 +135,15 @@ int main() {
         Check(strata::kernels::LaunchRelayDecodeAttention(
             {q, context, prefixes, d_group_rows, batch, 1, batch, batch, heads, scale, ctx, prompt, ws, out}, stream));
       }, flush);
-      const double plain_bytes = token_bytes * batch * total;
       const double relay_bytes = token_bytes * (prompt + batch * ctx);
-      const double floor_ms = 2.0 * relay_bytes / (copy_gbps * 1e9) * 1e3;  // copy rate counts read + write
-      std::printf("| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.3f | %.2f |\n", batch,
+      const double s = static_cast<double>(prompt), c = static_cast<double>(ctx);
+      const double bound = (s + c + 2) / (s / batch + c + 7);
+      const double read_gbps = relay_bytes / (relay_ms * 1e-3) / 1e9;
+      const bool rule = batch >= 2 && (batch - 1) * prompt >= defaults.relay_min_saved_tokens;
+      std::printf("| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.2f | %s |\n", batch,
                   static_cast<long long>(prompt), static_cast<long long>(ctx), shared_ms, copy_each_ms, relay_ms,
-                  shared_ms / relay_ms, copy_each_ms / relay_ms, plain_bytes / relay_bytes, floor_ms,
-                  relay_ms / floor_ms);
+                  shared_ms / relay_ms, copy_each_ms / relay_ms, bound, read_gbps, read_gbps / copy_gbps,
+                  rule ? "yes" : "no");
       for (void* p : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(d_shared_indptr),
                       static_cast<void*>(d_shared_indices), static_cast<void*>(d_copy_indptr),
                       static_cast<void*>(d_copy_indices), static_cast<void*>(d_ctx_indptr),
@@ -147,6 +154,7 @@ int main() {
         CHECK_CUDA(cudaFree(p));
       }
     }
+   }
   }
   CHECK_CUDA(cudaFree(src));
   CHECK_CUDA(cudaFree(dst));

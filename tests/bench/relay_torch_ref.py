@@ -2,11 +2,11 @@
 """PyTorch's scaled_dot_product_attention on relay_attention_bench's shapes, for comparison.
 
 Llama-3-8B attention (32 query heads, 8 KV heads of 128), bf16: `batch` decode queries, each
-against its own sequence of S shared prompt tokens + 256 of its own (plain attention: what
+against its own sequence of S shared prompt tokens + ctx of its own (plain attention: what
 a server without relay attention runs; K and V contiguous per sequence, the KV heads
 expanded to the query heads outside the timed region), and the relay form in PyTorch: the
 group's queries as one batch of rows against the prompt once, each query against its own
-256 tokens, merged on log-sum-exp. Median of 20 CUDA-event-timed runs after warm-up, L2
+ctx tokens, merged on log-sum-exp. Median of 20 CUDA-event-timed runs after warm-up, L2
 flushed before each.
 
     python3 tests/bench/relay_torch_ref.py       (on the device machine)
@@ -14,7 +14,7 @@ flushed before each.
 import torch
 import torch.nn.functional as F
 
-HEADS, KV_HEADS, HEAD_DIM, CTX = 32, 8, 128, 256
+HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
 
 
 def median_ms(fn, reps=20):
@@ -47,35 +47,34 @@ def main():
     dev = "cuda"
     scale = HEAD_DIM ** -0.5
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
-    print("| batch | S | SDPA plain (ms) | PyTorch relay (ms) |")
-    print("|---|---|---|---|")
-    for prompt in (2048, 4096):
-        for batch in (2, 8, 32, 64):
-            group = HEADS // KV_HEADS
-            q = torch.randn(batch, HEADS, 1, HEAD_DIM, device=dev, dtype=torch.bfloat16)
-            kp = torch.randn(1, KV_HEADS, prompt, HEAD_DIM, device=dev, dtype=torch.bfloat16)
-            vp = torch.randn_like(kp)
-            kc = torch.randn(batch, KV_HEADS, CTX, HEAD_DIM, device=dev, dtype=torch.bfloat16)
-            vc = torch.randn_like(kc)
-            k_full = torch.cat([kp.expand(batch, -1, -1, -1), kc], dim=2).repeat_interleave(group, dim=1).contiguous()
-            v_full = torch.cat([vp.expand(batch, -1, -1, -1), vc], dim=2).repeat_interleave(group, dim=1).contiguous()
-            plain_ms = median_ms(lambda: F.scaled_dot_product_attention(q, k_full, v_full, scale=scale))
-            kp_h = kp.repeat_interleave(group, dim=1).contiguous()
-            vp_h = vp.repeat_interleave(group, dim=1).contiguous()
-            kc_h = kc.repeat_interleave(group, dim=1).contiguous()
-            vc_h = vc.repeat_interleave(group, dim=1).contiguous()
+    print("| batch | S | ctx | SDPA plain (ms) | PyTorch relay (ms) |")
+    print("|---|---|---|---|---|")
+    for prompt, ctx, batch in [(p, c, b) for p in (1024, 4096, 8192) for c in (128, 1024) for b in (1, 8, 32, 64)]:
+        group = HEADS // KV_HEADS
+        q = torch.randn(batch, HEADS, 1, HEAD_DIM, device=dev, dtype=torch.bfloat16)
+        kp = torch.randn(1, KV_HEADS, prompt, HEAD_DIM, device=dev, dtype=torch.bfloat16)
+        vp = torch.randn_like(kp)
+        kc = torch.randn(batch, KV_HEADS, ctx, HEAD_DIM, device=dev, dtype=torch.bfloat16)
+        vc = torch.randn_like(kc)
+        k_full = torch.cat([kp.expand(batch, -1, -1, -1), kc], dim=2).repeat_interleave(group, dim=1).contiguous()
+        v_full = torch.cat([vp.expand(batch, -1, -1, -1), vc], dim=2).repeat_interleave(group, dim=1).contiguous()
+        plain_ms = median_ms(lambda: F.scaled_dot_product_attention(q, k_full, v_full, scale=scale))
+        kp_h = kp.repeat_interleave(group, dim=1).contiguous()
+        vp_h = vp.repeat_interleave(group, dim=1).contiguous()
+        kc_h = kc.repeat_interleave(group, dim=1).contiguous()
+        vc_h = vc.repeat_interleave(group, dim=1).contiguous()
 
-            def relay():
-                # System part: the batch's queries as rows of one sequence against the prompt.
-                qs = q.transpose(0, 2)  # [1, h, batch, d]
-                o_sys, lse_sys = attend_lse(qs, kp_h, vp_h, scale)
-                o_sys, lse_sys = o_sys.transpose(0, 2), lse_sys.transpose(0, 2)
-                o_ctx, lse_ctx = attend_lse(q, kc_h, vc_h, scale)
-                a = torch.sigmoid(lse_sys - lse_ctx)
-                return a * o_sys + (1 - a) * o_ctx
+        def relay():
+            # System part: the batch's queries as rows of one sequence against the prompt.
+            qs = q.transpose(0, 2)  # [1, h, batch, d]
+            o_sys, lse_sys = attend_lse(qs, kp_h, vp_h, scale)
+            o_sys, lse_sys = o_sys.transpose(0, 2), lse_sys.transpose(0, 2)
+            o_ctx, lse_ctx = attend_lse(q, kc_h, vc_h, scale)
+            a = torch.sigmoid(lse_sys - lse_ctx)
+            return a * o_sys + (1 - a) * o_ctx
 
-            relay_ms = median_ms(relay)
-            print(f"| {batch} | {prompt} | {plain_ms:.3f} | {relay_ms:.3f} |")
+        relay_ms = median_ms(relay)
+        print(f"| {batch} | {prompt} | {ctx} | {plain_ms:.3f} | {relay_ms:.3f} |")
 
 
 if __name__ == "__main__":

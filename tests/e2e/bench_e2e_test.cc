@@ -224,6 +224,39 @@ TEST(BenchE2eTest, StartsItsOwnServersAndComparesWithCacheOff) {
   EXPECT_NE(bench.Stdout().find("ratio p50"), std::string::npos) << bench.Stdout();
 }
 
+// --warm_system_prompts: one unmeasured turn per system prompt before the run, so every
+// measured turn runs on a prompt already held (none computed during the run); without it
+// the run computes each prompt once.
+TEST(BenchE2eTest, WarmSystemPromptsAreComputedBeforeTheMeasuredRun) {
+  for (bool warm : {false, true}) {
+    const std::string json_path =
+        "/tmp/strata-bench-e2e-warm-" + std::to_string(getpid()) + (warm ? "-warm" : "-cold") + ".json";
+    std::vector<std::string> flags = {"--sessions=6", "--rate=1000", "--turns=1", "--prompt_tokens=8",
+                                      "--output_tokens=2", "--max_output_tokens=2", "--system_prompts=2",
+                                      "--system_prompt_tokens=160", "--max_context_tokens=400",
+                                      "--serve_flags=--pin_host_memory=false --chunk_tokens=16 "
+                                      "--min_shared_prompt_tokens=64",
+                                      "--json=" + json_path};
+    if (warm) flags.push_back("--warm_system_prompts");
+    BenchProcess bench(flags);
+    ASSERT_EQ(bench.Wait(std::chrono::seconds(120)), 0) << "stderr:\n" << bench.Stderr();
+    const nlohmann::json report = ReadJson(json_path);
+    std::filesystem::remove(json_path);
+    ASSERT_TRUE(report.contains("runs") && !report["runs"].empty()) << report.dump(2);
+    const nlohmann::json& run = report["runs"][0];
+    EXPECT_EQ(run["turns_ok"].get<int>(), 6);
+    const nlohmann::json& m = run["metrics"];
+    const int computed = m["system_prompts_computed"].get<int>();
+    const int hits = m["system_prompt_hits"].get<int>();
+    if (warm) {
+      EXPECT_EQ(computed, 0) << "the warm-up computed the prompts before the run";
+      EXPECT_EQ(hits, 6) << "every measured turn found its prompt held";
+    } else {
+      EXPECT_GE(computed, 1) << "a cold run computes the prompts it uses";
+    }
+  }
+}
+
 // --sweep_from_ssd: turn 1, every session persisted, the server restarted: turn 2 reuses
 // turn 1's history from the SSD tier (the host tier and HBM are empty after a restart).
 TEST(BenchE2eTest, SweepFromSsdServesTurnTwoFromTheSsdTierAfterARestart) {
