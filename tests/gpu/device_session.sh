@@ -164,18 +164,20 @@ run_bench_ssd() {
 
 # The issue-15 table: 64 sessions at once, each prompt = the same S system tokens + 128 of
 # its own, 128 new tokens; S = 0, 2048, 4096, with the prompt shared and read by relay
-# attention (relay), shared pages read by each session (pages: --cuda_relay_attention=false)
-# and not shared (none). Env PROMPT_S and PROMPT_MODES narrow it.
+# attention (relay; warm: the prompt computed before the run, as a registered prompt is),
+# shared pages read by each session (pages: --cuda_relay_attention=false) and not shared
+# (none). Env PROMPT_S and PROMPT_MODES narrow it.
 run_prompts() {
   for S in ${PROMPT_S:-0 2048 4096}; do
-    for mode in ${PROMPT_MODES:-relay pages none}; do
+    for mode in ${PROMPT_MODES:-relay warm pages none}; do
       [ "$S" = 0 ] && [ "$mode" != relay ] && continue
       local flags="$SERVE8B --host_cache_bytes=$((64 << 30)) --max_batch=64"
+      local sys="--system_prompts=1 --system_prompt_tokens=$S"; [ "$S" = 0 ] && sys="--system_prompts=0"
       case $mode in
+        warm) sys="$sys --warm_system_prompts" ;;
         pages) flags="$flags --cuda_relay_attention=false" ;;
         none) flags="$flags --min_shared_prompt_tokens=0" ;;
       esac
-      local sys="--system_prompts=1 --system_prompt_tokens=$S"; [ "$S" = 0 ] && sys="--system_prompts=0"
       "$B/strata" bench --sessions=64 --rate=1000 --turns=1 --prompt_tokens=128 --output_tokens=128 \
         --max_output_tokens=128 --max_context_tokens=16384 $sys --serve_flags="$flags" --json="$OUT/bench-prompts-$S-$mode.json" \
         >"$OUT/bench-prompts-$S-$mode.txt" 2>"$OUT/bench-prompts-$S-$mode.err"
