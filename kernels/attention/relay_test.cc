@@ -2,8 +2,8 @@
 // attention over each row's whole sequence (PagedDecodeAttention: the shared prefix's pages
 // then the row's own), and against the device's plain decode over the same pages, on random
 // pools over a grid: head_dim 64/128, 1/2/4/8 query heads per KV head, pages of 16/32
-// tokens, prefixes of 1 page to 4K tokens, groups of 1 to 64 rows, rows with no prefix
-// mixed in, contexts of 1 to 300 tokens, and a sharp softmax.
+// tokens, prefixes of 1 page to 8K tokens, groups of 1 to 64 rows, rows with no prefix
+// mixed in, contexts of 1 to 2K tokens, and a sharp softmax.
 //
 // Tolerances are the tensor-core prefill's (prefill_test.cc: the system part rounds Q and
 // P to bf16): ||got - want|| / ||want|| <= 1e-2 over the call, <= 2e-2 per (row, head).
@@ -181,6 +181,13 @@ TEST_F(CudaRelayAttentionTest, LargeGroupsAndLongPromptsAtLlamaShapes) {
   RelayCase c{{4096}, {64}, {}, 8, 4, 128, 16, 1.0f};
   for (int r = 0; r < 64; ++r) c.contexts.push_back(128 + (r * 7) % 172);
   Check(c, 11);
+  // An 8K prompt and contexts up to 2K, both head sizes.
+  for (int head_dim : {64, 128}) {
+    RelayCase longest{{8192}, {16}, {}, 8, 4, head_dim, 16, 1.0f};
+    for (int r = 0; r < 16; ++r) longest.contexts.push_back(1 + (r * 131) % 2048);
+    longest.contexts.back() = 2048;
+    Check(longest, 13 + static_cast<uint32_t>(head_dim));
+  }
   // Many small groups, groups of one, and a sharp softmax.
   RelayCase many{{}, {}, {}, 2, 8, 64, 16, 8.0f};
   for (int g = 0; g < 12; ++g) {

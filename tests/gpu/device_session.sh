@@ -22,6 +22,8 @@
 #             read by relay attention, shared pages read per session, and not shared: TTFT,
 #             decode rate, host bytes (PROMPT_S, PROMPT_MODES)
 #   relay     relay attention's GPU tests, relay_attention_bench, PyTorch on the same shapes
+#   rate      the sustainable session rate with a 4K system prompt (p99 TTFT <= 1 s): relay,
+#             shared pages, not shared (RATE_MODES, RATE_START, RATE_PROBES, RATE_TIMEOUT)
 #   bench-ssd strata bench --sweep_from_ssd at 4K and 16K: turn 2 with its history only on
 #             the machine's disk (server restarted, no hint) vs recomputed; then the same
 #             with fetch-or-recompute off (every SSD hit loaded), for the load's own TTFT
@@ -189,6 +191,25 @@ run_prompts() {
   done
 }
 
+# The sustainable rate with a 4K system prompt: the highest session rate whose p99 TTFT
+# meets 1 s (strata bench --find_rate), relay vs shared pages vs not shared (RATE_MODES).
+run_rate() {
+  for mode in ${RATE_MODES:-relay pages none}; do
+    local flags="$SERVE8B --host_cache_bytes=$((64 << 30)) --max_batch=64"
+    case $mode in
+      pages) flags="$flags --cuda_relay_attention=false" ;;
+      none) flags="$flags --min_shared_prompt_tokens=0" ;;
+    esac
+    timeout "${RATE_TIMEOUT:-280}" "$B/strata" bench --find_rate --rate=${RATE_START:-4} --slo_ttft_ms=1000 \
+      --find_rate_probes=${RATE_PROBES:-6} --sessions=64 --turns=2 --think_s=1 --prompt_tokens=128 \
+      --output_tokens=128 --max_output_tokens=128 --max_context_tokens=16384 --system_prompts=1 \
+      --system_prompt_tokens=4096 --serve_flags="$flags" --json="$OUT/bench-rate-$mode.json" \
+      >"$OUT/bench-rate-$mode.txt" 2>"$OUT/bench-rate-$mode.err"
+    note "bench find_rate S=4096 $mode: rc=$?"
+    grep -E "rate .*sessions/s|highest rate|search stopped" "$OUT/bench-rate-$mode.txt" >>"$summary"
+  done
+}
+
 # Relay attention: its GPU tests, the kernel against plain decode and the copy floor, and
 # PyTorch on the same shapes.
 run_relay() {
@@ -213,7 +234,7 @@ for phase in "$@"; do
     step-e2e) run_step_e2e ;; sharegpt) run_sharegpt ;; step) run_step ;;
     hf-old) run_hf_old ;; kvload) run_kvload ;; writeback) run_writeback ;; gputests) run_gpu_tests ;;
     bench-ssd) run_bench_ssd ;; bench-host-history) run_bench_history bench-host --hbm_cache_bytes=0 ;;
-    prompts) run_prompts ;; relay) run_relay ;;
+    prompts) run_prompts ;; relay) run_relay ;; rate) run_rate ;;
     *) note "unknown phase $phase" ;;
   esac
 done
