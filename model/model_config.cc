@@ -10,10 +10,10 @@ absl::Status ModelConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("model config: ", field, " ", why));
   };
   if (architecture != "LlamaForCausalLM" && architecture != "MistralForCausalLM" &&
-      architecture != "Qwen2ForCausalLM") {
+      architecture != "Qwen2ForCausalLM" && architecture != "Qwen3ForCausalLM") {
     return bad("architectures", absl::StrCat("'", architecture,
                                              "' is not supported (LlamaForCausalLM, MistralForCausalLM, "
-                                             "Qwen2ForCausalLM are)"));
+                                             "Qwen2ForCausalLM, Qwen3ForCausalLM are)"));
   }
   if (vocab_size <= 0) return bad("vocab_size", "must be positive");
   if (hidden_size <= 0) return bad("hidden_size", "must be positive");
@@ -37,7 +37,8 @@ std::string ModelConfig::CanonicalString() const {
                       ";theta=", rope_theta, ";llama3=", rope_scaling.llama3, ",",
                       rope_scaling.factor, ",", rope_scaling.low_freq_factor, ",",
                       rope_scaling.high_freq_factor, ",", rope_scaling.original_max_position,
-                      ";eps=", rms_norm_eps, ";tie=", tie_embeddings, ";qkv_bias=", qkv_bias);
+                      ";eps=", rms_norm_eps, ";tie=", tie_embeddings, ";qkv_bias=", qkv_bias,
+                      qk_norm ? ";qk_norm=1" : "");
 }
 
 ModelConfig ModelConfig::Builtin() {
@@ -60,9 +61,26 @@ ModelConfig ModelConfig::Builtin() {
 
 absl::StatusOr<ModelConfig> ModelConfig::Named(const std::string& name) {
   if (name == "builtin") return Builtin();
+  if (name == "qwen3-8b") {  // Qwen3-8B: q/k norms, GQA 32:8, head_dim 128
+    ModelConfig c;
+    c.architecture = "Qwen3ForCausalLM";
+    c.vocab_size = 151936;
+    c.max_context = 40960;
+    c.rope_theta = 1000000.0f;
+    c.rms_norm_eps = 1e-6f;
+    c.eos_token_ids = {151645};
+    c.num_heads = 32;
+    c.num_kv_heads = 8;
+    c.hidden_size = 4096;
+    c.num_layers = 36;
+    c.head_dim = 128;
+    c.intermediate_size = 12288;
+    c.qk_norm = true;
+    return c;
+  }
   if (name != "llama3-8b" && name != "llama3-1b") {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown model shape '", name, "' (known: builtin, llama3-8b, llama3-1b)"));
+        absl::StrCat("unknown model shape '", name, "' (known: builtin, llama3-8b, llama3-1b, qwen3-8b)"));
   }
   ModelConfig c;
   c.architecture = "LlamaForCausalLM";
@@ -132,6 +150,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfConfigJson(const std::string& jso
   }
   c.tie_embeddings = j.value("tie_word_embeddings", false);
   c.qkv_bias = j.value("attention_bias", c.architecture == "Qwen2ForCausalLM");
+  c.qk_norm = c.architecture == "Qwen3ForCausalLM";
   // RoPE: transformers < 5 writes rope_theta and rope_scaling at the top level;
   // transformers 5 writes both into rope_parameters.
   c.rope_theta = j.value("rope_theta", 10000.0f);

@@ -26,6 +26,8 @@ struct ModelConfig {
   float rms_norm_eps = 1e-5f;
   bool tie_embeddings = false;
   bool qkv_bias = false;
+  // Qwen3: q and k go through a per-head RMSNorm (weights [head_dim]) before RoPE.
+  bool qk_norm = false;
   // Tokens that end generation (config.json's eos_token_id, a number or a list). Not part
   // of the fingerprint: they do not change the KV.
   std::vector<int32_t> eos_token_ids;
@@ -44,8 +46,9 @@ struct ModelConfig {
   // The shapes of well-known models, for serving and benchmarking random weights without
   // a model directory: "builtin" (Builtin()), "llama3-8b" (Llama 3.1 8B: 32 layers, hidden
   // 4096, GQA 32:8, head_dim 128, 128K context) and "llama3-1b" (Llama 3.2 1B: 16 layers,
-  // hidden 2048, GQA 32:8, head_dim 64, tied embeddings). InvalidArgument naming the
-  // known names for any other.
+  // hidden 2048, GQA 32:8, head_dim 64, tied embeddings), "qwen3-8b" (Qwen3 8B: 36 layers,
+  // hidden 4096, GQA 32:8, head_dim 128, q/k norms). InvalidArgument naming the known
+  // names for any other.
   static absl::StatusOr<ModelConfig> Named(const std::string& name);
   // Reads an HF config.json. InvalidArgument naming a missing or bad field.
   static absl::StatusOr<ModelConfig> FromHfConfigJson(const std::string& json_text);

@@ -54,6 +54,10 @@ std::vector<Expected> ExpectedTensors(const ModelWeights& w) {
       out.push_back({p + "self_attn.k_proj.bias", L.bk, {kv}});
       out.push_back({p + "self_attn.v_proj.bias", L.bv, {kv}});
     }
+    if (c.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", L.q_norm, {c.head_dim}});
+      out.push_back({p + "self_attn.k_norm.weight", L.k_norm, {c.head_dim}});
+    }
     out.push_back({p + "self_attn.o_proj.weight", L.wo, {h, q}});
     out.push_back({p + "post_attention_layernorm.weight", L.mlp_norm, {h}});
     out.push_back({p + "mlp.gate_proj.weight", L.w_gate, {f, h}});

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "model/cpu/cpu_model.h"
 #include "model/model_weights.h"
 #include "model/safetensors.h"
 #include "gtest/gtest.h"
@@ -99,6 +100,46 @@ TEST_F(ModelLoaderTest, Qwen2BiasTiedEmbeddingsAndLlama3RopeScalingRoundTrip) {
   EXPECT_EQ(loaded->lm_head(), loaded->embedding());
 }
 
+// Qwen3: the per-head q and k norms' weights are read (and written) by name, the config
+// says so and the fingerprint covers it, and the norms change what the model computes.
+TEST_F(ModelLoaderTest, Qwen3QkNormsRoundTripAndMatter) {
+  ModelConfig c = Small("Qwen3ForCausalLM");
+  c.qk_norm = true;
+  ModelWeights w = ModelWeights::Random(c, 12, {});
+  ASSERT_TRUE(w.WriteDirectory(Dir("qwen3"), DType::kF32).ok());
+  auto loaded = ModelWeights::LoadDirectory(Dir("qwen3"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->config().qk_norm);
+  EXPECT_FALSE(loaded->config().qkv_bias) << "Qwen3 has no QKV bias unless attention_bias says so";
+  EXPECT_EQ(loaded->fingerprint(), w.fingerprint());
+  ASSERT_NE(loaded->layer(1).k_norm, nullptr);
+  for (int i = 0; i < c.head_dim; ++i) EXPECT_EQ(loaded->layer(1).k_norm[i], w.layer(1).k_norm[i]);
+  ModelConfig plain = c;
+  plain.qk_norm = false;
+  EXPECT_NE(ModelWeights::Random(plain, 12, {}).fingerprint(), w.fingerprint());
+
+  // The same weights with the norms' weights set to one give other logits.
+  auto logits = [&](ModelWeights weights) {
+    CpuModel m(std::move(weights));
+    auto seq = m.NewSequence(8);
+    std::vector<int32_t> tokens = {1, 5, 9, 2, 7};
+    std::vector<float> out(static_cast<size_t>(c.vocab_size));
+    ForwardEntry e{seq->get(), 0, tokens, out.data()};
+    EXPECT_TRUE(m.Forward({&e, 1}).ok());
+    return out;
+  };
+  ModelWeights ones = *ModelWeights::LoadDirectory(Dir("qwen3"));
+  for (int l = 0; l < c.num_layers; ++l) {
+    for (const float* n : {ones.layer(l).q_norm, ones.layer(l).k_norm}) {
+      for (int i = 0; i < c.head_dim; ++i) const_cast<float*>(n)[i] = 1.0f;
+    }
+  }
+  EXPECT_NE(logits(*std::move(loaded)), logits(std::move(ones))) << "the q/k norms' weights change nothing";
+  // What was written names the architecture, so HF transformers loads it as Qwen3.
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(Dir("qwen3") + "/config.json"));
+  EXPECT_EQ(j["architectures"][0], "Qwen3ForCausalLM");
+}
+
 void EditConfig(const std::string& dir, const std::string& key, const nlohmann::json& value) {
   std::ifstream in(dir + "/config.json");
   nlohmann::json j = nlohmann::json::parse(in);
@@ -154,6 +195,19 @@ TEST_F(ModelLoaderTest, BadDirectoriesAreRefusedNamingWhatIsWrong) {
 
 namespace strata::model {
 namespace {
+
+TEST(ModelConfigTest, ReadsQwen3) {
+  auto c = ModelConfig::FromHfConfigJson(R"({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 64,
+      "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "head_dim": 16, "intermediate_size": 48, "max_position_embeddings": 128, "attention_bias": false,
+      "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "tie_word_embeddings": true})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_EQ(c->head_dim, 16) << "Qwen3's head_dim is its own, not hidden / heads";
+  EXPECT_EQ(c->rope_theta, 1000000.0f);
+  EXPECT_TRUE(c->tie_embeddings);
+}
 
 TEST(ModelConfigTest, ReadsRopeFromTransformers4And5Layouts) {
   const std::string base = R"("architectures": ["LlamaForCausalLM"], "vocab_size": 64, "hidden_size": 32,

@@ -14,7 +14,8 @@ void ModelWeights::Layout() {
   const ModelConfig& c = config_;
   const int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.intermediate_size,
                 v = c.vocab_size;
-  int64_t per_layer = h + q * h + 2 * kv * h + (c.qkv_bias ? q + 2 * kv : 0) + h * q + h + 3 * f * h;
+  int64_t per_layer = h + q * h + 2 * kv * h + (c.qkv_bias ? q + 2 * kv : 0) + (c.qk_norm ? 2 * c.head_dim : 0) +
+                      h * q + h + 3 * f * h;
   int64_t total = v * h + c.num_layers * per_layer + h + (c.tie_embeddings ? 0 : v * h);
   data_.assign(static_cast<size_t>(total), 0.0f);
   float* p = data_.data();
@@ -33,6 +34,8 @@ void ModelWeights::Layout() {
     l.bq = c.qkv_bias ? take(q) : nullptr;
     l.bk = c.qkv_bias ? take(kv) : nullptr;
     l.bv = c.qkv_bias ? take(kv) : nullptr;
+    l.q_norm = c.qk_norm ? take(c.head_dim) : nullptr;
+    l.k_norm = c.qk_norm ? take(c.head_dim) : nullptr;
     l.wo = take(h * q);
     l.mlp_norm = take(h);
     l.w_gate = take(f * h);
@@ -70,6 +73,13 @@ ModelWeights ModelWeights::Random(const ModelConfig& config, uint64_t seed,
       fill(l.bq, q, 0.1f);
       fill(l.bk, kv, 0.1f);
       fill(l.bv, kv, 0.1f);
+    }
+    if (c.qk_norm) {  // near one, not one: the norms' weights must matter
+      fill(l.q_norm, c.head_dim, 0.2f);
+      fill(l.k_norm, c.head_dim, 0.2f);
+      for (const float* n : {l.q_norm, l.k_norm}) {
+        for (int i = 0; i < c.head_dim; ++i) const_cast<float*>(n)[i] += 1.0f;
+      }
     }
     fill(l.wo, h * q, lin(q) * 0.5f);
     ones(l.mlp_norm, h);

@@ -22,6 +22,8 @@ struct LayerWeights {
   const float* bq;         // [q_dim] or null
   const float* bk;         // [kv_dim] or null
   const float* bv;         // [kv_dim] or null
+  const float* q_norm;     // [head_dim] or null (Qwen3: per-head RMSNorm of q, then of k)
+  const float* k_norm;     // [head_dim] or null
   const float* wo;         // [hidden][q_dim]
   const float* mlp_norm;   // [hidden]
   const float* w_gate;     // [ffn][hidden]

@@ -26,6 +26,22 @@ __global__ void RmsNormKernel(const float* x, const float* __restrict__ weight, 
   for (int i = threadIdx.x; i < dim; i += kThreads) y[base + i] = (x[base + i] * inv) * weight[i];
 }
 
+// One warp per (head, row): the head's values strided over the lanes, summed by shuffles.
+// Each lane writes back only what it read.
+__global__ void HeadRmsNormKernel(float* x, int64_t row_stride, int q_heads, int heads, int head_dim,
+                                  const float* __restrict__ q_weight, const float* __restrict__ k_weight, float eps) {
+  const int head = blockIdx.y * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (head >= heads) return;  // a whole warp leaves together
+  float* v = x + int64_t{blockIdx.x} * row_stride + int64_t{head} * head_dim;
+  const float* w = head < q_heads ? q_weight : k_weight;
+  float ss = 0.0f;
+  for (int i = lane; i < head_dim; i += 32) ss += v[i] * v[i];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(head_dim) + eps);
+  for (int i = lane; i < head_dim; i += 32) v[i] = (v[i] * inv) * w[i];
+}
+
 // One block per row: residual += x, then y = RmsNorm(residual). Each element is updated
 // by the thread that later normalises it, and the whole row is summed before BlockSum's
 // barrier, so y may alias x.
@@ -62,6 +78,15 @@ __global__ void RmsNormToBf16Kernel(const float* __restrict__ add, float* x, con
 }
 
 }  // namespace
+
+cudaError_t HeadRmsNormAsync(float* x, int rows, int64_t row_stride, int q_heads, int k_heads, int head_dim,
+                            const float* q_weight, const float* k_weight, float eps, cudaStream_t stream) {
+  constexpr int kWarps = 4;
+  const int heads = q_heads + k_heads;
+  HeadRmsNormKernel<<<dim3(rows, (heads + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(
+      x, row_stride, q_heads, heads, head_dim, q_weight, k_weight, eps);
+  return cudaGetLastError();
+}
 
 cudaError_t RmsNormAsync(const float* x, const float* weight, float* y, int rows, int dim,
                          float eps, cudaStream_t stream) {

@@ -35,6 +35,21 @@ struct RmsNormParams {
 };
 absl::Status LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream);
 
+// Qwen3's q/k norms, in place on the QKV projection's output: in each of `rows` rows (row r
+// at x + r * row_stride), the first q_heads heads of head_dim values are RmsNorm'ed with
+// q_weight and the k_heads after them with k_weight (each head on its own). InvalidArgument
+// for a negative size.
+struct HeadRmsNormParams {
+  float* x;
+  int rows;
+  int64_t row_stride;
+  int q_heads, k_heads, head_dim;
+  const float* q_weight;
+  const float* k_weight;
+  float eps;
+};
+absl::Status LaunchHeadRmsNorm(const HeadRmsNormParams& p, cudaStream_t stream);
+
 // residual += x, then y = RmsNorm(residual), in one pass over each row (one block per row).
 // y may alias x; neither may alias residual. InvalidArgument for a negative size.
 struct AddRmsNormParams {

@@ -9,6 +9,8 @@
 
 namespace strata::kernels::internal {
 
+cudaError_t HeadRmsNormAsync(float* x, int rows, int64_t row_stride, int q_heads, int k_heads, int head_dim,
+                            const float* q_weight, const float* k_weight, float eps, cudaStream_t stream);
 cudaError_t RmsNormAsync(const float* x, const float* weight, float* y, int rows, int dim, float eps,
                          cudaStream_t stream);
 cudaError_t AddRmsNormAsync(const float* x, float* residual, const float* weight, float* y, int rows, int dim,

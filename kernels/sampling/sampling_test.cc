@@ -104,6 +104,33 @@ TEST_F(CudaModelKernelsTest, RmsNormToBf16MatchesCpu) {
   }
 }
 
+// Qwen3's q/k norms in place on QKV rows: each q head with q's weights and each k head with
+// k's, V and the rows' padding untouched, within fp32 rounding of RmsNorm per head.
+TEST_F(CudaModelKernelsTest, HeadRmsNormMatchesCpuPerHead) {
+  for (int head_dim : {64, 128}) {
+    const int rows = 7, q_heads = 8, k_heads = 2, v_width = k_heads * head_dim;
+    const int64_t stride = int64_t{q_heads + k_heads} * head_dim + v_width;
+    const std::vector<float> x = RandomFloats(static_cast<size_t>(rows * stride), head_dim, -3, 3);
+    const std::vector<float> qw = RandomFloats(head_dim, 1, 0.5f, 1.5f), kw = RandomFloats(head_dim, 2, 0.5f, 1.5f);
+    std::vector<float> want = x;
+    for (int r = 0; r < rows; ++r) {
+      float* row = want.data() + r * stride;
+      RmsNorm(row, qw.data(), row, q_heads, head_dim, 1e-6f);
+      RmsNorm(row + q_heads * head_dim, kw.data(), row + q_heads * head_dim, k_heads, head_dim, 1e-6f);
+    }
+    DeviceVector<float> dx(x), dqw(qw), dkw(kw);
+    ASSERT_TRUE(LaunchHeadRmsNorm({dx.get(), rows, stride, q_heads, k_heads, head_dim, dqw.get(), dkw.get(), 1e-6f},
+                                  stream_).ok());
+    Sync();
+    const std::vector<float> got = dx.ToHost();
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::abs(want[i]))) << "head_dim " << head_dim << " element " << i;
+    }
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(LaunchHeadRmsNorm({nullptr, 1, 10, 2, 1, 8, nullptr, nullptr, 1e-6f}, stream_)))
+      << "a row stride shorter than the heads";
+}
+
 TEST_F(CudaModelKernelsTest, SwiGluAndToBf16MatchCpu) {
   const int rows = 3, ffn = 1400;
   const std::vector<float> gu = RandomFloats(rows * 2 * ffn, 5, -6, 6);

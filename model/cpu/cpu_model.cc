@@ -168,6 +168,10 @@ absl::Status CpuModel::Forward(absl::Span<const ForwardEntry> batch) {
     kernels::MatMulWT(h_.data(), w.wq, w.bq, q_.data(), r, hidden, qd);
     kernels::MatMulWT(h_.data(), w.wk, w.bk, k_.data(), r, hidden, kvd);
     kernels::MatMulWT(h_.data(), w.wv, w.bv, v_.data(), r, hidden, kvd);
+    if (w.q_norm != nullptr) {  // Qwen3: each head of q and k normed on its own
+      kernels::RmsNorm(q_.data(), w.q_norm, q_.data(), r * c.num_heads, c.head_dim, c.rms_norm_eps);
+      kernels::RmsNorm(k_.data(), w.k_norm, k_.data(), r * c.num_kv_heads, c.head_dim, c.rms_norm_eps);
+    }
     // K before RoPE is what the session cache keeps; then rotate q and k in place.
     int64_t row = 0;
     for (size_t b = 0; b < batch.size(); ++b) {

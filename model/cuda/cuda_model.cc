@@ -59,6 +59,9 @@ absl::Status CudaModel::Impl::Init(int device) {
     return absl::InvalidArgumentError(
         absl::StrCat("the CUDA backend takes 1, 2, 4 or 8 query heads per KV head, not ", group));
   }
+  if (c.qk_norm && c.qkv_bias) {
+    return absl::InvalidArgumentError("the CUDA backend takes q/k norms (Qwen3) without a QKV bias");
+  }
   return absl::OkStatus();
 }
 

@@ -38,7 +38,7 @@ absl::Status DeviceWeights::Layout(const ModelConfig& c, bool qkv_bias) {
   const int64_t fnorm = a.Add(4 * h);
   const int64_t freq = a.Add(4 * c.head_dim / 2);
   struct Offsets {
-    int64_t attn_norm, wqkv, bqkv, wo, mlp_norm, wgu, wdown;
+    int64_t attn_norm, wqkv, bqkv, wo, mlp_norm, wgu, wdown, qk_norm;
   };
   std::vector<Offsets> off(static_cast<size_t>(c.num_layers));
   for (Offsets& o : off) {
@@ -49,6 +49,7 @@ absl::Status DeviceWeights::Layout(const ModelConfig& c, bool qkv_bias) {
     o.mlp_norm = a.Add(4 * h);
     o.wgu = a.Add(2 * 2 * ffn * h);
     o.wdown = a.Add(2 * h * ffn);
+    o.qk_norm = c.qk_norm ? a.Add(4 * 2 * c.head_dim) : -1;
   }
   if (absl::Status s = buffer.Allocate(a.size); !s.ok()) return s;
   bytes = a.size;
@@ -65,7 +66,10 @@ absl::Status DeviceWeights::Layout(const ModelConfig& c, bool qkv_bias) {
                                  reinterpret_cast<const uint16_t*>(base + o.wo),
                                  reinterpret_cast<const float*>(base + o.mlp_norm),
                                  reinterpret_cast<const uint16_t*>(base + o.wgu),
-                                 reinterpret_cast<const uint16_t*>(base + o.wdown)});
+                                 reinterpret_cast<const uint16_t*>(base + o.wdown),
+                                 o.qk_norm >= 0 ? reinterpret_cast<const float*>(base + o.qk_norm) : nullptr,
+                                 o.qk_norm >= 0 ? reinterpret_cast<const float*>(base + o.qk_norm) + c.head_dim
+                                                : nullptr});
   }
   const std::vector<float> freqs = kernels::RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling);
   STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpy(const_cast<float*>(inv_freq), freqs.data(), freqs.size() * sizeof(float),
@@ -89,6 +93,11 @@ absl::Status DeviceWeights::Upload(const ModelConfig& c, const ModelWeights& wei
                            UploadBf16(w.w_gate, ffn * h, d.wgu), UploadBf16(w.w_up, ffn * h, d.wgu + ffn * h),
                            UploadBf16(w.w_down, h * ffn, d.wdown)}) {
       if (!s.ok()) return s;
+    }
+    if (c.qk_norm) {
+      for (absl::Status s : {UploadF32(w.q_norm, c.head_dim, d.q_norm), UploadF32(w.k_norm, c.head_dim, d.k_norm)}) {
+        if (!s.ok()) return s;
+      }
     }
     if (c.qkv_bias) {
       for (absl::Status s : {UploadF32(w.bq, qd, d.bqkv), UploadF32(w.bk, kvd, d.bqkv + qd),
@@ -118,6 +127,9 @@ absl::Status DeviceWeights::FillRandom(const ModelConfig& c, uint64_t seed, cuda
                            rnd(d.wo, h * qd, qd), ones(d.mlp_norm, h), rnd(d.wgu, 2 * ffn * h, h),
                            rnd(d.wdown, h * ffn, ffn)}) {
       if (!s.ok()) return s;
+    }
+    if (d.q_norm != nullptr) {
+      if (absl::Status s = ones(d.q_norm, 2 * c.head_dim); !s.ok()) return s;
     }
   }
   return absl::OkStatus();

@@ -34,6 +34,8 @@ struct LayerDevice {
   const float* mlp_norm;
   const uint16_t* wgu;    // [2 ffn][hidden]: gate rows, then up rows
   const uint16_t* wdown;  // [hidden][ffn]
+  const float* q_norm;    // [head_dim] or null (Qwen3), then k_norm
+  const float* k_norm;
 };
 
 struct DeviceWeights {

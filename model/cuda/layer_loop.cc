@@ -1,5 +1,5 @@
 // The forward pass of one step, top to bottom as the model is written: embed; for each
-// layer: norm, QKV projection, RoPE and KV placement into the pool, attention (decode
+// layer: norm, QKV projection (Qwen3: q/k norms), RoPE and KV placement into the pool, attention (decode
 // rows, relay groups among them, then prompt rows), O projection (the residual add rides on the next norm), norm,
 // gate/up, SwiGLU, down; final norm; logits of the sampled rows; sampling.
 //
@@ -65,6 +65,10 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
     // Attention block: x += the previous MLP output, normed into hb.
     STRATA_STEP(kernels::LaunchRmsNormToBf16({l == 0 ? nullptr : pr, xs, L.attn_norm, hs, r, h, c.rms_norm_eps}, st));
     STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wqkv, qkv.as<float>(), r, h, w}, st));
+    if (L.q_norm != nullptr) {  // Qwen3: each head of q and k normed before RoPE
+      STRATA_STEP(kernels::LaunchHeadRmsNorm({qkv.as<float>(), r, w, c.num_heads, c.num_kv_heads, c.head_dim, L.q_norm,
+                                              L.k_norm, c.rms_norm_eps}, st));
+    }
     kernels::QkvPlaceParams qp{qkv.as<float>(), L.bqkv, d_positions, d_slots, r, c.num_heads, c.num_kv_heads,
                                c.head_dim, weights.inv_freq, q.as<float>(), pool.k_rot() + l * layer_stride,
                                pool.k_raw() + l * layer_stride, pool.v() + l * layer_stride};

@@ -2,7 +2,7 @@
 """strata's forward pass vs Hugging Face transformers, on random-weight models.
 
 For each family (Llama with GQA and llama3 RoPE scaling, Llama with tied embeddings,
-Mistral, Qwen2 with QKV bias) this builds a small random model with transformers, saves
+Mistral, Qwen2 with QKV bias, Qwen3 with its q/k norms, tied and not) this builds a small random model with transformers, saves
 it with save_pretrained (safetensors, fp32), runs `strata logits` on the directory, and
 compares strata's logits with HF's for the same token sequences:
   - "steps": logits after each token, strata feeding one token per step (prefill of one,
@@ -11,7 +11,7 @@ compares strata's logits with HF's for the same token sequences:
 The CPU backend must match HF fp32 within 1e-4 max abs (the weights are initialised at
 a scale that gives logits of order 1-10, so this is a relative check too).
 
-With --device cuda the models have head_dim 64 (what the CUDA kernels take) and are
+With --device cuda the models have head_dim 64 (Qwen3: 128; what the CUDA kernels take) and are
 saved in bf16; the reference is HF in fp32 on those same bf16 weights. The CUDA backend
 (bf16 operands and KV, fp32 accumulation) must keep its relative error
 ||strata - ref|| / ||ref|| within 2x that of HF itself run in bf16 on the same weights
@@ -50,6 +50,12 @@ def families(device):
     yield "mistral", transformers.MistralConfig(**common, rope_theta=1000000.0, sliding_window=None)
     yield "qwen2-bias", transformers.Qwen2Config(**common, rope_theta=1000000.0, tie_word_embeddings=False,
                                                  use_sliding_window=False)
+    if hasattr(transformers, "Qwen3Config"):  # per-head q/k norms; head_dim not hidden / heads
+        head_dim = 128 if device == "cuda" else 32
+        for tied in (False, True):
+            yield f"qwen3{'-tied' if tied else ''}", transformers.Qwen3Config(
+                **common, head_dim=head_dim, rope_theta=1000000.0, tie_word_embeddings=tied,
+                attention_bias=False, use_sliding_window=False)
 
 
 def main():
