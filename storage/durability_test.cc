@@ -171,5 +171,38 @@ TEST_F(DurabilityTest, ADamagedIndexIsRepairedAndTheStoreStarts) {
   EXPECT_FALSE(store_->Stats().index_damaged) << "a repaired index is healthy at the next start";
 }
 
+// A log cut short at its end loses acknowledged sessions without RocksDB saying so: the
+// store reports how many writes were lost (strata_index_lost_writes_at_start), once.
+TEST_F(DurabilityTest, ALogCutShortAtItsEndIsReportedNotSilent) {
+  Make(16, 64);
+  auto persist = [&](int first, int n) {
+    for (int i = first; i < first + n; ++i) {
+      SessionKey key{"t", "s" + std::to_string(i)};
+      ASSERT_TRUE(SaveAll(key, Iota(8), 0).ok());
+      ASSERT_TRUE(store_->Flush(key, absl::Seconds(10)).ok());
+    }
+  };
+  persist(0, 3);
+  MakeTiered(16, 64);
+  EXPECT_EQ(store_->Stats().index_lost_writes, 0) << "a clean restart lost nothing";
+  persist(3, 3);  // into the log the restart began (the first three are in a table now)
+  store_.reset();
+  std::filesystem::path log;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/index")) {
+    if (e.path().extension() == ".log" && (log.empty() || e.path().filename() > log.filename())) log = e.path();
+  }
+  ASSERT_FALSE(log.empty());
+  std::filesystem::resize_file(log, std::filesystem::file_size(log) / 2);
+  MakeTiered(16, 64);
+  ASSERT_NE(store_, nullptr);
+  const int64_t lost = store_->Stats().index_lost_writes;
+  EXPECT_GT(lost, 0) << "acknowledged sessions vanished silently";
+  int served = 0;
+  for (int i = 0; i < 6; ++i) served += store_->Get({"t", "s" + std::to_string(i)}).ok();
+  EXPECT_EQ(served + lost, 6) << "each lost session is one lost write";
+  MakeTiered(16, 64);
+  EXPECT_EQ(store_->Stats().index_lost_writes, 0) << "a loss is reported at one start only";
+}
+
 }  // namespace
 }  // namespace strata::storage

@@ -8,11 +8,14 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
 #include "rocksdb/options.h"
+#include "base/log.h"
+#include "storage/acked_writes.h"
 #include "storage/write_journal.h"
 #include "xxhash.h"
 
@@ -214,9 +217,19 @@ int64_t SessionIndex::FreeBytes(const std::string& path) {
 absl::StatusOr<std::unique_ptr<SessionIndex>> SessionIndex::Open(const std::string& dir, WriteJournal* journal) {
   std::unique_ptr<rocksdb::Env> env;
   if (journal != nullptr) env = rocksdb::NewCompositeEnv(journal->IndexFileSystem());
+  // Read before RocksDB opens: a database damaged beyond repair is started anew without it.
+  absl::StatusOr<std::unique_ptr<AckedWrites>> acked = AckedWrites::Open(dir);
   auto make = [&](std::unique_ptr<rocksdb::DB> db, std::string read_only_reason) {
     std::unique_ptr<SessionIndex> index(new SessionIndex(dir, std::move(db), std::move(read_only_reason)));
     index->env_ = std::move(env);
+    if (acked.ok()) {
+      MutexLock lock(&index->write_mu_);
+      index->acked_ = *std::move(acked);
+    } else {
+      index->lost_note_ = absl::StrCat("cannot check the session index for lost acknowledged writes: ",
+                                       acked.status().message());
+    }
+    index->CheckAcknowledged();
     return index;
   };
   const int64_t free_bytes = FreeBytes(dir);
@@ -282,6 +295,61 @@ absl::Status SessionIndex::Written(absl::Status s) {
   return s;
 }
 
+namespace {
+
+std::string Named(const LostWrite& w) {
+  return absl::StrCat(w.tenant, "/", w.session_id, w.deleted ? " (a deletion)" : "");
+}
+
+}  // namespace
+
+void SessionIndex::CheckAcknowledged() {
+  MutexLock lock(&write_mu_);
+  if (acked_ == nullptr) return;
+  const uint64_t recovered = db_ != nullptr ? db_->GetLatestSequenceNumber() : 0;
+  std::vector<AckedWrites::Write> named;
+  acked_->Lost(recovered, &lost_writes_, &named);
+  if (lost_writes_ == 0) return;
+  std::vector<std::string> names;
+  for (const AckedWrites::Write& w : named) {
+    const size_t nul = w.key.find('\0');
+    LostWrite lost;
+    lost.tenant = w.key.substr(0, nul);
+    lost.session_id = nul == std::string::npos ? "" : w.key.substr(nul + 1);
+    lost.deleted = w.deleted;
+    names.push_back(Named(lost));
+    lost_named_.push_back(std::move(lost));
+  }
+  const int64_t unnamed = lost_writes_ - static_cast<int64_t>(lost_named_.size());
+  lost_note_ = absl::StrCat(
+      "the session index lost ", lost_writes_, " acknowledged writes (it holds them up to sequence number ",
+      recovered, ", they were acknowledged up to ", acked_->found().sequence,
+      "; its log was cut short or damaged, or its files replaced): ",
+      names.empty() ? "" : absl::StrCat("lost ", absl::StrJoin(names, ", ")),
+      unnamed > 0 ? absl::StrCat(names.empty() ? "" : " and ", unnamed, " earlier writes not named") : "",
+      "; their persisted sessions are gone (a lost deletion may bring its session back). Check the disk and "
+      "file system holding ", dir_);
+  if (!read_only()) ResetAcknowledged();
+}
+
+void SessionIndex::ResetAcknowledged() {
+  if (acked_ == nullptr || db_ == nullptr || lost_writes_ == 0) return;
+  // A failure leaves the record ahead: the same loss is reported again at the next start.
+  if (absl::Status s = acked_->Reset(db_->GetLatestSequenceNumber()); !s.ok()) {
+    LOG(WARNING) << "session index: cannot start the record of acknowledged writes over: " << s;
+  }
+}
+
+void SessionIndex::Acknowledge(bool deleted, std::string_view key) {
+  if (acked_ == nullptr) return;
+  // The write is durable whatever happens here; a record left behind only checks less.
+  absl::Status s = acked_->Record(db_->GetLatestSequenceNumber(), deleted, key);
+  if (!s.ok() && acked_failures_++ % 1000 == 0) {
+    LOG(WARNING) << "session index: cannot record an acknowledged write (" << acked_failures_
+                 << " failed so far; lost writes may go unnoticed at the next start): " << s;
+  }
+}
+
 absl::Status SessionIndex::ReopenWritable() {
   if (!read_only()) return absl::OkStatus();
   const int64_t free_bytes = FreeBytes(dir_);
@@ -302,8 +370,12 @@ absl::Status SessionIndex::ReopenWritable() {
     return absl::FailedPreconditionError(absl::StrCat("cannot reopen the session index for writing: ", s.ToString()));
   }
   db_.reset(db);
-  std::lock_guard<std::mutex> lock(mu_);
-  read_only_reason_.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    read_only_reason_.clear();
+  }
+  MutexLock lock(&write_mu_);
+  ResetAcknowledged();
   return absl::OkStatus();
 }
 
@@ -318,8 +390,11 @@ absl::Status SessionIndex::Put(const SessionRecord& record) {
   if (absl::Status r = Refuse(); !r.ok()) return r;
   rocksdb::WriteOptions wo;
   wo.sync = true;
-  return Written(FromRocks(db_->Put(wo, Key(record.tenant, record.session_id), EncodeSessionRecord(record)),
-                           "session index put"));
+  const std::string key = Key(record.tenant, record.session_id);
+  MutexLock lock(&write_mu_);
+  absl::Status s = Written(FromRocks(db_->Put(wo, key, EncodeSessionRecord(record)), "session index put"));
+  if (s.ok()) Acknowledge(/*deleted=*/false, key);
+  return s;
 }
 
 absl::Status SessionIndex::Delete(const std::string& tenant, const std::string& session_id) {
@@ -334,7 +409,11 @@ absl::Status SessionIndex::DeleteKey(std::string_view key) {
   if (absl::Status r = Refuse(); !r.ok()) return r;
   rocksdb::WriteOptions wo;
   wo.sync = true;
-  return Written(FromRocks(db_->Delete(wo, rocksdb::Slice(key.data(), key.size())), "session index delete"));
+  MutexLock lock(&write_mu_);
+  absl::Status s =
+      Written(FromRocks(db_->Delete(wo, rocksdb::Slice(key.data(), key.size())), "session index delete"));
+  if (s.ok()) Acknowledge(/*deleted=*/true, key);
+  return s;
 }
 
 absl::StatusOr<SessionRecord> SessionIndex::Get(const std::string& tenant,

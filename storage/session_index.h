@@ -5,9 +5,11 @@
 // and expiry. A record is the commit point of a persisted session: SessionStore writes a
 // session's chunks, syncs the SSD files, and only then Put()s the record (a synced
 // RocksDB write). Records are encoded with a magic, a version and an XXH3 checksum, so a
-// damaged record is detected and dropped, never trusted.
+// damaged record is detected and dropped, never trusted. Each acknowledged write is also
+// recorded beside the database (AckedWrites, acked_writes.h), so that acknowledged writes
+// missing at the next open (a log cut short at its end) are reported, not silent.
 //
-// Thread-safe.
+// Thread-safe. Writes (Put, Delete, DeleteKey) are serialized.
 #ifndef STRATA_STORAGE_SESSION_INDEX_H_
 #define STRATA_STORAGE_SESSION_INDEX_H_
 
@@ -21,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/mutex.h"
 
 namespace rocksdb {
 class DB;
@@ -28,6 +31,8 @@ class Env;
 }
 
 namespace strata::storage {
+
+class AckedWrites;
 
 struct IndexedChunk {
   uint32_t file = 0;
@@ -53,6 +58,14 @@ struct SessionRecord {
 // whole, undamaged record of a known version.
 std::string EncodeSessionRecord(const SessionRecord& record);
 absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes);
+
+// An acknowledged index write that the database did not give back when it was opened.
+struct LostWrite {
+  std::string tenant;
+  std::string session_id;
+  bool deleted = false;  // the lost write deleted the record (a dropped session may be back)
+  bool operator==(const LostWrite&) const = default;
+};
 
 class SessionIndex {
  public:
@@ -92,6 +105,18 @@ class SessionIndex {
   // the copy) for inspection.
   const std::string& damage_note() const { return damage_note_; }
 
+  // Acknowledged writes the database did not give back when it was opened, as counted
+  // against the record kept beside it (acked_writes.h): 0 when none. RocksDB replays a
+  // log cut short at its end (half the file gone) as a crash's torn tail, so only this
+  // record tells the two apart. Also counts writes lost with damage (damage_note()).
+  int64_t lost_writes() const { return lost_writes_; }
+  // The most recent of those writes (AckedWrites::kRecentKeys at most), oldest first;
+  // fewer than lost_writes() when older ones were lost too.
+  const std::vector<LostWrite>& lost_named() const { return lost_named_; }
+  // One line saying what was lost and what to do, "" when nothing (or why the check could
+  // not be made).
+  const std::string& lost_note() const { return lost_note_; }
+
   // Whether writes are refused: opened read-only (no room, read-only file system), or a
   // write failed (RocksDB must not be written again through that handle).
   bool read_only() const;
@@ -110,8 +135,21 @@ class SessionIndex {
   SessionIndex(std::string dir, std::unique_ptr<rocksdb::DB> db, std::string read_only_reason);
   absl::Status Refuse() const;
   absl::Status Written(absl::Status s);  // a failed write makes the index read-only
+  // Compares the database as opened with `acked_` and says what is missing.
+  void CheckAcknowledged();
+  // Starts acked_ over at the database's sequence number when it is ahead of it (after a
+  // loss is reported, once the index is writable), so the loss is reported once.
+  void ResetAcknowledged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // After a write that left the database durable: records it in acked_.
+  void Acknowledge(bool deleted, std::string_view key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   const std::string dir_;
   std::string damage_note_;
+  int64_t lost_writes_ = 0;
+  std::vector<LostWrite> lost_named_;
+  std::string lost_note_;
+  Mutex write_mu_;  // serializes writes, so each one's sequence number is its own
+  std::unique_ptr<AckedWrites> acked_ ABSL_GUARDED_BY(write_mu_);  // null: could not be read
+  int64_t acked_failures_ ABSL_GUARDED_BY(write_mu_) = 0;
   std::unique_ptr<rocksdb::Env> env_;  // the journal's, when there is one (outlives db_)
   std::unique_ptr<rocksdb::DB> db_;  // null: read-only and no database yet
   mutable std::mutex mu_;            // guards read_only_reason_

@@ -1,5 +1,9 @@
 #include "storage/session_index.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -7,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
+#include "storage/acked_writes.h"
 #include "storage/testing/temp_dir.h"
 
 namespace strata::storage {
@@ -204,6 +209,156 @@ TEST_F(DamagedIndexTest, AFlippedByteInTheManifestIsRepaired) {
   ASSERT_NE(idx, nullptr);
   EXPECT_NE(idx->damage_note(), "");
   EXPECT_EQ(All(*idx).size(), 10u);
+}
+
+TEST(AckedWritesTest, SlotsRoundTripAndDamageIsDataLoss) {
+  AckedWrites::State state;
+  state.generation = 7;
+  state.sequence = 42;
+  state.recent = {{41, false, SessionIndex::Key("t", "a")}, {42, true, SessionIndex::Key("t", "b")}};
+  const std::string slot = AckedWrites::EncodeSlot(state);
+  absl::StatusOr<AckedWrites::State> back = AckedWrites::DecodeSlot(slot);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->generation, 7u);
+  EXPECT_EQ(back->sequence, 42u);
+  EXPECT_EQ(back->recent, state.recent);
+  for (size_t i = 0; i < slot.size(); ++i) {
+    std::string bad = slot;
+    bad[i] ^= 0x10;
+    EXPECT_FALSE(AckedWrites::DecodeSlot(bad).ok()) << "a flipped byte at " << i << " passed";
+  }
+  EXPECT_FALSE(AckedWrites::DecodeSlot(slot.substr(0, slot.size() - 1)).ok());
+}
+
+// A log cut short at its end is what RocksDB takes for a crash's torn tail; the record of
+// acknowledged writes kept beside the index tells them apart.
+class LostWritesTest : public DamagedIndexTest {
+ protected:
+  // The newest write-ahead log.
+  std::filesystem::path NewestLog() {
+    std::filesystem::path newest;
+    for (const auto& e : std::filesystem::directory_iterator(dir_ / "index")) {
+      if (e.path().extension() == ".log" && (newest.empty() || e.path().filename() > newest.filename())) {
+        newest = e.path();
+      }
+    }
+    return newest;
+  }
+};
+
+TEST_F(LostWritesTest, ALogCutShortAtItsEndIsReportedWithTheLostSessions) {
+  Fill();
+  const std::filesystem::path log = NewestLog();
+  ASSERT_FALSE(log.empty());
+  std::filesystem::resize_file(log, std::filesystem::file_size(log) / 2);
+  {
+    auto idx = Open();
+    ASSERT_NE(idx, nullptr);
+    const size_t kept = All(*idx).size();
+    ASSERT_LT(kept, 10u) << "the cut took no record; the test cuts nothing";
+    EXPECT_EQ(idx->lost_writes(), static_cast<int64_t>(10 - kept)) << idx->lost_note();
+    ASSERT_EQ(idx->lost_named().size(), 10 - kept) << "ten writes fit the record's recent keys";
+    for (size_t i = 0; i < idx->lost_named().size(); ++i) {
+      EXPECT_EQ(idx->lost_named()[i], (LostWrite{"t", "s" + std::to_string(kept + i), false}));
+    }
+    EXPECT_NE(idx->lost_note().find("t/s9"), std::string::npos) << idx->lost_note();
+    EXPECT_TRUE(idx->Put(Record("t", "after", 4)).ok());
+  }
+  auto idx = Open();
+  ASSERT_NE(idx, nullptr);
+  EXPECT_EQ(idx->lost_writes(), 0) << "a loss is reported once: " << idx->lost_note();
+  EXPECT_EQ(idx->lost_note(), "");
+}
+
+TEST_F(LostWritesTest, ALostDeletionIsNamed) {
+  Fill();
+  {
+    auto idx = Open();
+    ASSERT_NE(idx, nullptr);
+    ASSERT_TRUE(idx->Delete("t", "s3").ok());
+  }
+  // Only the deletion's bytes go (the log ends with it).
+  const std::filesystem::path log = NewestLog();
+  ASSERT_FALSE(log.empty());
+  std::filesystem::resize_file(log, std::filesystem::file_size(log) - 4);
+  auto idx = Open();
+  ASSERT_NE(idx, nullptr);
+  EXPECT_EQ(idx->lost_writes(), 1) << idx->lost_note();
+  EXPECT_EQ(idx->lost_named(), (std::vector<LostWrite>{{"t", "s3", true}}));
+  EXPECT_TRUE(idx->Get("t", "s3").ok()) << "the lost deletion should have left the record";
+}
+
+TEST_F(LostWritesTest, ACleanReopenReportsNothing) {
+  Fill();
+  for (int i = 0; i < 3; ++i) {
+    auto idx = Open();
+    ASSERT_NE(idx, nullptr);
+    EXPECT_EQ(idx->lost_writes(), 0) << idx->lost_note();
+    EXPECT_EQ(idx->lost_note(), "");
+    EXPECT_EQ(All(*idx).size(), 10u - i);
+    ASSERT_TRUE(idx->Delete("t", "s" + std::to_string(i)).ok());
+  }
+}
+
+// SIGKILL keeps the page cache: whatever was acknowledged is there, and nothing is reported.
+TEST_F(LostWritesTest, AKilledWriterReportsNothing) {
+  Fill();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto idx = SessionIndex::Open(dir_ / "index");
+    if (!idx.ok()) _exit(1);
+    for (int i = 10; i < 20; ++i) {
+      if (!(*idx)->Put(Record("t", "s" + std::to_string(i), 40)).ok()) _exit(1);
+    }
+    kill(getpid(), SIGKILL);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the writer failed before the kill, status " << status;
+  auto idx = Open();
+  ASSERT_NE(idx, nullptr);
+  EXPECT_EQ(idx->lost_writes(), 0) << idx->lost_note();
+  EXPECT_EQ(All(*idx).size(), 20u);
+}
+
+// A power cut can take back the record's own last writes (they come after the index's
+// sync): a record behind the index checks less, and reports nothing.
+TEST_F(LostWritesTest, ARecordBehindTheIndexReportsNothing) {
+  const std::filesystem::path record = std::filesystem::path(dir_ / "index") / AckedWrites::kFileName;
+  {
+    auto idx = Open();
+    ASSERT_NE(idx, nullptr);
+    ASSERT_TRUE(idx->Put(Record("t", "first", 4)).ok());
+  }
+  const std::filesystem::path kept = dir_ / "record-after-one-write";
+  std::filesystem::copy_file(record, kept);
+  Fill();
+  std::filesystem::copy_file(kept, record, std::filesystem::copy_options::overwrite_existing);
+  auto idx = Open();
+  ASSERT_NE(idx, nullptr);
+  EXPECT_EQ(idx->lost_writes(), 0) << idx->lost_note();
+  std::filesystem::remove(record);
+  idx.reset();
+  idx = Open();
+  ASSERT_NE(idx, nullptr);
+  EXPECT_EQ(idx->lost_writes(), 0) << "no record at all checks nothing: " << idx->lost_note();
+}
+
+// A write torn in the record's newer slot leaves the older one.
+TEST_F(LostWritesTest, ATornRecordSlotFallsBackToTheOther) {
+  Fill();
+  const std::filesystem::path record = std::filesystem::path(dir_ / "index") / AckedWrites::kFileName;
+  auto before = AckedWrites::Open(dir_ / "index");
+  ASSERT_TRUE(before.ok());
+  const uint64_t newest = (*before)->found().generation;
+  FlipBytes(record, (newest % 2 == 0 ? 0.0 : 0.5) + 0.01, 1);
+  auto after = AckedWrites::Open(dir_ / "index");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ((*after)->found().generation, newest - 1);
+  auto idx = Open();
+  ASSERT_NE(idx, nullptr);
+  EXPECT_EQ(idx->lost_writes(), 0) << idx->lost_note();
 }
 
 }  // namespace

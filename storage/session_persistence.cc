@@ -26,6 +26,11 @@ absl::Status SessionStoreImpl::Recover() {
     MutexLock lock(&mu_);
     stats_.index_damaged = true;
   }
+  if (!index_->lost_note().empty()) {
+    LOG(ERROR) << index_->lost_note();
+    MutexLock lock(&mu_);
+    stats_.index_lost_writes = index_->lost_writes();
+  }
   absl::Status scan = index_->ForEach(
       [&](const SessionRecord& r) {
         bool usable = r.model_fingerprint == options_.model_fingerprint && !r.chunks.empty() &&

@@ -143,6 +143,9 @@ struct SessionStoreStats {
   // and records dropped because the SSD data file (missing or cut short) cannot back them.
   bool index_damaged = false;
   int64_t unbacked_records = 0;
+  // At the last start: acknowledged index writes the index did not give back (a log cut
+  // short at its end; SessionIndex::lost_writes).
+  int64_t index_lost_writes = 0;
   int64_t persisted_saves = 0; // write-backs that committed an index record
   int64_t ssd_write_errors = 0;
   int64_t ssd_bytes_written = 0;

@@ -169,6 +169,7 @@ void KillAndRecover(bool power_cut, int default_iterations) {
     max_gen += 2 * kSessions;
     auto store = SessionStore::Create(Options(dir));
     ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ((*store)->Stats().index_lost_writes, 0) << "iteration " << it << ": a false alarm of lost writes";
     for (int j = 0; j < kSessions; ++j) {
       int served = VerifyServed(**store, j, max_gen);
       if (acked.count(j)) {

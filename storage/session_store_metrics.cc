@@ -38,6 +38,10 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
       "strata_index_damaged_at_start",
       "1 when the session index was found damaged at start (repaired, replayed past the damage or reset; "
       "the log says which, and where the damaged copy was kept).");
+  auto& lost_writes = r.AddGauge(
+      "strata_index_lost_writes_at_start",
+      "Acknowledged session index writes missing when the index was opened at start (its log cut short at "
+      "its end, or lost with damage); the log names the sessions.");
   auto& unbacked = r.AddGauge("strata_index_unbacked_records_at_start",
                               "Index records dropped at start because the SSD data file (missing or cut short) "
                               "cannot back them.");
@@ -57,7 +61,7 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
   };
   r.AddCollector([=, &tier_bytes, &tier_capacity, &sessions, &evictions, &prefetches, &lookahead, &persist_queue, &demotions,
                   &promotions,
-                  &moved, &persisted, &ssd_errors, &degraded, &rejected, &corrupt, &expired, &reverted, &persisted_deleted, &index_damaged, &unbacked, &io_seconds] {
+                  &moved, &persisted, &ssd_errors, &degraded, &rejected, &corrupt, &expired, &reverted, &persisted_deleted, &index_damaged, &lost_writes, &unbacked, &io_seconds] {
     SessionStoreStats s;
     if (store != nullptr) {
       s = store->Stats();
@@ -95,6 +99,7 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
     sync(reverted.WithLabels({}), s.reverted_to_persisted);
     sync(persisted_deleted.WithLabels({}), s.persisted_deleted);
     index_damaged.WithLabels({}).Set(s.index_damaged ? 1 : 0);
+    lost_writes.WithLabels({}).Set(static_cast<double>(s.index_lost_writes));
     unbacked.WithLabels({}).Set(static_cast<double>(s.unbacked_records));
   });
 }
