@@ -11,4 +11,14 @@ absl::Status CudaStatus(cudaError_t error, const char* call, const char* file, i
                                           cudaGetErrorString(error), ")"));
 }
 
+int CurrentDeviceSmCount() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
+    (void)cudaGetLastError();
+    return 132;
+  }
+  return sms;
+}
+
 }  // namespace strata::kernels

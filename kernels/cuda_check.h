@@ -1,4 +1,5 @@
-// The one way strata turns a CUDA runtime return code into an absl::Status.
+// The one way strata turns a CUDA runtime return code into an absl::Status, and what the
+// host side of the kernels asks of the current device.
 #ifndef STRATA_KERNELS_CUDA_CHECK_H_
 #define STRATA_KERNELS_CUDA_CHECK_H_
 
@@ -14,6 +15,10 @@ namespace strata::kernels {
 //   argument)".
 // Thread-safe.
 absl::Status CudaStatus(cudaError_t error, const char* call, const char* file, int line);
+
+// The current device's multiprocessor count, for sizing grids (132, an H100 SXM's, when it
+// cannot be read: the launch that follows reports the error). Thread-safe.
+int CurrentDeviceSmCount();
 
 }  // namespace strata::kernels
 

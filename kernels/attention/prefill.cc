@@ -21,6 +21,28 @@ bool AlignedTo(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr
 
 }  // namespace
 
+internal::PrefillTcParams internal::ToTcParams(const PrefillAttentionTcParams& params) {
+  internal::PrefillTcParams p{};
+  p.q = params.q;
+  p.k_pages = params.kv.k_pages;
+  p.v_pages = params.kv.v_pages;
+  p.indptr = params.kv.indptr;
+  p.indices = params.kv.indices;
+  p.last_page_len = params.kv.last_page_len;
+  p.qo_indptr = params.qo_indptr;
+  p.page_size = params.kv.page_size;
+  p.kv_heads = params.kv.kv_heads;
+  p.head_dim = params.kv.head_dim;
+  p.num_heads = params.num_heads;
+  p.batch = params.batch;
+  p.max_new_tokens = params.max_new_tokens;
+  p.scale = params.scale;
+  p.out = params.out;
+  p.lse = params.lse;
+  p.all_keys = params.all_keys;
+  return p;
+}
+
 absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& params, cudaStream_t stream) {
   const float* q = params.q;
   const PagedKv& kv = params.kv;
@@ -46,24 +68,7 @@ absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& param
     return absl::InvalidArgumentError("prefill attention needs q, k_pages, v_pages 16-byte and out 8-byte aligned");
   }
   if (batch == 0 || rows == 0 || max_new_tokens == 0) return absl::OkStatus();
-  internal::PrefillTcParams p{};
-  p.q = q;
-  p.k_pages = kv.k_pages;
-  p.v_pages = kv.v_pages;
-  p.indptr = kv.indptr;
-  p.indices = kv.indices;
-  p.last_page_len = kv.last_page_len;
-  p.qo_indptr = params.qo_indptr;
-  p.page_size = kv.page_size;
-  p.kv_heads = kv.kv_heads;
-  p.head_dim = kv.head_dim;
-  p.num_heads = num_heads;
-  p.batch = batch;
-  p.max_new_tokens = max_new_tokens;
-  p.scale = scale;
-  p.out = out;
-  p.lse = params.lse;
-  p.all_keys = params.all_keys;
+  const internal::PrefillTcParams p = internal::ToTcParams(params);
   STRATA_CUDA_RETURN_IF_ERROR(internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::kAuto, stream));
   return absl::OkStatus();
 }

@@ -67,6 +67,13 @@ struct PrefillAttentionTcParams {
 };
 absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& p, cudaStream_t stream);
 
+namespace internal {
+struct PrefillTcParams;
+// The raw launch's parameters (prefill_launch.h) for `p`, unchecked, for a caller that sets
+// their further fields (relay attention's split along the keys). Built with CUDA only.
+PrefillTcParams ToTcParams(const PrefillAttentionTcParams& p);
+}  // namespace internal
+
 }  // namespace strata::kernels
 
 #endif  // STRATA_KERNELS_ATTENTION_PREFILL_H_

@@ -31,6 +31,7 @@
 #include "kernels/norm/norm_cpu.h"
 #include "kernels/rope/rope_cpu.h"
 #include "kernels/sampling/sampling_cpu.h"
+#include "kernels/testing/attention_compare.h"
 #include "kernels/testing/attention_cpu.h"
 #include "kernels/testing/elementwise_cpu.h"
 #include "kernels/testing/gemm_cpu.h"
@@ -158,30 +159,14 @@ class CudaPrefillAttentionTest : public test_support::GpuTest {
   static void Compare(const std::vector<float>& got, const std::vector<float>& got_lse,
                       const std::vector<float>& want, const std::vector<float>& want_lse,
                       const std::vector<double>& lse_tol, int rows, int heads, int d, const std::string& what) {
-    double err2 = 0, ref2 = 0;
+    test_support::ExpectAttentionNear(got, want, rows, heads, d, what, kOutTolerance, kOutRowTolerance);
     int reported = 0;
     for (int r = 0; r < rows * heads; ++r) {
-      double row_err2 = 0, row_ref2 = 0;
-      for (int i = 0; i < d; ++i) {
-        const double g = got[static_cast<size_t>(r) * d + i], w = want[static_cast<size_t>(r) * d + i];
-        ASSERT_FALSE(std::isnan(g)) << what << ": row " << r / heads << " head " << r % heads << " dim " << i
-                                    << " not written";
-        row_err2 += (g - w) * (g - w);
-        row_ref2 += w * w;
-      }
-      err2 += row_err2;
-      ref2 += row_ref2;
-      const double row_rel = std::sqrt(row_err2 / std::max(row_ref2, 1e-30));
-      if (row_rel > kOutRowTolerance && reported++ < 5) {
-        ADD_FAILURE() << what << ": row " << r / heads << " head " << r % heads << " relative error " << row_rel;
-      }
       if (!(std::abs(got_lse[r] - want_lse[r]) <= lse_tol[r]) && reported++ < 5) {
         ADD_FAILURE() << what << ": row " << r / heads << " head " << r % heads << " lse " << got_lse[r]
                       << " on the GPU, " << want_lse[r] << " on the CPU (tolerance " << lse_tol[r] << ")";
       }
     }
-    const double rel = std::sqrt(err2 / std::max(ref2, 1e-30));
-    EXPECT_LE(rel, kOutTolerance) << what;
   }
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/attention/decode.h"
+#include "kernels/attention/prefill.h"
 #include "kernels/launch_checks.h"
 
 #if defined(STRATA_WITH_CUDA)
@@ -18,19 +19,9 @@ namespace strata::kernels {
 
 namespace {
 
-constexpr int kSysTileRows = 64;         // the system part runs 64-row query tiles
-constexpr int64_t kMinSplitKeys = 256;   // no part of the prefix shorter than this
+constexpr int kSysTileRows = 64;        // the system part runs 64-row query tiles
+constexpr int64_t kMinSplitKeys = 256;  // no part of the prefix shorter than this
 constexpr int kSysBlocksPerSm = 2;
-
-int SmCount() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
-    (void)cudaGetLastError();
-    return 132;
-  }
-  return sms;
-}
 
 // Parts along the prefix: enough that the system part has kSysBlocksPerSm blocks per SM.
 int SystemSplits(const RelayShape& s) {
@@ -38,7 +29,7 @@ int SystemSplits(const RelayShape& s) {
   const int64_t gqa = s.num_heads / s.kv_heads;
   const int64_t tiles = (int64_t{s.max_group_rows} * gqa + kSysTileRows - 1) / kSysTileRows;
   const int64_t blocks = std::max<int64_t>(1, tiles * s.kv_heads * s.groups);
-  const int64_t want = (int64_t{kSysBlocksPerSm} * SmCount() + blocks - 1) / blocks;
+  const int64_t want = (int64_t{kSysBlocksPerSm} * CurrentDeviceSmCount() + blocks - 1) / blocks;
   return static_cast<int>(std::clamp<int64_t>(want, 1, std::max<int64_t>(1, s.max_prefix_tokens / kMinSplitKeys)));
 }
 
@@ -52,7 +43,8 @@ int64_t RelayDecodeWorkspaceFloats(const RelayShape& s) {
   const int splits = SystemSplits(s);
   return Align4(DecodeWorkspaceFloats(s.rows, s.num_heads, s.head_dim, s.max_context_tokens)) +
          Align4(int64_t{s.rows} * s.num_heads) + Align4(int64_t{s.grouped_rows} * s.num_heads * s.head_dim) +
-         Align4(int64_t{s.grouped_rows} * s.num_heads) + Align4(int64_t{s.grouped_rows} * splits * s.num_heads * s.head_dim) +
+         Align4(int64_t{s.grouped_rows} * s.num_heads) +
+         Align4(int64_t{s.grouped_rows} * splits * s.num_heads * s.head_dim) +
          int64_t{s.grouped_rows} * splits * s.num_heads;
 }
 
@@ -67,8 +59,8 @@ absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t
     return absl::InvalidArgumentError("relay attention: context and prefixes must be views of one pool");
   }
   if (p.rows == 0) return absl::OkStatus();
-  const RelayShape shape{p.rows,      p.groups,        p.grouped_rows,      p.max_group_rows,   p.num_heads,
-                         kv.kv_heads, kv.head_dim,     p.max_context_tokens, p.max_prefix_tokens};
+  const RelayShape shape{p.rows,      p.groups,    p.grouped_rows,       p.max_group_rows,   p.num_heads,
+                         kv.kv_heads, kv.head_dim, p.max_context_tokens, p.max_prefix_tokens};
   const int64_t head_floats = int64_t{p.num_heads} * kv.head_dim;
   float* ctx_lse = p.workspace + Align4(DecodeWorkspaceFloats(p.rows, p.num_heads, kv.head_dim, p.max_context_tokens));
   float* sys_o = ctx_lse + Align4(int64_t{p.rows} * p.num_heads);
@@ -84,24 +76,10 @@ absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t
   if (p.groups > 65535) return absl::InvalidArgumentError("relay attention takes at most 65535 groups");
   const int splits = SystemSplits(shape);
   float* parts_lse = parts_o + Align4(int64_t{p.grouped_rows} * splits * head_floats);
-  internal::PrefillTcParams sys{};
-  sys.q = p.q;
-  sys.k_pages = kv.k_pages;
-  sys.v_pages = kv.v_pages;
-  sys.indptr = p.prefixes.indptr;
-  sys.indices = p.prefixes.indices;
-  sys.last_page_len = p.prefixes.last_page_len;
-  sys.qo_indptr = p.group_rows;
-  sys.page_size = kv.page_size;
-  sys.kv_heads = kv.kv_heads;
-  sys.head_dim = kv.head_dim;
-  sys.num_heads = p.num_heads;
-  sys.batch = p.groups;
-  sys.max_new_tokens = p.max_group_rows;
-  sys.scale = p.scale;
-  sys.out = sys_o;
-  sys.lse = sys_lse;
-  sys.all_keys = true;
+  PrefillAttentionTcParams prompt_part{p.q,         p.prefixes, p.group_rows,     p.groups, p.grouped_rows,
+                                       p.num_heads, p.scale,    p.max_group_rows, sys_o,    sys_lse};
+  prompt_part.all_keys = true;
+  internal::PrefillTcParams sys = internal::ToTcParams(prompt_part);
   sys.key_splits = splits;
   sys.ws_o = parts_o;
   sys.ws_lse = parts_lse;
@@ -111,8 +89,8 @@ absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t
     STRATA_CUDA_RETURN_IF_ERROR(internal::MergeStatesAsync(parts_o, parts_lse, splits, p.grouped_rows, p.num_heads,
                                                            kv.head_dim, sys_o, sys_lse, stream));
   }
-  STRATA_CUDA_RETURN_IF_ERROR(internal::MergeTwoStatesAsync(p.out, ctx_lse, sys_o, sys_lse, p.grouped_rows,
-                                                            p.num_heads, kv.head_dim, nullptr, stream));
+  STRATA_CUDA_RETURN_IF_ERROR(internal::MergeTwoStatesAsync(p.out, ctx_lse, sys_o, sys_lse, p.grouped_rows, p.num_heads,
+                                                            kv.head_dim, nullptr, stream));
   return absl::OkStatus();
 }
 

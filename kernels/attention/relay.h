@@ -27,13 +27,13 @@
 namespace strata::kernels {
 
 struct RelayDecodeParams {
-  const float* q;            // [rows][num_heads][head_dim], fp32, rotated
-  PagedKv context;           // per row (indptr over rows): the row's own pages
-  PagedKv prefixes;          // per group (indptr over groups): the prefix's pages; pool as context's
-  const int32_t* group_rows; // device [groups + 1], group_rows[0] = 0
+  const float* q;             // [rows][num_heads][head_dim], fp32, rotated
+  PagedKv context;            // per row (indptr over rows): the row's own pages
+  PagedKv prefixes;           // per group (indptr over groups): the prefix's pages; pool as context's
+  const int32_t* group_rows;  // device [groups + 1], group_rows[0] = 0
   int rows, groups;
-  int grouped_rows;          // group_rows[groups], known on the host
-  int max_group_rows;        // the largest group (sizes the system part's grid)
+  int grouped_rows;    // group_rows[groups], known on the host
+  int max_group_rows;  // the largest group (sizes the system part's grid)
   int num_heads;
   float scale;
   int64_t max_context_tokens;  // bounds every row's context (sets the decode split)

@@ -19,6 +19,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/attention/decode.h"
+#include "kernels/testing/attention_compare.h"
 #include "kernels/testing/attention_cpu.h"
 #include "kernels/testing/cuda_testing.h"
 #include "kernels/testing/paged_pool.h"
@@ -29,9 +30,9 @@ namespace {
 using test_support::DeviceVector;
 
 struct RelayCase {
-  std::vector<int64_t> prefixes;      // tokens of each group's prefix (whole pages)
-  std::vector<int> group_sizes;       // rows of each group
-  std::vector<int64_t> contexts;      // own tokens of each row (grouped rows first)
+  std::vector<int64_t> prefixes;  // tokens of each group's prefix (whole pages)
+  std::vector<int> group_sizes;   // rows of each group
+  std::vector<int64_t> contexts;  // own tokens of each row (grouped rows first)
   int kv_heads, group, head_dim, page_size;
   float q_range;
 };
@@ -57,7 +58,8 @@ struct View {
 
 struct DeviceView {
   // (A view of no groups still gets one element of each array: nothing reads it.)
-  explicit DeviceView(const View& v) : indptr(NonEmpty(v.indptr)), indices(NonEmpty(v.indices)), last(NonEmpty(v.last)) {}
+  explicit DeviceView(const View& v)
+      : indptr(NonEmpty(v.indptr)), indices(NonEmpty(v.indices)), last(NonEmpty(v.last)) {}
   static std::vector<int32_t> NonEmpty(std::vector<int32_t> v) {
     if (v.empty()) v.push_back(0);
     return v;
@@ -92,7 +94,8 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
     }
     int64_t max_context = 0;
     for (int r = 0; r < rows; ++r) {
-      const int g = static_cast<int>(std::upper_bound(group_rows.begin(), group_rows.end(), r) - group_rows.begin()) - 1;
+      const int g =
+          static_cast<int>(std::upper_bound(group_rows.begin(), group_rows.end(), r) - group_rows.begin()) - 1;
       std::vector<int32_t> own = pages_of(groups + r), all;
       if (g < groups) all = pages_of(g);
       all.insert(all.end(), own.begin(), own.end());
@@ -117,16 +120,27 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
     const int grouped = group_rows.back();
     const int64_t max_prefix = groups == 0 ? 0 : *std::max_element(c.prefixes.begin(), c.prefixes.end());
     const RelayShape shape{rows, groups, grouped, max_group_rows, heads, c.kv_heads, d, max_context, max_prefix};
-    DeviceVector<float> ws{
-        std::vector<float>(static_cast<size_t>(std::max<int64_t>(1, RelayDecodeWorkspaceFloats(shape))), std::nanf(""))};
+    DeviceVector<float> ws{std::vector<float>(
+        static_cast<size_t>(std::max<int64_t>(1, RelayDecodeWorkspaceFloats(shape))), std::nanf(""))};
     DeviceVector<float> out{std::vector<float>(q.size(), std::nanf(""))};
-    const RelayDecodeParams p{dq.get(), dcontext.On(dk.get(), dv.get(), pool), dprefix.On(dk.get(), dv.get(), pool),
-                              dgroups.get(), rows, groups, grouped, max_group_rows, heads, scale, max_context,
-                              max_prefix, ws.get(), out.get()};
+    const RelayDecodeParams p{dq.get(),
+                              dcontext.On(dk.get(), dv.get(), pool),
+                              dprefix.On(dk.get(), dv.get(), pool),
+                              dgroups.get(),
+                              rows,
+                              groups,
+                              grouped,
+                              max_group_rows,
+                              heads,
+                              scale,
+                              max_context,
+                              max_prefix,
+                              ws.get(),
+                              out.get()};
     const absl::Status s = LaunchRelayDecodeAttention(p, stream_);
     ASSERT_TRUE(s.ok()) << what << ": " << s;
     Sync();
-    Compare(out.ToHost(), want, rows, heads, d, what + " (relay vs CPU)");
+    test_support::ExpectAttentionNear(out.ToHost(), want, rows, heads, d, what + " (relay vs CPU)");
 
     // The plain device decode over the whole pages, for the same rows.
     int64_t max_full = 0;
@@ -135,31 +149,12 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
         std::vector<float>(static_cast<size_t>(std::max<int64_t>(1, DecodeWorkspaceFloats(rows, heads, d, max_full))))};
     DeviceVector<float> plain{std::vector<float>(q.size(), std::nanf(""))};
     ASSERT_TRUE(LaunchPagedDecodeAttention({dq.get(), dfull.On(dk.get(), dv.get(), pool), rows, heads, scale, max_full,
-                                            ws_plain.get(), plain.get(), nullptr}, stream_).ok());
+                                            ws_plain.get(), plain.get(), nullptr},
+                                           stream_)
+                    .ok());
     Sync();
-    Compare(out.ToHost(), plain.ToHost(), rows, heads, d, what + " (relay vs plain decode on the device)");
-  }
-
-  static void Compare(const std::vector<float>& got, const std::vector<float>& want, int rows, int heads, int d,
-                      const std::string& what) {
-    double err2 = 0, ref2 = 0;
-    int reported = 0;
-    for (int r = 0; r < rows * heads; ++r) {
-      double row_err2 = 0, row_ref2 = 0;
-      for (int i = 0; i < d; ++i) {
-        const double g = got[static_cast<size_t>(r) * d + i], w = want[static_cast<size_t>(r) * d + i];
-        ASSERT_FALSE(std::isnan(g)) << what << ": row " << r / heads << " head " << r % heads << " not written";
-        row_err2 += (g - w) * (g - w);
-        row_ref2 += w * w;
-      }
-      err2 += row_err2;
-      ref2 += row_ref2;
-      const double row_rel = std::sqrt(row_err2 / std::max(row_ref2, 1e-30));
-      if (row_rel > 2e-2 && reported++ < 5) {
-        ADD_FAILURE() << what << ": row " << r / heads << " head " << r % heads << " relative error " << row_rel;
-      }
-    }
-    EXPECT_LE(std::sqrt(err2 / std::max(ref2, 1e-30)), 1e-2) << what;
+    test_support::ExpectAttentionNear(out.ToHost(), plain.ToHost(), rows, heads, d,
+                                      what + " (relay vs plain decode on the device)");
   }
 };
 

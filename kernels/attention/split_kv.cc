@@ -24,18 +24,6 @@ using internal::CheckSizes;
 
 namespace {
 
-// The device's multiprocessor count (132 on an H100 SXM if it cannot be read; the launch
-// that follows reports the error).
-int SmCount() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
-    (void)cudaGetLastError();
-    return 132;
-  }
-  return sms;
-}
-
 struct DecodeSplit {
   int parts;
   int part_tokens;
@@ -73,7 +61,7 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
   }
   if (batch == 0 || rows == 0 || num_heads == 0) return absl::OkStatus();
   if (max_tokens > std::numeric_limits<int32_t>::max()) return absl::InvalidArgumentError("max_tokens too large");
-  const DecodeSplit split = ChooseDecodeSplit(int64_t{rows} * kv.kv_heads, max_tokens, SmCount());
+  const DecodeSplit split = ChooseDecodeSplit(int64_t{rows} * kv.kv_heads, max_tokens, CurrentDeviceSmCount());
   float* ws_o = workspace;
   float* ws_lse = workspace + int64_t{split.parts} * rows * num_heads * kv.head_dim;
   const internal::SplitKvArgs args{q,         kv.k_pages,  kv.v_pages,       kv.page_size, kv.kv_heads,
@@ -88,7 +76,7 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
 
 int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t max_tokens) {
   if (batch <= 0 || num_heads <= 0 || head_dim <= 0) return 0;
-  const DecodeSplit split = ChooseDecodeSplit(batch, max_tokens, SmCount());
+  const DecodeSplit split = ChooseDecodeSplit(batch, max_tokens, CurrentDeviceSmCount());
   return int64_t{split.parts} * batch * num_heads * (int64_t{head_dim} + 1);
 }
 

@@ -60,6 +60,37 @@ float MedianMs(cudaStream_t stream, int reps, Fn fn) {
   return MedianMs(stream, reps, fn, [] {});
 }
 
+// The memory benchmarks' peer, on `stream`: an L2 flush (writing 256 MB evicts the 50 MB
+// L2) and the device-to-device copy rate of a size up to 1 GiB, in bytes read + written
+// per second (median of 20 copies, L2 flushed before each).
+class CopyCeiling {
+ public:
+  explicit CopyCeiling(cudaStream_t stream) : stream_(stream) {
+    CHECK_CUDA(cudaMalloc(&flush_, kFlushBytes));
+    CHECK_CUDA(cudaMalloc(&src_, kMaxBytes));
+    CHECK_CUDA(cudaMalloc(&dst_, kMaxBytes));
+    CHECK_CUDA(cudaMemset(src_, 1, kMaxBytes));
+  }
+  CopyCeiling(const CopyCeiling&) = delete;
+  CopyCeiling& operator=(const CopyCeiling&) = delete;
+  ~CopyCeiling() {
+    for (void* p : {flush_, src_, dst_}) cudaFree(p);
+  }
+  void Flush() { CHECK_CUDA(cudaMemsetAsync(flush_, 0, kFlushBytes, stream_)); }
+  double Gbps(size_t bytes = kMaxBytes) {
+    bytes = std::min(bytes, kMaxBytes);
+    const float ms = MedianMs(
+        stream_, 20, [&] { CHECK_CUDA(cudaMemcpyAsync(dst_, src_, bytes, cudaMemcpyDeviceToDevice, stream_)); },
+        [&] { Flush(); });
+    return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
+  }
+
+ private:
+  static constexpr size_t kFlushBytes = size_t{256} << 20, kMaxBytes = size_t{1} << 30;
+  cudaStream_t stream_;
+  void *flush_ = nullptr, *src_ = nullptr, *dst_ = nullptr;
+};
+
 }  // namespace strata::bench
 
 #endif  // STRATA_TESTS_BENCH_CUDA_BENCH_H_

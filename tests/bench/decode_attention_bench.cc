@@ -22,8 +22,6 @@ namespace {
 using strata::bench::MedianMs;
 using strata::bench::Upload;
 
-// Median milliseconds of `reps` runs of fn, timed with events after warm-up; before each
-// run (outside the timed region) `flush` evicts the inputs from L2.
 }  // namespace
 
 int main() {
@@ -36,23 +34,9 @@ int main() {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreate(&stream));
-  // Writing 256 MB evicts the 50 MB L2.
-  const size_t flush_bytes = size_t{256} << 20;
-  void* flush_buf = nullptr;
-  CHECK_CUDA(cudaMalloc(&flush_buf, flush_bytes));
-  auto flush = [&] { CHECK_CUDA(cudaMemsetAsync(flush_buf, 0, flush_bytes, stream)); };
-  // Copy ceiling: 1 GiB device to device.
-  const size_t copy_bytes = size_t{1} << 30;
-  void *src = nullptr, *dst = nullptr;
-  CHECK_CUDA(cudaMalloc(&src, copy_bytes));
-  CHECK_CUDA(cudaMalloc(&dst, copy_bytes));
-  CHECK_CUDA(cudaMemset(src, 1, copy_bytes));
-  auto copy_gbps = [&](size_t bytes) {  // bytes read + written per second
-    const float ms = MedianMs(
-        stream, 20, [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream)); }, flush);
-    return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
-  };
-  const double big_copy_gbps = copy_gbps(copy_bytes);
+  strata::bench::CopyCeiling ceiling(stream);
+  auto flush = [&] { ceiling.Flush(); };
+  const double big_copy_gbps = ceiling.Gbps();
   std::printf("%s, %d SMs; device-to-device copy of 1 GiB: %.0f GB/s (read + write)\n\n", prop.name,
               prop.multiProcessorCount, big_copy_gbps);
   std::printf(
@@ -91,7 +75,7 @@ int main() {
           flush);
       const double bytes = 2.0 * batch * context * kv_heads * head_dim * 2;  // K and V, bf16
       const double gbps = bytes / (ms * 1e-3) / 1e9;
-      const double same_gbps = copy_gbps(static_cast<size_t>(bytes / 2));  // reads + writes `bytes`
+      const double same_gbps = ceiling.Gbps(static_cast<size_t>(bytes / 2));  // reads + writes `bytes`
       std::printf("| %d | %lld | %.0f | %.3f | %.0f | %.2f | %.0f | %.2f |\n", batch, static_cast<long long>(context),
                   bytes / 1e6, ms, gbps, gbps / big_copy_gbps, same_gbps, gbps / same_gbps);
       for (void* p : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(indptr),
@@ -101,8 +85,5 @@ int main() {
       }
     }
   }
-  CHECK_CUDA(cudaFree(src));
-  CHECK_CUDA(cudaFree(dst));
-  CHECK_CUDA(cudaFree(flush_buf));
   return 0;
 }

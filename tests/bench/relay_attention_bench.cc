@@ -55,18 +55,9 @@ int main() {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreate(&stream));
-  const size_t flush_bytes = size_t{256} << 20;
-  void* flush_buf = nullptr;
-  CHECK_CUDA(cudaMalloc(&flush_buf, flush_bytes));
-  auto flush = [&] { CHECK_CUDA(cudaMemsetAsync(flush_buf, 0, flush_bytes, stream)); };
-  const size_t copy_bytes = size_t{1} << 30;
-  void *src = nullptr, *dst = nullptr;
-  CHECK_CUDA(cudaMalloc(&src, copy_bytes));
-  CHECK_CUDA(cudaMalloc(&dst, copy_bytes));
-  CHECK_CUDA(cudaMemset(src, 1, copy_bytes));
-  const float copy_ms = MedianMs(
-      stream, 20, [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream)); }, flush);
-  const double copy_gbps = 2.0 * static_cast<double>(copy_bytes) / (copy_ms * 1e-3) / 1e9;  // read + write
+  strata::bench::CopyCeiling ceiling(stream);
+  auto flush = [&] { ceiling.Flush(); };
+  const double copy_gbps = ceiling.Gbps();  // read + write
   std::printf("%s, %d SMs; device-to-device copy of 1 GiB: %.0f GB/s (read + write)\n\n", prop.name,
               prop.multiProcessorCount, copy_gbps);
   std::printf(
@@ -78,86 +69,90 @@ int main() {
   const double token_bytes = 2.0 * kv_heads * head_dim * 2;  // K and V, bf16
   const strata::model::CudaModelOptions defaults;
   for (int64_t prompt : {1024, 4096, 8192}) {
-   for (int64_t ctx : {128, 1024}) {
-    for (int batch : {1, 8, 32, 64}) {
-      // Sequences 0..batch-1: a copy of the prompt each (for the unshared plain run);
-      // sequence batch: the shared prompt; then each sequence's own context.
-      std::vector<int64_t> lengths(static_cast<size_t>(batch), prompt);
-      lengths.push_back(prompt);
-      for (int b = 0; b < batch; ++b) lengths.push_back(ctx);
-      const auto pool = strata::kernels::test_support::RandomPagedPool(lengths, page, kv_heads, head_dim, 1);
-      auto pages_of = [&](int s) {
-        return std::vector<int32_t>(pool.indices.begin() + pool.indptr[s], pool.indices.begin() + pool.indptr[s + 1]);
-      };
-      std::vector<int32_t> shared_indptr{0}, shared_indices, copy_indptr{0}, copy_indices, ctx_indptr{0}, ctx_indices,
-          last, prefix_indptr{0, static_cast<int32_t>(prompt / page)}, prefix_last{page}, group_rows{0, batch};
-      const std::vector<int32_t> prefix_pages = pages_of(batch);
-      for (int b = 0; b < batch; ++b) {
-        const std::vector<int32_t> own = pages_of(batch + 1 + b), copy = pages_of(b);
-        shared_indices.insert(shared_indices.end(), prefix_pages.begin(), prefix_pages.end());
-        shared_indices.insert(shared_indices.end(), own.begin(), own.end());
-        shared_indptr.push_back(static_cast<int32_t>(shared_indices.size()));
-        copy_indices.insert(copy_indices.end(), copy.begin(), copy.end());
-        copy_indices.insert(copy_indices.end(), own.begin(), own.end());
-        copy_indptr.push_back(static_cast<int32_t>(copy_indices.size()));
-        ctx_indices.insert(ctx_indices.end(), own.begin(), own.end());
-        ctx_indptr.push_back(static_cast<int32_t>(ctx_indices.size()));
-        last.push_back(pool.last_page_len[static_cast<size_t>(batch + 1 + b)]);
-      }
-      uint16_t* k = Upload(pool.k);
-      uint16_t* v = Upload(pool.v);
-      int32_t *d_shared_indptr = Upload(shared_indptr), *d_shared_indices = Upload(shared_indices),
-              *d_copy_indptr = Upload(copy_indptr), *d_copy_indices = Upload(copy_indices),
-              *d_ctx_indptr = Upload(ctx_indptr), *d_ctx_indices = Upload(ctx_indices), *d_last = Upload(last),
-              *d_prefix_indptr = Upload(prefix_indptr), *d_prefix_indices = Upload(prefix_pages),
-              *d_prefix_last = Upload(prefix_last), *d_group_rows = Upload(group_rows);
-      std::vector<float> qh(static_cast<size_t>(batch) * heads * head_dim);
-      for (size_t i = 0; i < qh.size(); ++i) qh[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
-      float* q = Upload(qh);
-      float* out = Floats(static_cast<int64_t>(qh.size()));
-      const int64_t total = prompt + ctx;
-      float* ws = Floats(std::max(strata::kernels::DecodeWorkspaceFloats(batch, heads, head_dim, total),
-                                  strata::kernels::RelayDecodeWorkspaceFloats(
-                                      {batch, 1, batch, batch, heads, kv_heads, head_dim, ctx, prompt})));
-      auto plain = [&](const int32_t* indptr, const int32_t* indices) {
-        const strata::kernels::PagedKv kv{k, v, page, kv_heads, head_dim, indptr, indices, d_last};
-        return MedianMs(stream, 20, [&] {
-          Check(strata::kernels::LaunchPagedDecodeAttention({q, kv, batch, heads, scale, total, ws, out, nullptr},
-                                                            stream));
-        }, flush);
-      };
-      const float shared_ms = plain(d_shared_indptr, d_shared_indices);
-      const float copy_each_ms = plain(d_copy_indptr, d_copy_indices);
-      const strata::kernels::PagedKv context{k, v, page, kv_heads, head_dim, d_ctx_indptr, d_ctx_indices, d_last};
-      const strata::kernels::PagedKv prefixes{k, v, page, kv_heads, head_dim, d_prefix_indptr, d_prefix_indices,
-                                              d_prefix_last};
-      const float relay_ms = MedianMs(stream, 20, [&] {
-        Check(strata::kernels::LaunchRelayDecodeAttention(
-            {q, context, prefixes, d_group_rows, batch, 1, batch, batch, heads, scale, ctx, prompt, ws, out}, stream));
-      }, flush);
-      const double relay_bytes = token_bytes * (prompt + batch * ctx);
-      const double s = static_cast<double>(prompt), c = static_cast<double>(ctx);
-      const double bound = (s + c + 2) / (s / batch + c + 7);
-      const double read_gbps = relay_bytes / (relay_ms * 1e-3) / 1e9;
-      const bool rule = batch >= 2 && (batch - 1) * prompt >= defaults.relay_min_saved_tokens;
-      std::printf("| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.2f | %s |\n", batch,
-                  static_cast<long long>(prompt), static_cast<long long>(ctx), shared_ms, copy_each_ms, relay_ms,
-                  shared_ms / relay_ms, copy_each_ms / relay_ms, bound, read_gbps, read_gbps / copy_gbps,
-                  rule ? "yes" : "no");
-      for (void* p : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(d_shared_indptr),
-                      static_cast<void*>(d_shared_indices), static_cast<void*>(d_copy_indptr),
-                      static_cast<void*>(d_copy_indices), static_cast<void*>(d_ctx_indptr),
-                      static_cast<void*>(d_ctx_indices), static_cast<void*>(d_last), static_cast<void*>(d_prefix_indptr),
-                      static_cast<void*>(d_prefix_indices), static_cast<void*>(d_prefix_last),
-                      static_cast<void*>(d_group_rows), static_cast<void*>(q), static_cast<void*>(out),
-                      static_cast<void*>(ws)}) {
-        CHECK_CUDA(cudaFree(p));
+    for (int64_t ctx : {128, 1024}) {
+      for (int batch : {1, 8, 32, 64}) {
+        // Sequences 0..batch-1: a copy of the prompt each (for the unshared plain run);
+        // sequence batch: the shared prompt; then each sequence's own context.
+        std::vector<int64_t> lengths(static_cast<size_t>(batch), prompt);
+        lengths.push_back(prompt);
+        for (int b = 0; b < batch; ++b) lengths.push_back(ctx);
+        const auto pool = strata::kernels::test_support::RandomPagedPool(lengths, page, kv_heads, head_dim, 1);
+        auto pages_of = [&](int s) {
+          return std::vector<int32_t>(pool.indices.begin() + pool.indptr[s], pool.indices.begin() + pool.indptr[s + 1]);
+        };
+        std::vector<int32_t> shared_indptr{0}, shared_indices, copy_indptr{0}, copy_indices, ctx_indptr{0}, ctx_indices,
+            last, prefix_indptr{0, static_cast<int32_t>(prompt / page)}, prefix_last{page}, group_rows{0, batch};
+        const std::vector<int32_t> prefix_pages = pages_of(batch);
+        for (int b = 0; b < batch; ++b) {
+          const std::vector<int32_t> own = pages_of(batch + 1 + b), copy = pages_of(b);
+          shared_indices.insert(shared_indices.end(), prefix_pages.begin(), prefix_pages.end());
+          shared_indices.insert(shared_indices.end(), own.begin(), own.end());
+          shared_indptr.push_back(static_cast<int32_t>(shared_indices.size()));
+          copy_indices.insert(copy_indices.end(), copy.begin(), copy.end());
+          copy_indices.insert(copy_indices.end(), own.begin(), own.end());
+          copy_indptr.push_back(static_cast<int32_t>(copy_indices.size()));
+          ctx_indices.insert(ctx_indices.end(), own.begin(), own.end());
+          ctx_indptr.push_back(static_cast<int32_t>(ctx_indices.size()));
+          last.push_back(pool.last_page_len[static_cast<size_t>(batch + 1 + b)]);
+        }
+        uint16_t* k = Upload(pool.k);
+        uint16_t* v = Upload(pool.v);
+        int32_t *d_shared_indptr = Upload(shared_indptr), *d_shared_indices = Upload(shared_indices),
+                *d_copy_indptr = Upload(copy_indptr), *d_copy_indices = Upload(copy_indices),
+                *d_ctx_indptr = Upload(ctx_indptr), *d_ctx_indices = Upload(ctx_indices), *d_last = Upload(last),
+                *d_prefix_indptr = Upload(prefix_indptr), *d_prefix_indices = Upload(prefix_pages),
+                *d_prefix_last = Upload(prefix_last), *d_group_rows = Upload(group_rows);
+        std::vector<float> qh(static_cast<size_t>(batch) * heads * head_dim);
+        for (size_t i = 0; i < qh.size(); ++i) qh[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+        float* q = Upload(qh);
+        float* out = Floats(static_cast<int64_t>(qh.size()));
+        const int64_t total = prompt + ctx;
+        float* ws = Floats(std::max(strata::kernels::DecodeWorkspaceFloats(batch, heads, head_dim, total),
+                                    strata::kernels::RelayDecodeWorkspaceFloats(
+                                        {batch, 1, batch, batch, heads, kv_heads, head_dim, ctx, prompt})));
+        auto plain = [&](const int32_t* indptr, const int32_t* indices) {
+          const strata::kernels::PagedKv kv{k, v, page, kv_heads, head_dim, indptr, indices, d_last};
+          return MedianMs(
+              stream, 20,
+              [&] {
+                Check(strata::kernels::LaunchPagedDecodeAttention({q, kv, batch, heads, scale, total, ws, out, nullptr},
+                                                                  stream));
+              },
+              flush);
+        };
+        const float shared_ms = plain(d_shared_indptr, d_shared_indices);
+        const float copy_each_ms = plain(d_copy_indptr, d_copy_indices);
+        const strata::kernels::PagedKv context{k, v, page, kv_heads, head_dim, d_ctx_indptr, d_ctx_indices, d_last};
+        const strata::kernels::PagedKv prefixes{
+            k, v, page, kv_heads, head_dim, d_prefix_indptr, d_prefix_indices, d_prefix_last};
+        const float relay_ms = MedianMs(
+            stream, 20,
+            [&] {
+              Check(strata::kernels::LaunchRelayDecodeAttention(
+                  {q, context, prefixes, d_group_rows, batch, 1, batch, batch, heads, scale, ctx, prompt, ws, out},
+                  stream));
+            },
+            flush);
+        const double relay_bytes = token_bytes * (prompt + batch * ctx);
+        const double s = static_cast<double>(prompt), c = static_cast<double>(ctx);
+        const double bound = (s + c + 2) / (s / batch + c + 7);
+        const double read_gbps = relay_bytes / (relay_ms * 1e-3) / 1e9;
+        const bool rule = batch >= 2 && (batch - 1) * prompt >= defaults.relay_min_saved_tokens;
+        std::printf("| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.2f | %s |\n", batch,
+                    static_cast<long long>(prompt), static_cast<long long>(ctx), shared_ms, copy_each_ms, relay_ms,
+                    shared_ms / relay_ms, copy_each_ms / relay_ms, bound, read_gbps, read_gbps / copy_gbps,
+                    rule ? "yes" : "no");
+        for (void* p :
+             {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(d_shared_indptr),
+              static_cast<void*>(d_shared_indices), static_cast<void*>(d_copy_indptr),
+              static_cast<void*>(d_copy_indices), static_cast<void*>(d_ctx_indptr), static_cast<void*>(d_ctx_indices),
+              static_cast<void*>(d_last), static_cast<void*>(d_prefix_indptr), static_cast<void*>(d_prefix_indices),
+              static_cast<void*>(d_prefix_last), static_cast<void*>(d_group_rows), static_cast<void*>(q),
+              static_cast<void*>(out), static_cast<void*>(ws)}) {
+          CHECK_CUDA(cudaFree(p));
+        }
       }
     }
-   }
   }
-  CHECK_CUDA(cudaFree(src));
-  CHECK_CUDA(cudaFree(dst));
-  CHECK_CUDA(cudaFree(flush_buf));
   return 0;
 }
