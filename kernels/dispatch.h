@@ -29,25 +29,24 @@
       break;                                              \
   }
 
-// Query heads per KV head: 1, 2, 4 and 8.
+// Query heads per KV head: 1 to 8 (Llama 3 and Mistral 4; Qwen2.5 5, 6 and 7). The decode
+// kernel merges its lane groups' per-head state in static shared memory, which bounds the
+// group at 8 for head_dim 128.
+#define STRATA_GQA_CASE(GROUP_SIZE, N, ...)         \
+  case N: {                                         \
+    [[maybe_unused]] constexpr int GROUP_SIZE = N;  \
+    __VA_ARGS__                                     \
+  } break;
 #define STRATA_DISPATCH_GQA_GROUP_SIZE(group_size, GROUP_SIZE, ...) \
   switch (group_size) {                                             \
-    case 1: {                                                       \
-      [[maybe_unused]] constexpr int GROUP_SIZE = 1;                \
-      __VA_ARGS__                                                   \
-    } break;                                                        \
-    case 2: {                                                       \
-      [[maybe_unused]] constexpr int GROUP_SIZE = 2;                \
-      __VA_ARGS__                                                   \
-    } break;                                                        \
-    case 4: {                                                       \
-      [[maybe_unused]] constexpr int GROUP_SIZE = 4;                \
-      __VA_ARGS__                                                   \
-    } break;                                                        \
-    case 8: {                                                       \
-      [[maybe_unused]] constexpr int GROUP_SIZE = 8;                \
-      __VA_ARGS__                                                   \
-    } break;                                                        \
+    STRATA_GQA_CASE(GROUP_SIZE, 1, __VA_ARGS__)                     \
+    STRATA_GQA_CASE(GROUP_SIZE, 2, __VA_ARGS__)                     \
+    STRATA_GQA_CASE(GROUP_SIZE, 3, __VA_ARGS__)                     \
+    STRATA_GQA_CASE(GROUP_SIZE, 4, __VA_ARGS__)                     \
+    STRATA_GQA_CASE(GROUP_SIZE, 5, __VA_ARGS__)                     \
+    STRATA_GQA_CASE(GROUP_SIZE, 6, __VA_ARGS__)                     \
+    STRATA_GQA_CASE(GROUP_SIZE, 7, __VA_ARGS__)                     \
+    STRATA_GQA_CASE(GROUP_SIZE, 8, __VA_ARGS__)                     \
     default:                                                        \
       break;                                                        \
   }

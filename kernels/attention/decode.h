@@ -37,7 +37,7 @@ namespace strata::kernels {
 // buffers are).
 //
 // Errors: InvalidArgument (nothing launched) for negative sizes, unless head_dim is 64 or
-// 128 and there are 1, 2, 4 or 8 query heads per KV head (dispatch.h) and page_size > 0,
+// 128 and there are 1 to 8 query heads per KV head (dispatch.h) and page_size > 0,
 // for misaligned q, k_pages or v_pages, and for max_tokens beyond int32.
 //
 // Numerics: within 1e-5 of the CPU; but the split depends on the batch size and

@@ -57,7 +57,7 @@ absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& param
     return absl::InvalidArgumentError("prefill attention takes head_dim 64 or 128");
   }
   if (!IsDispatchedGqaGroupSize(GqaGroupSize(num_heads, kv.kv_heads))) {
-    return absl::InvalidArgumentError("prefill attention needs 1, 2, 4 or 8 query heads per KV head");
+    return absl::InvalidArgumentError("prefill attention needs 1 to 8 query heads per KV head");
   }
   if (kv.page_size <= 0) return absl::InvalidArgumentError("prefill attention needs page_size > 0");
   if (!(scale > 0.0f) || std::isinf(scale)) return absl::InvalidArgumentError("prefill attention needs 0 < scale < inf");

@@ -54,7 +54,7 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
     return absl::InvalidArgumentError("paged attention takes head_dim 64 or 128");
   }
   if (!IsDispatchedGqaGroupSize(GqaGroupSize(num_heads, kv.kv_heads)) || kv.page_size <= 0) {
-    return absl::InvalidArgumentError("paged attention needs 1, 2, 4 or 8 query heads per KV head");
+    return absl::InvalidArgumentError("paged attention needs 1 to 8 query heads per KV head");
   }
   if (!Aligned16(q) || !Aligned16(kv.k_pages) || !Aligned16(kv.v_pages)) {
     return absl::InvalidArgumentError("paged attention needs q, k_pages and v_pages 16-byte aligned");

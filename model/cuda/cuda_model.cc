@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/relay.h"
 #include "kernels/cuda_check.h"
+#include "kernels/dispatch.h"
 #include "model/cuda/cuda_model_impl.h"
 #include "model/cuda/kv_transfer.h"
 
@@ -55,9 +56,8 @@ absl::Status CudaModel::Impl::Init(int device) {
     return absl::InvalidArgumentError(absl::StrCat("the CUDA backend takes head_dim 64 or 128, not ", c.head_dim));
   }
   const int group = c.num_heads / c.num_kv_heads;
-  if (group != 1 && group != 2 && group != 4 && group != 8) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the CUDA backend takes 1, 2, 4 or 8 query heads per KV head, not ", group));
+  if (!kernels::IsDispatchedGqaGroupSize(group)) {
+    return absl::InvalidArgumentError(absl::StrCat("the CUDA backend takes 1 to 8 query heads per KV head, not ", group));
   }
   if (c.qk_norm && c.qkv_bias) {
     return absl::InvalidArgumentError("the CUDA backend takes q/k norms (Qwen3) without a QKV bias");

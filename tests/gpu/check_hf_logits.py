@@ -2,7 +2,8 @@
 """strata's forward pass vs Hugging Face transformers, on random-weight models.
 
 For each family (Llama with GQA and llama3 RoPE scaling, Llama with tied embeddings,
-Mistral, Qwen2 with QKV bias, Qwen3 with its q/k norms, tied and not) this builds a small random model with transformers, saves
+Mistral, Qwen2 with QKV bias, Qwen2 with GQA 7, Qwen3 with its q/k norms, tied and not)
+this builds a small random model with transformers, saves
 it with save_pretrained (safetensors, fp32), runs `strata logits` on the directory, and
 compares strata's logits with HF's for the same token sequences:
   - "steps": logits after each token, strata feeding one token per step (prefill of one,
@@ -49,6 +50,11 @@ def families(device):
     yield "llama-tied", transformers.LlamaConfig(**common, tie_word_embeddings=True)
     yield "mistral", transformers.MistralConfig(**common, rope_theta=1000000.0, sliding_window=None)
     yield "qwen2-bias", transformers.Qwen2Config(**common, rope_theta=1000000.0, tie_word_embeddings=False,
+                                                 use_sliding_window=False)
+    # Qwen2.5-0.5B's attention shape: 14 query heads over 2 KV heads (GQA 7).
+    gqa7 = dict(common, num_attention_heads=14, num_key_value_heads=2,
+                hidden_size=896 if device == "cuda" else 112)
+    yield "qwen2-gqa7", transformers.Qwen2Config(**gqa7, rope_theta=1000000.0, tie_word_embeddings=True,
                                                  use_sliding_window=False)
     if hasattr(transformers, "Qwen3Config"):  # per-head q/k norms; head_dim not hidden / heads
         head_dim = 128 if device == "cuda" else 32
