@@ -78,9 +78,26 @@ absl::StatusOr<ModelConfig> ModelConfig::Named(const std::string& name) {
     c.qk_norm = true;
     return c;
   }
+  if (name == "qwen2.5-7b") {  // Qwen2.5-7B: GQA 28:4 (7 query heads per KV head), QKV bias
+    ModelConfig c;
+    c.architecture = "Qwen2ForCausalLM";
+    c.vocab_size = 152064;
+    c.max_context = 32768;
+    c.rope_theta = 1000000.0f;
+    c.rms_norm_eps = 1e-6f;
+    c.eos_token_ids = {151645};
+    c.num_heads = 28;
+    c.num_kv_heads = 4;
+    c.hidden_size = 3584;
+    c.num_layers = 28;
+    c.head_dim = 128;
+    c.intermediate_size = 18944;
+    c.qkv_bias = true;
+    return c;
+  }
   if (name != "llama3-8b" && name != "llama3-1b") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown model shape '", name, "' (known: builtin, llama3-8b, llama3-1b, qwen3-8b)"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown model shape '", name,
+                                                   "' (known: builtin, llama3-8b, llama3-1b, qwen3-8b, qwen2.5-7b)"));
   }
   ModelConfig c;
   c.architecture = "LlamaForCausalLM";

@@ -47,8 +47,8 @@ struct ModelConfig {
   // a model directory: "builtin" (Builtin()), "llama3-8b" (Llama 3.1 8B: 32 layers, hidden
   // 4096, GQA 32:8, head_dim 128, 128K context) and "llama3-1b" (Llama 3.2 1B: 16 layers,
   // hidden 2048, GQA 32:8, head_dim 64, tied embeddings), "qwen3-8b" (Qwen3 8B: 36 layers,
-  // hidden 4096, GQA 32:8, head_dim 128, q/k norms). InvalidArgument naming the known
-  // names for any other.
+  // hidden 4096, GQA 32:8, head_dim 128, q/k norms), "qwen2.5-7b" (28 layers, hidden 3584,
+  // GQA 28:4, QKV bias). InvalidArgument naming the known names for any other.
   static absl::StatusOr<ModelConfig> Named(const std::string& name);
   // Reads an HF config.json. InvalidArgument naming a missing or bad field.
   static absl::StatusOr<ModelConfig> FromHfConfigJson(const std::string& json_text);

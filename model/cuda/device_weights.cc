@@ -131,6 +131,11 @@ absl::Status DeviceWeights::FillRandom(const ModelConfig& c, uint64_t seed, cuda
     if (d.q_norm != nullptr) {
       if (absl::Status s = ones(d.q_norm, 2 * c.head_dim); !s.ok()) return s;
     }
+    if (d.bqkv != nullptr) {  // a QKV bias of zero
+      if (absl::Status s = kernels::LaunchFillF32({const_cast<float*>(d.bqkv), QkvWidth(c), 0.0f}, st); !s.ok()) {
+        return s;
+      }
+    }
   }
   return absl::OkStatus();
 }

@@ -7,7 +7,7 @@ ABSL_FLAG(std::string, target, "", "chat, bench: server address host:port (chat 
 ABSL_FLAG(std::string, api_key, "", "chat, bench: API key to send");
 ABSL_FLAG(std::string, model, "",
           "serve, logits: a Hugging Face model directory (config.json + *.safetensors; Llama, Mistral, Qwen2), "
-          "or random:NAME for deterministic random weights of a named shape (builtin, llama3-8b, llama3-1b, qwen3-8b; "
+          "or random:NAME for deterministic random weights of a named shape (builtin, llama3-8b, llama3-1b, qwen3-8b, qwen2.5-7b; "
           "made on the device); serve: empty for the built-in model");
 ABSL_FLAG(std::string, device, "auto",
           "serve, logits: cuda, cpu, or auto (cuda when strata was built with CUDA and a GPU is visible)");
