@@ -38,7 +38,22 @@ bool FallBackToCpu(const BackendOptions& options, const absl::Status& status) {
 }
 
 bool WantsCuda(const BackendOptions& options) {
-  return options.device == "cuda" || (options.device == "auto" && CudaAvailable());
+  if (options.device != "auto") return options.device == "cuda";
+  const int gpus = CudaModel::DeviceCount();
+  if (gpus == 0) {
+    LOG(INFO) << "--device=auto: no CUDA device is visible (or strata was built without CUDA); serving on the CPU "
+                 "backend";
+  }
+  return gpus > 0;
+}
+
+// "auto" names what it chose when the GPU took the model.
+std::unique_ptr<ModelBackend> ChosenCuda(const BackendOptions& options, std::unique_ptr<CudaModel> model) {
+  if (options.device == "auto") {
+    LOG(INFO) << "--device=auto: serving on the CUDA backend (device " << options.cuda.device << " of "
+              << CudaModel::DeviceCount() << " visible)";
+  }
+  return model;
 }
 
 }  // namespace
@@ -47,7 +62,7 @@ absl::StatusOr<std::unique_ptr<ModelBackend>> CreateBackend(ModelWeights weights
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (WantsCuda(options)) {
     auto model = CudaModel::Create(weights, options.cuda);
-    if (model.ok()) return std::unique_ptr<ModelBackend>(*std::move(model));
+    if (model.ok()) return ChosenCuda(options, *std::move(model));
     if (!FallBackToCpu(options, model.status())) return model.status();
   }
   return std::unique_ptr<ModelBackend>(std::make_unique<CpuModel>(std::move(weights)));
@@ -60,7 +75,7 @@ absl::StatusOr<std::unique_ptr<ModelBackend>> CreateRandomBackend(const ModelCon
   if (absl::Status s = config.Validate(); !s.ok()) return s;
   if (WantsCuda(options)) {
     auto model = CudaModel::CreateRandom(config, seed, options.cuda);
-    if (model.ok()) return std::unique_ptr<ModelBackend>(*std::move(model));
+    if (model.ok()) return ChosenCuda(options, *std::move(model));
     if (!FallBackToCpu(options, model.status())) return model.status();
   }
   return std::unique_ptr<ModelBackend>(

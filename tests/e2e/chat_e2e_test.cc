@@ -4,7 +4,9 @@
 
 #include <sys/wait.h>
 
+#include <fstream>
 #include <future>
+#include <iterator>
 #include <thread>
 
 #include "base/http_get.h"
@@ -541,6 +543,10 @@ TEST(DeviceE2eTest, DeviceFlagChoosesOrRefusesTheBackendAtStart) {
     Client other((*automatic)->target());
     EXPECT_EQ(other.Chat(Request("device", {{"user", "which backend?"}}, 6)).tokens, turn.tokens)
         << "without a GPU, auto is the CPU backend";
+    std::ifstream log((*automatic)->log_path());
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("--device=auto: no CUDA device is visible"), std::string::npos)
+        << "auto must say at start which backend it chose and why:\n" << text;
   }
 }
 
