@@ -27,7 +27,7 @@ using testing::TurnOutput;
 // Saves are recorded, and copied only once `release` is set (a poll of the ticket then
 // lands them; FinishKvSaves waits for `release`, up to 30 s); `fail` makes the poll report
 // a device fault instead.
-class LateSavesBackend final : public model::ModelBackend {
+class LateSavesBackend final : public testing::CpuBackendWrapper {
  public:
   struct Control {
     std::atomic<bool> release{false};
@@ -35,22 +35,7 @@ class LateSavesBackend final : public model::ModelBackend {
     std::atomic<int> polled_not_done{0};
   };
   LateSavesBackend(std::unique_ptr<model::CpuModel> inner, std::shared_ptr<Control> control)
-      : inner_(std::move(inner)), control_(std::move(control)) {}
-  const model::ModelConfig& config() const override { return inner_->config(); }
-  std::string name() const override { return "late-saves-cpu"; }
-  uint64_t fingerprint() const override { return inner_->fingerprint(); }
-  int64_t kv_row_bytes() const override { return inner_->kv_row_bytes(); }
-  absl::StatusOr<std::unique_ptr<model::SequenceState>> NewSequence(int64_t capacity) override {
-    return inner_->NewSequence(capacity);
-  }
-  absl::Status ResizeSequence(model::SequenceState& seq, int64_t capacity) override {
-    return inner_->ResizeSequence(seq, capacity);
-  }
-  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override { return inner_->Forward(batch); }
-  absl::Status LoadKv(model::SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
-                      const storage::ChunkLayout& layout) override {
-    return inner_->LoadKv(seq, begin, count, payload, layout);
-  }
+      : CpuBackendWrapper(std::move(inner), "late-saves-cpu"), control_(std::move(control)) {}
   absl::Status SaveKv(const model::SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                       const storage::ChunkLayout& layout) override {
     // The payload is garbage until the copy lands.
@@ -93,13 +78,12 @@ class LateSavesBackend final : public model::ModelBackend {
   absl::Status Land(uint64_t ticket) {
     while (!pending_.empty() && pending_.front().ticket != 0 && pending_.front().ticket <= ticket) {
       const Pending& p = pending_.front();
-      if (absl::Status s = inner_->SaveKv(*p.seq, p.begin, p.count, p.payload, p.layout); !s.ok()) return s;
+      if (absl::Status s = inner().SaveKv(*p.seq, p.begin, p.count, p.payload, p.layout); !s.ok()) return s;
       pending_.erase(pending_.begin());
     }
     done_ = std::max(done_, ticket);
     return absl::OkStatus();
   }
-  std::unique_ptr<model::CpuModel> inner_;
   std::shared_ptr<Control> control_;
   std::vector<Pending> pending_;
   uint64_t marked_ = 0, done_ = 0;

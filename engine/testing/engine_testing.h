@@ -71,71 +71,14 @@ inline TurnRequest ChatTurn(const text::Tokenizer& tokenizer, const std::string&
   return r;
 }
 
-// A CPU backend whose KV memory holds at most `limit` sequences and `max_tokens` tokens
-// each, as a GPU pool does: NewSequence says ResourceExhausted past that.
-class LimitedBackend final : public model::ModelBackend {
+// A CPU backend that test backends wrap: every call goes to the CpuModel inside; a test
+// backend overrides only what it changes.
+class CpuBackendWrapper : public model::ModelBackend {
  public:
-  LimitedBackend(std::unique_ptr<model::CpuModel> inner, int limit, int64_t max_tokens, bool says_capacity = false)
-      : inner_(std::move(inner)), limit_(limit), max_tokens_(max_tokens), says_capacity_(says_capacity) {}
-  int64_t kv_capacity_tokens() const override {
-    return says_capacity_ ? max_tokens_ : model::ModelBackend::kv_capacity_tokens();
-  }
+  CpuBackendWrapper(std::unique_ptr<model::CpuModel> inner, std::string name)
+      : inner_(std::move(inner)), name_(std::move(name)) {}
   const model::ModelConfig& config() const override { return inner_->config(); }
-  std::string name() const override { return "limited-cpu"; }
-  uint64_t fingerprint() const override { return inner_->fingerprint(); }
-  int64_t kv_row_bytes() const override { return inner_->kv_row_bytes(); }
-  absl::StatusOr<std::unique_ptr<model::SequenceState>> NewSequence(int64_t capacity) override {
-    if (*live_ >= limit_ || capacity > max_tokens_) return absl::ResourceExhaustedError("KV memory is full");
-    auto seq = inner_->NewSequence(capacity);
-    if (!seq.ok()) return seq.status();
-    ++*live_;
-    *peak_ = std::max(*peak_, *live_);
-    return std::unique_ptr<model::SequenceState>(std::make_unique<Seq>(*std::move(seq), live_));
-  }
-  absl::Status ResizeSequence(model::SequenceState& seq, int64_t capacity) override {
-    if (capacity > max_tokens_) return absl::ResourceExhaustedError("KV memory is full");
-    return inner_->ResizeSequence(*static_cast<Seq&>(seq).inner, capacity);
-  }
-  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
-    std::vector<model::ForwardEntry> inner(batch.begin(), batch.end());
-    for (model::ForwardEntry& e : inner) e.seq = static_cast<Seq*>(e.seq)->inner.get();
-    return inner_->Forward(inner);
-  }
-  absl::Status LoadKv(model::SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
-                      const storage::ChunkLayout& layout) override {
-    return inner_->LoadKv(*static_cast<Seq&>(seq).inner, begin, count, payload, layout);
-  }
-  absl::Status SaveKv(const model::SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
-                      const storage::ChunkLayout& layout) override {
-    return inner_->SaveKv(*static_cast<const Seq&>(seq).inner, begin, count, payload, layout);
-  }
-  std::shared_ptr<int> peak() const { return peak_; }
-
- private:
-  struct Seq : model::SequenceState {
-    Seq(std::unique_ptr<model::SequenceState> s, std::shared_ptr<int> live) : inner(std::move(s)), live(std::move(live)) {}
-    ~Seq() override { --*live; }
-    std::unique_ptr<model::SequenceState> inner;
-    std::shared_ptr<int> live;
-  };
-  std::unique_ptr<model::CpuModel> inner_;
-  int limit_;
-  int64_t max_tokens_;
-  bool says_capacity_;
-  std::shared_ptr<int> live_ = std::make_shared<int>(0);
-  std::shared_ptr<int> peak_ = std::make_shared<int>(0);
-};
-
-// A CPU backend whose first Forward after arm() (from the start unless constructed
-// disarmed) waits until the test opens the gate: the engine loop is then busy, and every
-// turn submitted meanwhile stays queued.
-class GatedBackend final : public model::ModelBackend {
- public:
-  explicit GatedBackend(std::unique_ptr<model::CpuModel> inner, bool armed = true)
-      : inner_(std::move(inner)), armed_(armed) {}
-  void arm() { armed_ = true; }
-  const model::ModelConfig& config() const override { return inner_->config(); }
-  std::string name() const override { return "gated-cpu"; }
+  std::string name() const override { return name_; }
   uint64_t fingerprint() const override { return inner_->fingerprint(); }
   int64_t kv_row_bytes() const override { return inner_->kv_row_bytes(); }
   absl::StatusOr<std::unique_ptr<model::SequenceState>> NewSequence(int64_t capacity) override {
@@ -149,13 +92,7 @@ class GatedBackend final : public model::ModelBackend {
       std::shared_ptr<const model::SequenceState> prefix, int64_t prefix_tokens, int64_t capacity) override {
     return inner_->NewSequenceOnPrefix(std::move(prefix), prefix_tokens, capacity);
   }
-  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
-    if (armed_) {
-      if (!entered.HasBeenNotified()) entered.Notify();
-      open.WaitForNotification();
-    }
-    return inner_->Forward(batch);
-  }
+  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override { return inner_->Forward(batch); }
   absl::Status LoadKv(model::SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
                       const storage::ChunkLayout& layout) override {
     return inner_->LoadKv(seq, begin, count, payload, layout);
@@ -164,10 +101,86 @@ class GatedBackend final : public model::ModelBackend {
                       const storage::ChunkLayout& layout) override {
     return inner_->SaveKv(seq, begin, count, payload, layout);
   }
-  absl::Notification entered, open;
+
+ protected:
+  model::CpuModel& inner() { return *inner_; }
 
  private:
   std::unique_ptr<model::CpuModel> inner_;
+  std::string name_;
+};
+
+// A CPU backend whose KV memory holds at most `limit` sequences and `max_tokens` tokens
+// each, as a GPU pool does: NewSequence says ResourceExhausted past that. (Its sequences
+// wrap the CPU model's, so it shares no prefixes.)
+class LimitedBackend final : public CpuBackendWrapper {
+ public:
+  LimitedBackend(std::unique_ptr<model::CpuModel> inner, int limit, int64_t max_tokens, bool says_capacity = false)
+      : CpuBackendWrapper(std::move(inner), "limited-cpu"), limit_(limit), max_tokens_(max_tokens),
+        says_capacity_(says_capacity) {}
+  int64_t kv_capacity_tokens() const override {
+    return says_capacity_ ? max_tokens_ : model::ModelBackend::kv_capacity_tokens();
+  }
+  bool shares_prefixes() const override { return false; }
+  absl::StatusOr<std::unique_ptr<model::SequenceState>> NewSequence(int64_t capacity) override {
+    if (*live_ >= limit_ || capacity > max_tokens_) return absl::ResourceExhaustedError("KV memory is full");
+    auto seq = inner().NewSequence(capacity);
+    if (!seq.ok()) return seq.status();
+    ++*live_;
+    *peak_ = std::max(*peak_, *live_);
+    return std::unique_ptr<model::SequenceState>(std::make_unique<Seq>(*std::move(seq), live_));
+  }
+  absl::Status ResizeSequence(model::SequenceState& seq, int64_t capacity) override {
+    if (capacity > max_tokens_) return absl::ResourceExhaustedError("KV memory is full");
+    return inner().ResizeSequence(*static_cast<Seq&>(seq).inner, capacity);
+  }
+  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
+    std::vector<model::ForwardEntry> entries(batch.begin(), batch.end());
+    for (model::ForwardEntry& e : entries) e.seq = static_cast<Seq*>(e.seq)->inner.get();
+    return inner().Forward(entries);
+  }
+  absl::Status LoadKv(model::SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                      const storage::ChunkLayout& layout) override {
+    return inner().LoadKv(*static_cast<Seq&>(seq).inner, begin, count, payload, layout);
+  }
+  absl::Status SaveKv(const model::SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+                      const storage::ChunkLayout& layout) override {
+    return inner().SaveKv(*static_cast<const Seq&>(seq).inner, begin, count, payload, layout);
+  }
+  std::shared_ptr<int> peak() const { return peak_; }
+
+ private:
+  struct Seq : model::SequenceState {
+    Seq(std::unique_ptr<model::SequenceState> s, std::shared_ptr<int> live) : inner(std::move(s)), live(std::move(live)) {}
+    ~Seq() override { --*live; }
+    std::unique_ptr<model::SequenceState> inner;
+    std::shared_ptr<int> live;
+  };
+  int limit_;
+  int64_t max_tokens_;
+  bool says_capacity_;
+  std::shared_ptr<int> live_ = std::make_shared<int>(0);
+  std::shared_ptr<int> peak_ = std::make_shared<int>(0);
+};
+
+// A CPU backend whose first Forward after arm() (from the start unless constructed
+// disarmed) waits until the test opens the gate: the engine loop is then busy, and every
+// turn submitted meanwhile stays queued.
+class GatedBackend final : public CpuBackendWrapper {
+ public:
+  explicit GatedBackend(std::unique_ptr<model::CpuModel> inner, bool armed = true)
+      : CpuBackendWrapper(std::move(inner), "gated-cpu"), armed_(armed) {}
+  void arm() { armed_ = true; }
+  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
+    if (armed_) {
+      if (!entered.HasBeenNotified()) entered.Notify();
+      open.WaitForNotification();
+    }
+    return inner().Forward(batch);
+  }
+  absl::Notification entered, open;
+
+ private:
   std::atomic<bool> armed_;
 };
 

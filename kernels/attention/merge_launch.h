@@ -1,5 +1,5 @@
 // Raw launch of the (o, lse) merge in merge.cu (FlashInfer's merge_state over several parts:
-// the log-sum-exp merge that split-K decode uses, and relay attention will). Kept free of
+// the log-sum-exp merge that split-K decode and relay attention use). Kept free of
 // Abseil so nvcc never parses it; arguments are validated by the caller.
 #ifndef STRATA_KERNELS_ATTENTION_MERGE_LAUNCH_H_
 #define STRATA_KERNELS_ATTENTION_MERGE_LAUNCH_H_
@@ -15,16 +15,12 @@ namespace strata::kernels::internal {
 // output) and ws_lse[(b * splits + s) * num_heads + h] (natural-log lse; -inf for an empty
 // part), into out [rows][num_heads][head_dim] and lse [rows][num_heads] (lse may be null).
 // The specification is MergeAttentionStates (kernels/testing/attention_cpu.h) applied part by
-// part; rows whose parts are all empty get o = 0 and lse = -inf.
+// part; rows whose parts are all empty get o = 0 and lse = -inf. With `out_lse`
+// ([rows][num_heads]), `out` holds one more part on entry (relay attention's context part,
+// of lse out_lse) and the merge takes it in, in place.
 cudaError_t MergeStatesAsync(const float* ws_o, const float* ws_lse, int splits, int rows, int num_heads,
-                             int head_dim, float* out, float* lse, cudaStream_t stream);
-
-// Two partial attentions over disjoint key sets, merged in place: for each of `rows` rows
-// and each head, (o, lse_a) [rows][num_heads][head_dim] / [rows][num_heads] merged with
-// (o_b, lse_b) of the same layout, into o (and lse_out, which may be null). An empty part
-// has lse -inf. MergeAttentionStates (kernels/attention/merge_cpu.h) is the specification.
-cudaError_t MergeTwoStatesAsync(float* o, const float* lse_a, const float* o_b, const float* lse_b, int rows,
-                                int num_heads, int head_dim, float* lse_out, cudaStream_t stream);
+                             int head_dim, float* out, float* lse, cudaStream_t stream,
+                             const float* out_lse = nullptr);
 
 }  // namespace strata::kernels::internal
 

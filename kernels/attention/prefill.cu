@@ -299,10 +299,10 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
       const int token = m / kGroup, g = m % kGroup;
       if (token >= new_tokens) continue;
       const int64_t head_row = (int64_t{q_begin} + token) * p.num_heads + kvh * kGroup + g;
-      // Split: the part's row of the workspace (row, split, head).
+      // Into parts: the part's row of the workspace (row, split, head).
       const int64_t part_row =
           ((int64_t{q_begin} + token) * p.key_splits + split) * p.num_heads + kvh * kGroup + g;
-      float* dst = (p.key_splits > 1 ? p.ws_o + part_row * kHeadDim : p.out + head_row * kHeadDim) + (lane & 3) * 2;
+      float* dst = (p.ws_o != nullptr ? p.ws_o + part_row * kHeadDim : p.out + head_row * kHeadDim) + (lane & 3) * 2;
       // sum >= 1 when the part has keys (the row's maximum contributes exp2(0)); 0 when empty.
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
 #pragma unroll
@@ -311,7 +311,7 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
       }
       if ((lane & 3) == 0) {
         const float part_lse = sum > 0.0f ? row_max[mt][h] * p.scale + logf(sum) : -INFINITY;
-        if (p.key_splits > 1) {
+        if (p.ws_o != nullptr) {
           p.ws_lse[part_row] = part_lse;
         } else if (p.lse != nullptr) {
           p.lse[head_row] = part_lse;

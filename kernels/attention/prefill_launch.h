@@ -24,10 +24,11 @@ struct PrefillTcParams {
   float* out;                 // [rows][num_heads][head_dim]
   float* lse;                 // [rows][num_heads] or null
   bool all_keys = false;      // every query row sees all of its sequence's keys (not causal)
-  // Split along the keys: key_splits > 1 blocks per query tile take consecutive ranges of
-  // the key tiles; each writes its part's normalised output and lse (-inf when empty) to
-  // ws_o [rows][key_splits][num_heads][head_dim] and ws_lse [rows][key_splits][num_heads]
-  // (not out / lse) for MergeStatesAsync.
+  // Split along the keys: key_splits blocks per query tile take consecutive ranges of the
+  // key tiles. With ws_o, each block writes its part's normalised output and lse (-inf
+  // when empty) to ws_o [rows][key_splits][num_heads][head_dim] and ws_lse
+  // [rows][key_splits][num_heads] (not out / lse) for MergeStatesAsync; without, key_splits
+  // must be 1.
   int key_splits = 1;
   float* ws_o = nullptr;
   float* ws_lse = nullptr;

@@ -42,9 +42,7 @@ int64_t RelayDecodeWorkspaceFloats(const RelayShape& s) {
   if (s.rows <= 0 || s.num_heads <= 0 || s.head_dim <= 0) return 0;
   const int splits = SystemSplits(s);
   return Align4(DecodeWorkspaceFloats(s.rows, s.num_heads, s.head_dim, s.max_context_tokens)) +
-         Align4(int64_t{s.rows} * s.num_heads) + Align4(int64_t{s.grouped_rows} * s.num_heads * s.head_dim) +
-         Align4(int64_t{s.grouped_rows} * s.num_heads) +
-         Align4(int64_t{s.grouped_rows} * splits * s.num_heads * s.head_dim) +
+         Align4(int64_t{s.rows} * s.num_heads) + Align4(int64_t{s.grouped_rows} * splits * s.num_heads * s.head_dim) +
          int64_t{s.grouped_rows} * splits * s.num_heads;
 }
 
@@ -63,9 +61,7 @@ absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t
                          kv.kv_heads, kv.head_dim, p.max_context_tokens, p.max_prefix_tokens};
   const int64_t head_floats = int64_t{p.num_heads} * kv.head_dim;
   float* ctx_lse = p.workspace + Align4(DecodeWorkspaceFloats(p.rows, p.num_heads, kv.head_dim, p.max_context_tokens));
-  float* sys_o = ctx_lse + Align4(int64_t{p.rows} * p.num_heads);
-  float* sys_lse = sys_o + Align4(int64_t{p.grouped_rows} * head_floats);
-  float* parts_o = sys_lse + Align4(int64_t{p.grouped_rows} * p.num_heads);
+  float* parts_o = ctx_lse + Align4(int64_t{p.rows} * p.num_heads);
   // The context part (it validates the shapes the system part shares).
   if (absl::Status s = LaunchPagedDecodeAttention(
           {p.q, kv, p.rows, p.num_heads, p.scale, p.max_context_tokens, p.workspace, p.out, ctx_lse}, stream);
@@ -77,7 +73,7 @@ absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t
   const int splits = SystemSplits(shape);
   float* parts_lse = parts_o + Align4(int64_t{p.grouped_rows} * splits * head_floats);
   PrefillAttentionTcParams prompt_part{p.q,         p.prefixes, p.group_rows,     p.groups, p.grouped_rows,
-                                       p.num_heads, p.scale,    p.max_group_rows, sys_o,    sys_lse};
+                                       p.num_heads, p.scale,    p.max_group_rows, nullptr,  nullptr};
   prompt_part.all_keys = true;
   internal::PrefillTcParams sys = internal::ToTcParams(prompt_part);
   sys.key_splits = splits;
@@ -85,12 +81,9 @@ absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t
   sys.ws_lse = parts_lse;
   STRATA_CUDA_RETURN_IF_ERROR(
       internal::PagedPrefillAttentionTcAsync(sys, internal::PrefillTcTiles::k64Rows4Warps, stream));
-  if (splits > 1) {
-    STRATA_CUDA_RETURN_IF_ERROR(internal::MergeStatesAsync(parts_o, parts_lse, splits, p.grouped_rows, p.num_heads,
-                                                           kv.head_dim, sys_o, sys_lse, stream));
-  }
-  STRATA_CUDA_RETURN_IF_ERROR(internal::MergeTwoStatesAsync(p.out, ctx_lse, sys_o, sys_lse, p.grouped_rows, p.num_heads,
-                                                            kv.head_dim, nullptr, stream));
+  // The system part's pieces merged with the context part already in `out`.
+  STRATA_CUDA_RETURN_IF_ERROR(internal::MergeStatesAsync(parts_o, parts_lse, splits, p.grouped_rows, p.num_heads,
+                                                         kv.head_dim, p.out, nullptr, stream, ctx_lse));
   return absl::OkStatus();
 }
 

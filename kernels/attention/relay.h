@@ -8,8 +8,9 @@
 //   system part:  each group's rows against the group's prefix pages, all of them (the
 //                 tensor-core prefill kernel with all_keys: the group's queries are the rows
 //                 of its tiles, so K and V of the prefix are read once per tile), split along
-//                 the prefix so that a few groups still fill the device, the parts merged;
-//   merge:        on log-sum-exp (merge_launch.h), into the context part's output.
+//                 the prefix so that a few groups still fill the device, into parts;
+//   merge:        the parts and the context part on log-sum-exp in one pass, in place in
+//                 the context part's output (MergeStatesAsync, the split-K decode's merge).
 //
 // Rows [0, group_rows[groups]) belong to groups (group g: rows [group_rows[g],
 // group_rows[g+1])); the rows after them have no shared prefix (their context is all

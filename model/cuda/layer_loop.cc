@@ -1,7 +1,8 @@
 // The forward pass of one step, top to bottom as the model is written: embed; for each
-// layer: norm, QKV projection (Qwen3: q/k norms), RoPE and KV placement into the pool, attention (decode
-// rows, relay groups among them, then prompt rows), O projection (the residual add rides on the next norm), norm,
-// gate/up, SwiGLU, down; final norm; logits of the sampled rows; sampling.
+// layer: norm, QKV projection (Qwen3: then the q/k norms), RoPE and KV placement into the
+// pool, attention (decode rows, relay groups among them, then prompt rows), O projection
+// (the residual add rides on the next norm), norm, gate/up, SwiGLU, down; final norm;
+// logits of the sampled rows; sampling.
 //
 // Everything goes on the model's stream in this order and nothing synchronises (a decode
 // step is captured as a graph from here). A step with loads in flight first waits, at the

@@ -61,22 +61,22 @@ absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c
     logit_rows += WantsToken(e);
     graphable = graphable && e.tokens.size() == 1 && e.logits == nullptr && e.token != nullptr;
   }
-  // Relay groups: decodes on one prefix (the same prefix sequence and length), two or more,
-  // saving enough reads.
-  using GroupKey = std::pair<const SequenceState*, int64_t>;
+  // Relay groups: decodes on one prefix (the same prefix sequence and shared pages), two or
+  // more, saving enough reads.
+  using GroupKey = std::pair<const SequenceState*, int>;
   std::vector<std::pair<GroupKey, std::vector<size_t>>> groups;
   if (relay_min_saved_tokens >= 0) {
     for (size_t b = 0; b < batch.size(); ++b) {
       const auto& s = static_cast<const CudaSequence&>(*batch[b].seq);
       if (batch[b].tokens.size() != 1 || !s.on_prefix()) continue;
-      const GroupKey key{s.prefix(), s.first()};
+      const GroupKey key{s.prefix(), s.shared_pages()};
       auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
       if (it == groups.end()) it = groups.insert(groups.end(), {key, {}});
       it->second.push_back(b);
     }
     std::erase_if(groups, [&](const auto& g) {
       const auto rows = static_cast<int64_t>(g.second.size());
-      return rows < 2 || (rows - 1) * g.first.second < relay_min_saved_tokens;
+      return rows < 2 || (rows - 1) * g.first.second * page < relay_min_saved_tokens;
     });
   }
   // Entries in step order: grouped decodes by group, the other decodes, then prompt chunks.
@@ -92,8 +92,8 @@ absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c
     }
     plan->group_rows.push_back(static_cast<int>(order.size()));
     step.max_group_rows = std::max(step.max_group_rows, static_cast<int>(members.size()));
-    max_prefix = std::max(max_prefix, key.second);
-    relay_pages += key.second / page;
+    max_prefix = std::max(max_prefix, int64_t{key.second} * page);
+    relay_pages += key.second;
   }
   step.groups = static_cast<int>(groups.size());
   step.grouped_rows = static_cast<int>(order.size());
@@ -108,7 +108,7 @@ absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c
     const ForwardEntry& e = batch[b];
     const auto& s = static_cast<const CudaSequence&>(*e.seq);
     const int64_t len = e.start_pos + static_cast<int64_t>(e.tokens.size());
-    const int64_t skipped = grouped[b] ? s.first() : 0;
+    const int64_t skipped = grouped[b] ? int64_t{s.shared_pages()} * page : 0;
     total_pages += (len - skipped + page - 1) / page;
     if (e.tokens.size() == 1) {
       ++step.decodes;
@@ -168,7 +168,7 @@ std::vector<size_t> PackStep(absl::Span<const ForwardEntry> batch, const StepPla
     const int64_t len = e.start_pos + static_cast<int64_t>(e.tokens.size());
     const int64_t used = (len + page - 1) / page;
     // A grouped decode's list starts after the prefix's pages (the group reads those).
-    const int64_t own_from = k < step.grouped_rows ? s.first() / page : 0;
+    const int64_t own_from = k < step.grouped_rows ? s.shared_pages() : 0;
     for (int64_t p = own_from; p < used; ++p) kv_indices[page_at++] = s.pages()[static_cast<size_t>(p)];
     kv_indptr[k + 1] = static_cast<int32_t>(page_at);
     last_page_len[k] = static_cast<int32_t>(len - (used - 1) * page);
@@ -191,7 +191,7 @@ std::vector<size_t> PackStep(absl::Span<const ForwardEntry> batch, const StepPla
   for (int g = 0; g <= step.groups; ++g) relay_rows[g] = plan.group_rows[static_cast<size_t>(g)];
   for (int g = 0; g < step.groups; ++g) {
     const auto& s = static_cast<const CudaSequence&>(*batch[order[static_cast<size_t>(plan.group_rows[g])]].seq);
-    for (int64_t p = 0; p < s.first() / page; ++p) relay_indices[relay_at++] = s.pages()[static_cast<size_t>(p)];
+    for (int p = 0; p < s.shared_pages(); ++p) relay_indices[relay_at++] = s.pages()[static_cast<size_t>(p)];
     relay_indptr[g + 1] = static_cast<int32_t>(relay_at);
     relay_last[g] = page;
   }
