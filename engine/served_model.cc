@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
+#include "model/builtin/builtin_model.h"
 #include "model/model_weights.h"
 #include "text/tokenizer_loader.h"
 
@@ -60,14 +61,27 @@ absl::StatusOr<ServedModel> LoadDirectory(const std::string& dir, const ServedMo
   return served;
 }
 
+// The trained built-in model (model/builtin/builtin_model.h) with the byte tokenizer and
+// chat template it was trained on.
+absl::StatusOr<ServedModel> LoadBuiltin(const ServedModelOptions& options) {
+  auto weights = model::BuiltinWeights();
+  if (!weights.ok()) return weights.status();
+  ServedModel served;
+  const model::ModelConfig& c = weights->config();
+  served.description = absl::StrCat("the built-in model (trained on the King James Bible: ", c.num_layers,
+                                    " layers, hidden ", c.hidden_size, ", ", weights->parameter_count(),
+                                    " parameters; --model=random:builtin for the random one)");
+  served.tokenizer = std::make_unique<text::ByteTokenizer>();
+  auto backend = model::CreateBackend(*std::move(weights), options.backend);
+  if (!backend.ok()) return backend.status();
+  served.backend = *std::move(backend);
+  return served;
+}
+
 }  // namespace
 
 absl::StatusOr<ServedModel> LoadServedModel(const ServedModelOptions& options) {
-  if (options.model.empty()) {
-    auto served = LoadRandom("builtin", options);
-    if (served.ok()) served->description = "the built-in model";
-    return served;
-  }
+  if (options.model.empty()) return LoadBuiltin(options);
   if (absl::StartsWith(options.model, kRandomPrefix)) {
     return LoadRandom(options.model.substr(kRandomPrefix.size()), options);
   }

@@ -16,10 +16,11 @@
 namespace strata::engine {
 
 struct ServedModelOptions {
-  // "" (the built-in model: byte tokenizer, deterministic random weights of
-  // ModelConfig::Builtin()), "random:NAME" (deterministic random weights of
-  // ModelConfig::Named(NAME); token IDs only, except random:builtin which is the built-in
-  // model), or a directory with config.json + *.safetensors (+ tokenizer.json).
+  // "" (the built-in model: trained weights linked into the binary, byte tokenizer;
+  // model/builtin/builtin_model.h), "random:NAME" (deterministic random weights of
+  // ModelConfig::Named(NAME); token IDs only, except random:builtin: the byte tokenizer
+  // on random weights of ModelConfig::Builtin(), smaller and faster, for tests), or a
+  // directory with config.json + *.safetensors (+ tokenizer.json).
   std::string model;
   uint64_t seed = 20241122;  // seed of random weights
   model::BackendOptions backend;

@@ -1,6 +1,7 @@
 #include "engine/served_model.h"
 
 #include "gtest/gtest.h"
+#include "model/builtin/builtin_model.h"
 
 namespace strata::engine {
 namespace {
@@ -12,20 +13,26 @@ ServedModelOptions OnCpu(const std::string& model) {
   return o;
 }
 
-TEST(ServedModelTest, EmptyNameIsTheBuiltInModelWithItsByteTokenizer) {
+TEST(ServedModelTest, EmptyNameIsTheTrainedBuiltInModelWithItsByteTokenizer) {
   auto served = LoadServedModel(OnCpu(""));
   ASSERT_TRUE(served.ok()) << served.status();
   EXPECT_EQ(served->backend->name(), "cpu");
-  EXPECT_EQ(served->backend->config().CanonicalString(), model::ModelConfig::Builtin().CanonicalString());
+  auto trained = model::BuiltinWeights();
+  ASSERT_TRUE(trained.ok());
+  EXPECT_EQ(served->backend->fingerprint(), trained->fingerprint());
+  EXPECT_NE(served->description.find("trained"), std::string::npos) << served->description;
   auto text = served->tokenizer->RenderChat({{"user", "hi"}});
   ASSERT_TRUE(text.ok()) << "the built-in model chats in text: " << text.status();
 }
 
-TEST(ServedModelTest, RandomBuiltinIsTheBuiltInModel) {
-  auto builtin = LoadServedModel(OnCpu(""));
+TEST(ServedModelTest, RandomBuiltinIsTheSmallRandomModelWithTheSameTokenizer) {
+  auto trained = LoadServedModel(OnCpu(""));
   auto random = LoadServedModel(OnCpu("random:builtin"));
-  ASSERT_TRUE(builtin.ok() && random.ok());
-  EXPECT_EQ(builtin->backend->fingerprint(), random->backend->fingerprint());
+  ASSERT_TRUE(trained.ok() && random.ok());
+  EXPECT_NE(trained->backend->fingerprint(), random->backend->fingerprint());
+  EXPECT_EQ(random->backend->config().CanonicalString(), model::ModelConfig::Builtin().CanonicalString());
+  EXPECT_EQ(random->tokenizer->RenderChat({{"user", "hi"}}).value(),
+            trained->tokenizer->RenderChat({{"user", "hi"}}).value());
 }
 
 TEST(ServedModelTest, SeedChangesTheRandomWeights) {

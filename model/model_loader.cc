@@ -167,16 +167,34 @@ absl::StatusOr<ModelWeights> ModelWeights::LoadDirectory(const std::string& dir)
     opened.push_back(*std::move(f));
   }
 
-  ModelWeights w(*config);
+  return FromTensors(*config, tensors, dir);
+}
+
+absl::StatusOr<ModelWeights> ModelWeights::FromMemory(absl::string_view config_json,
+                                                      absl::Span<const std::byte> safetensors,
+                                                      const std::string& name) {
+  auto config = ModelConfig::FromHfConfigJson(std::string(config_json));
+  if (!config.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", config.status().message()));
+  auto file = SafetensorsFile::FromMemory(safetensors, name);
+  if (!file.ok()) return file.status();
+  std::map<std::string, const TensorView*> tensors;
+  for (const auto& [tensor, view] : (*file)->tensors()) tensors.emplace(tensor, &view);
+  return FromTensors(*config, tensors, name);
+}
+
+absl::StatusOr<ModelWeights> ModelWeights::FromTensors(const ModelConfig& config,
+                                                       const std::map<std::string, const TensorView*>& tensors,
+                                                       const std::string& where) {
+  ModelWeights w(config);
   w.Layout();
   for (const Expected& e : ExpectedTensors(w)) {
     auto it = tensors.find(e.name);
     if (it == tensors.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(dir, ": tensor ", e.name, " is missing"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": tensor ", e.name, " is missing"));
     }
     const TensorView& t = *it->second;
     if (t.shape != e.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(dir, ": tensor ", e.name, " has shape ", ShapeText(t.shape),
+      return absl::InvalidArgumentError(absl::StrCat(where, ": tensor ", e.name, " has shape ", ShapeText(t.shape),
                                                      "; the config needs ", ShapeText(e.shape)));
     }
     Convert(t, const_cast<float*>(e.dst));  // this loader owns the buffer the views point into

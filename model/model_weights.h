@@ -3,12 +3,16 @@
 #ifndef STRATA_MODEL_MODEL_WEIGHTS_H_
 #define STRATA_MODEL_MODEL_WEIGHTS_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 
@@ -46,6 +50,10 @@ class ModelWeights {
   // the tensor that is missing, of the wrong shape or duplicated, or an architecture that
   // is not Llama, Mistral or Qwen2.
   static absl::StatusOr<ModelWeights> LoadDirectory(const std::string& dir);
+  // The same from a config.json text and one safetensors file already in memory (the
+  // built-in model's, linked into the binary); `name` stands for the directory in messages.
+  static absl::StatusOr<ModelWeights> FromMemory(absl::string_view config_json, absl::Span<const std::byte> safetensors,
+                                                 const std::string& name);
   // Writes these weights as a Hugging Face directory (config.json, safetensors in
   // `shards` files with an index when more than one) stored as `dtype`: for tests and
   // for exporting the built-in model.
@@ -70,6 +78,11 @@ class ModelWeights {
   // declaration order for initialisation.
   void Layout();
   void ComputeFingerprint();
+  // Fills these weights' views from `tensors` (each expected name, of the config's shape,
+  // converted to fp32). InvalidArgument naming `where` and the tensor missing or misshapen.
+  static absl::StatusOr<ModelWeights> FromTensors(const ModelConfig& config,
+                                                  const std::map<std::string, const TensorView*>& tensors,
+                                                  const std::string& where);
 
   ModelConfig config_;
   std::vector<float> data_;

@@ -55,7 +55,6 @@ int64_t TensorView::elements() const {
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  auto bad = [&path](const std::string& why) { return absl::InvalidArgumentError(absl::StrCat(path, ": ", why)); };
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot open ", path));
   struct stat st;
@@ -69,21 +68,40 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   f->map_bytes_ = static_cast<size_t>(st.st_size);
   if (f->map_bytes_ < 8) {
     close(fd);
-    return bad("shorter than the 8-byte header length");
+    return absl::InvalidArgumentError(absl::StrCat(path, ": shorter than the 8-byte header length"));
   }
   void* p = mmap(nullptr, f->map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return ErrnoStatus(errno, absl::StrCat("cannot map ", path));
   f->map_ = p;
-  const auto* base = static_cast<const std::byte*>(p);
+  absl::Status parsed = f->Parse(absl::Span<const std::byte>(static_cast<const std::byte*>(p), f->map_bytes_));
+  if (!parsed.ok()) return parsed;
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::FromMemory(absl::Span<const std::byte> bytes,
+                                                                             const std::string& name) {
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = name;
+  absl::Status parsed = f->Parse(bytes);
+  if (!parsed.ok()) return parsed;
+  return f;
+}
+
+absl::Status SafetensorsFile::Parse(absl::Span<const std::byte> bytes) {
+  const std::string& path = path_;
+  auto bad = [&path](const std::string& why) { return absl::InvalidArgumentError(absl::StrCat(path, ": ", why)); };
+  if (bytes.size() < 8) return bad("shorter than the 8-byte header length");
+  const std::byte* base = bytes.data();
   uint64_t header_bytes = 0;
-  std::memcpy(&header_bytes, base, 8);  // little-endian on every platform strata builds for
-  if (header_bytes > f->map_bytes_ - 8) return bad("header length runs past the end of the file");
+  std::memcpy(&header_bytes, base,
+              8);  // little-endian on every platform strata builds for
+  if (header_bytes > bytes.size() - 8) return bad("header length runs past the end of the file");
   const std::string header(reinterpret_cast<const char*>(base + 8), static_cast<size_t>(header_bytes));
   nlohmann::json j = nlohmann::json::parse(header, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return bad("header is not a JSON object");
   const uint64_t data_begin = 8 + header_bytes;
-  const uint64_t data_bytes = f->map_bytes_ - data_begin;
+  const uint64_t data_bytes = bytes.size() - data_begin;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() == "__metadata__") continue;
     const nlohmann::json& t = it.value();
@@ -112,9 +130,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
       return tensor_bad("byte size does not match shape and dtype");
     }
     v.bytes = absl::Span<const std::byte>(base + data_begin + b, static_cast<size_t>(e - b));
-    f->tensors_.emplace(it.key(), std::move(v));
+    tensors_.emplace(it.key(), std::move(v));
   }
-  return f;
+  return absl::OkStatus();
 }
 
 SafetensorsFile::~SafetensorsFile() {
@@ -180,15 +198,16 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorT
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
     if (n != static_cast<int64_t>(t.values.size())) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, " has ", t.values.size(),
-                                                     " values for a shape of ", n));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", t.name, " has ", t.values.size(), " values for a shape of ", n));
     }
     const uint64_t bytes = static_cast<uint64_t>(n) * static_cast<uint64_t>(DTypeBytes(t.dtype));
     header[t.name] = {{"dtype", DTypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // align the data to 8 bytes, as HF does
+  text.append((8 - text.size() % 8) % 8,
+              ' ');  // align the data to 8 bytes, as HF does
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return ErrnoStatus(errno, absl::StrCat("cannot write ", path));
   const uint64_t n = text.size();

@@ -1,4 +1,5 @@
-// SafetensorsFile: a memory-mapped .safetensors file (Hugging Face's tensor format).
+// SafetensorsFile: a .safetensors file (Hugging Face's tensor format), memory-mapped or
+// already in memory (the built-in model's weights are linked into the binary).
 //
 // Format: 8 bytes little-endian N, then N bytes of JSON mapping each tensor name to
 // {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to the byte after the
@@ -40,6 +41,10 @@ class SafetensorsFile {
   // problem when it is not a valid safetensors file (truncated header, bad JSON, an
   // unknown dtype, offsets outside the data, a size that does not match the shape).
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  // The same checks over bytes already in memory, which must outlive the result; `name`
+  // stands for the path in messages.
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> FromMemory(absl::Span<const std::byte> bytes,
+                                                                     const std::string& name);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -51,6 +56,8 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
+  // Reads the header and the tensor views over `bytes` (path_ set for messages).
+  absl::Status Parse(absl::Span<const std::byte> bytes);
   std::string path_;
   void* map_ = nullptr;
   size_t map_bytes_ = 0;

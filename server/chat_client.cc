@@ -55,6 +55,9 @@ v1::ChatRequest NewRequest(const ChatScriptOptions& options) {
   v1::ChatRequest request;
   request.set_session_id(options.session_id);
   request.set_max_new_tokens(static_cast<uint32_t>(options.max_new_tokens));
+  request.mutable_sampling()->set_temperature(options.temperature);
+  request.mutable_sampling()->set_top_p(options.top_p);
+  request.mutable_sampling()->set_seed(options.seed);
   return request;
 }
 
@@ -71,23 +74,29 @@ void PrintError(size_t turn, const grpc::Status& status) {
 
 }  // namespace
 
+void PrintTurnStatus(std::FILE* out, size_t turn, const v1::ChatDone& done) {
+  const v1::Usage& u = done.usage();
+  std::fprintf(out, "\n  [turn %zu: TTFT %.1f ms; %u prompt tokens, %u reused, %u computed; tier %s]\n", turn,
+               done.ttft_ms(), u.prompt_tokens(), u.cached_tokens(), u.computed_tokens(), TierLabel(done.cache_tier()));
+}
+
 int RunChatScript(const ChatScriptOptions& options) {
   auto stub = v1::ChatService::NewStub(grpc::CreateChannel(options.target, grpc::InsecureChannelCredentials()));
   v1::ChatRequest request = NewRequest(options);
-  std::printf("%-5s %9s %7s %7s %9s  %-12s %s\n", "turn", "ttft_ms", "prompt", "reused",
-              "computed", "tier", "answer");
   for (size_t turn = 0; turn < options.user_turns.size(); ++turn) {
     AddMessage(request, "user", options.user_turns[turn]);
-    const TurnOutcome t = SendTurn(*stub, options, request, [](const std::string&) {});
+    std::printf("you> %s\nstrata> ", options.user_turns[turn].c_str());
+    std::fflush(stdout);
+    const TurnOutcome t = SendTurn(*stub, options, request, [](const std::string& text) {
+      std::fputs(text.c_str(), stdout);
+      std::fflush(stdout);
+    });
     if (!t.status.ok()) {
+      std::printf("\n");
       PrintError(turn + 1, t.status);
       return 1;
     }
-    std::string shown = t.answer.size() > 40 ? t.answer.substr(0, 40) + "..." : t.answer;
-    for (char& c : shown) if (c == '\n') c = ' ';
-    std::printf("%-5zu %9.1f %7u %7u %9u  %-12s %s\n", turn + 1, t.done.ttft_ms(),
-                t.done.usage().prompt_tokens(), t.done.usage().cached_tokens(),
-                t.done.usage().computed_tokens(), TierLabel(t.done.cache_tier()), shown.c_str());
+    PrintTurnStatus(stdout, turn + 1, t.done);
     AddMessage(request, "assistant", t.answer);
   }
   return 0;
@@ -121,10 +130,7 @@ int RunInteractiveChat(const ChatScriptOptions& options, std::FILE* in, std::FIL
       continue;
     }
     AddMessage(request, "assistant", t.answer);
-    const v1::Usage& u = t.done.usage();
-    std::fprintf(out, "\n  [turn %zu: TTFT %.1f ms; %u prompt tokens, %u reused, %u computed; tier %s]\n", turn,
-                 t.done.ttft_ms(), u.prompt_tokens(), u.cached_tokens(), u.computed_tokens(),
-                 TierLabel(t.done.cache_tier()));
+    PrintTurnStatus(out, turn, t.done);
   }
   std::fprintf(out, "\n");
   return 0;

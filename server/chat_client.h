@@ -4,6 +4,7 @@
 #define STRATA_SERVER_CHAT_CLIENT_H_
 
 #include <cstdio>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,10 +16,16 @@ struct ChatScriptOptions {
   std::string api_key;  // sent as `authorization: Bearer` when non-empty
   std::vector<std::string> user_turns;
   int max_new_tokens = 48;
+  // Sampling of every turn (ChatRequest.sampling): temperature 0 is greedy.
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
 };
 
 // Runs the turns in order, carrying the conversation (with the answers) from turn to
-// turn. Returns 0 on success, 1 if any call failed (the error is printed).
+// turn, printing each message and its streamed answer and then a status line (TTFT,
+// tokens reused and computed, the tier that served the history). Returns 0 on success,
+// 1 if any call failed (the error is printed).
 int RunChatScript(const ChatScriptOptions& options);
 
 // Interactive: reads a message a line from `in` (until EOF or "/quit"), streams each

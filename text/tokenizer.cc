@@ -100,6 +100,12 @@ absl::StatusOr<std::vector<int32_t>> ByteTokenizer::RenderChat(
   return ids;
 }
 
+absl::StatusOr<std::vector<int32_t>> ByteTokenizer::Encode(std::string_view text) const {
+  if (!IsValidUtf8(text)) return absl::InvalidArgumentError("the text is not valid UTF-8");
+  return std::vector<int32_t>(reinterpret_cast<const unsigned char*>(text.data()),
+                              reinterpret_cast<const unsigned char*>(text.data()) + text.size());
+}
+
 std::string_view ByteTokenizer::TokenBytes(int32_t token) const {
   static const auto* kBytes = [] {
     auto* table = new std::string[256];

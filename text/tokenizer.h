@@ -4,6 +4,7 @@
 #define STRATA_TEXT_TOKENIZER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,9 @@ class Tokenizer {
   // does for SentencePiece-style vocabularies (Llama 2, Mistral: the first token of an
   // answer stands for " word").
   virtual bool DropsLeadingSpace() const { return false; }
+  // The token a plain text starts with (for scoring a text, as `strata ppl` does), when
+  // the tokenizer knows one.
+  virtual std::optional<int32_t> BosToken() const { return std::nullopt; }
 };
 
 // The built-in model's tokenizer: one token per byte (0..255) and six special tokens.
@@ -63,6 +67,9 @@ class ByteTokenizer final : public Tokenizer {
   bool IsStopToken(int32_t token) const override { return token == kEnd || token == kEos; }
   // Everything but printable ASCII, newline and the end-of-turn token.
   std::vector<int32_t> SilentTokens() const override;
+  std::optional<int32_t> BosToken() const override { return kBos; }
+  // One token per byte (the special tokens have no text form).
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
 };
 
 // For a model directory whose tokenizer strata cannot read yet: the API takes raw

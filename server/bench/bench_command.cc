@@ -59,7 +59,6 @@ ABSL_FLAG(bool, warm_system_prompts, false,
           "bench synthetic: before the measured run, one unmeasured turn per system prompt (a server that "
           "already holds its prompts, as after RegisterSystemPrompt; without it the first turns wait for each "
           "prompt's one computation)");
-ABSL_FLAG(uint64_t, seed, 1, "bench: seed of the workload (lengths, timing and token IDs)");
 ABSL_FLAG(std::string, trace, "", "bench trace: session JSONL or Mooncake trace to replay with its timing");
 ABSL_FLAG(double, time_scale, 1.0, "bench trace: multiply the trace's arrival times by this (0: all at once)");
 ABSL_FLAG(bool, sweep, false, "bench: a TTFT table over --history x --new_tokens x --concurrency");

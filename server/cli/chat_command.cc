@@ -7,7 +7,9 @@
 #include "server/cli/shared_flags.h"
 
 ABSL_FLAG(std::string, session, "demo", "chat: session ID");
-ABSL_FLAG(int, max_new_tokens, 48, "chat: tokens to generate per turn");
+ABSL_FLAG(int, max_new_tokens, 160, "chat: the most tokens to generate per turn");
+ABSL_FLAG(float, temperature, 0.7f, "chat: sampling temperature (0: greedy)");
+ABSL_FLAG(float, top_p, 0.9f, "chat: nucleus sampling's probability mass");
 ABSL_FLAG(bool, interactive, false,
           "chat: read messages from the terminal, stream each answer, and show what the cache did "
           "(/quit to leave); without it, a scripted three-turn chat");
@@ -20,11 +22,14 @@ int ChatCommand() {
   o.session_id = absl::GetFlag(FLAGS_session);
   o.api_key = absl::GetFlag(FLAGS_api_key);
   o.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  o.temperature = absl::GetFlag(FLAGS_temperature);
+  o.top_p = absl::GetFlag(FLAGS_top_p);
+  o.seed = absl::GetFlag(FLAGS_seed);
   if (absl::GetFlag(FLAGS_interactive)) return RunInteractiveChat(o, stdin, stdout);
   o.user_turns = {
-      "Hello! I am planning a week of hiking in the Alps in September. What should I pack?",
-      "Good. Which huts would you book near Zermatt, and how early?",
-      "Thanks. Summarise the whole plan in three short bullet points.",
+      "Hello! Who are you?",
+      "Tell me about Moses.",
+      "What should I pack for a long journey?",
   };
   return RunChatScript(o);
 }

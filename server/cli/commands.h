@@ -13,6 +13,8 @@ int ServeCommand();
 int ChatCommand();
 // The model's logits for --tokens as JSON (tests/gpu/check_hf_logits.py reads them).
 int LogitsCommand();
+// Perplexity and bits per byte of --text under the model (model/perplexity.h).
+int PplCommand();
 
 }  // namespace strata::server::cli
 

@@ -5,14 +5,18 @@
 ABSL_FLAG(int, port, 7070, "serve: gRPC port (0: pick a free one); chat: port to call when --target is empty");
 ABSL_FLAG(std::string, target, "", "chat, bench: server address host:port (chat default: 127.0.0.1:--port)");
 ABSL_FLAG(std::string, api_key, "", "chat, bench: API key to send");
+ABSL_FLAG(uint64_t, seed, 1,
+          "bench: seed of the workload (lengths, timing and token IDs); chat: the sampler's seed (the same seed "
+          "and conversation give the same answer)");
 ABSL_FLAG(std::string, model, "",
-          "serve, logits: a Hugging Face model directory (config.json + *.safetensors; Llama, Mistral, Qwen2), "
+          "serve, logits, ppl: a Hugging Face model directory (config.json + *.safetensors; Llama, Mistral, Qwen2), "
           "or random:NAME for deterministic random weights of a named shape (builtin, llama3-8b, llama3-1b, qwen3-8b, qwen2.5-7b; "
-          "made on the device); serve: empty for the built-in model");
+          "made on the device; random:builtin is the small random model with the byte tokenizer); empty: the built-in "
+          "model, trained on the King James Bible");
 ABSL_FLAG(std::string, device, "auto",
-          "serve, logits: cuda, cpu, or auto (cuda when strata was built with CUDA and a GPU is visible)");
+          "serve, logits, ppl: cuda, cpu, or auto (cuda when strata was built with CUDA and a GPU is visible)");
 ABSL_FLAG(double, kv_memory_fraction, 0.85,
-          "serve, logits: share of the GPU memory left after the weights that the paged KV pool takes");
+          "serve, logits, ppl: share of the GPU memory left after the weights that the paged KV pool takes");
 
 ABSL_FLAG(bool, cuda_share_prefixes, true,
           "serve: on the GPU, sessions on a shared system prompt share its KV pages (off: the GPU computes "

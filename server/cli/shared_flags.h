@@ -11,6 +11,7 @@
 ABSL_DECLARE_FLAG(int, port);
 ABSL_DECLARE_FLAG(std::string, target);
 ABSL_DECLARE_FLAG(std::string, api_key);
+ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(double, kv_memory_fraction);

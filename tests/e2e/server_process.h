@@ -16,8 +16,9 @@ namespace strata::testing {
 
 class ServerProcess {
  public:
-  // Starts `strata serve --port 0 --metrics_port 0 <extra_flags>` and waits (up to 60 s)
-  // until it listens. Errors as server::ServeProcess::Start.
+  // Starts `strata serve --port 0 --metrics_port 0 --model=random:builtin <extra_flags>`
+  // and waits (up to 60 s) until it listens (a --model in extra_flags wins). Errors as
+  // server::ServeProcess::Start.
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(const std::vector<std::string>& extra_flags);
 
   std::string target() const { return process_->target(); }

@@ -21,6 +21,11 @@ positions: those where the reference's top-1 leads its runner-up by more than 4x
 RMS logit error HF bf16 shows there. (On random weights many positions are near-ties that
 bf16 rounding flips for HF as much as for strata; both agreements are printed.)
 
+The trained built-in model (model/builtin, a Hugging Face Llama directory of BF16 weights)
+is checked the same way on real text (a chat in its template and held-out prose), where
+top-1 agreement is meaningful at every position: the CPU backend must agree at all of them,
+the CUDA backend at >= 99%.
+
 usage: python3 tests/gpu/check_hf_logits.py STRATA [--run PREFIX] [--workdir DIR] [--device cpu|cuda]
   STRATA: the strata binary (or the bundle's name when --run is given, e.g.
           --run bundle/run STRATA=strata). Exits 1 when any check fails.
@@ -34,6 +39,22 @@ import tempfile
 
 import torch
 import transformers
+
+BUILTIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "model", "builtin")
+
+
+def builtin_sequences():
+    """Real text for the built-in byte-level model: a chat in its template, held-out prose."""
+    bos, user, assistant, end = 256, 259, 260, 261
+    prose = open(os.path.join(BUILTIN, "held_out.txt"), "rb").read()
+    chat = ([bos, user] + list(b"Tell me about Moses.") + [end, assistant] +
+            list(b"And Moses said unto the LORD, Behold, the children of Israel have not hearkened unto me;") + [end])
+    return [chat, [bos] + list(prose[:180]), list(prose[2000:2100])]
+
+
+def builtin_model(dtype):
+    return transformers.AutoModelForCausalLM.from_pretrained(BUILTIN, torch_dtype=dtype,
+                                                             attn_implementation="eager").eval()
 
 
 def families(device):
@@ -79,18 +100,25 @@ def main():
                  [300, 11],
                  [int(x) for x in torch.randint(0, 320, (96,))]]
     rows, ok = [], True
-    for name, config in families("cpu"):
-        config._attn_implementation = "eager"
-        model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32).eval()
-        randomize(model)
-        path = os.path.join(work, name)
-        model.save_pretrained(path, safe_serialization=True)
-        got = strata_logits(args, path, "cpu", sequences, name)
+
+    def models():
+        for name, config in families("cpu"):
+            config._attn_implementation = "eager"
+            model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32).eval()
+            randomize(model)
+            path = os.path.join(work, name)
+            model.save_pretrained(path, safe_serialization=True)
+            yield name, path, model, sequences
+        yield "builtin-trained", BUILTIN, builtin_model(torch.float32), builtin_sequences()
+
+    for name, path, model, seqs in models():
+        got = strata_logits(args, path, "cpu", seqs, name)
         if got is None:
             ok = False
             continue
         worst_steps = worst_prefill = scale = 0.0
-        for seq, mine in zip(sequences, got["sequences"]):
+        agree = total = 0
+        for seq, mine in zip(seqs, got["sequences"]):
             with torch.no_grad():
                 ref = model(torch.tensor([seq])).logits[0].double()
             steps = torch.tensor(mine["steps"], dtype=torch.float64)
@@ -98,14 +126,16 @@ def main():
             worst_steps = max(worst_steps, (steps - ref).abs().max().item())
             worst_prefill = max(worst_prefill, (prefill - ref[-1]).abs().max().item())
             scale = max(scale, ref.abs().max().item())
-        passed = worst_steps <= 1e-4 and worst_prefill <= 1e-4
+            agree += (steps.argmax(-1) == ref.argmax(-1)).sum().item()
+            total += len(seq)
+        passed = worst_steps <= 1e-4 and worst_prefill <= 1e-4 and (name != "builtin-trained" or agree == total)
         ok = ok and passed
-        rows.append((name, scale, worst_steps, worst_prefill, "ok" if passed else "FAIL"))
+        rows.append((name, scale, worst_steps, worst_prefill, agree / total, "ok" if passed else "FAIL"))
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
-    print("| model | max abs logit | max abs diff (per-token steps) | max abs diff (prefill) | 1e-4 |")
-    print("|---|---|---|---|---|")
+    print("| model | max abs logit | max abs diff (per-token steps) | max abs diff (prefill) | top-1 agreement | verdict |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r[0]} | {r[1]:.2f} | {r[2]:.2e} | {r[3]:.2e} | {r[4]} |")
+        print(f"| {r[0]} | {r[1]:.2f} | {r[2]:.2e} | {r[3]:.2e} | {r[4]:.2%} | {r[5]} |")
     return 0 if ok else 1
 
 
@@ -138,22 +168,30 @@ def check_cuda(args):
     work = args.workdir or tempfile.mkdtemp(prefix="strata-hf-cuda-")
     sequences = [[int(x) for x in torch.randint(0, 1024, (n,))] for n in (160, 96, 64, 17)]
     rows, ok = [], True
-    for name, config in families("cuda"):
-        config._attn_implementation = "eager"
-        model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32).eval()
-        randomize(model)
-        model = model.to(torch.bfloat16)  # the weights strata serves, exactly
-        path = os.path.join(work, name)
-        model.save_pretrained(path, safe_serialization=True)
-        ref_model = model.to(torch.float32).cuda()  # fp32 arithmetic on the bf16 weights
+
+    def models():
+        for name, config in families("cuda"):
+            config._attn_implementation = "eager"
+            model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32).eval()
+            randomize(model)
+            model = model.to(torch.bfloat16)  # the weights strata serves, exactly
+            path = os.path.join(work, name)
+            model.save_pretrained(path, safe_serialization=True)
+            yield name, path, sequences
+        yield "builtin-trained", BUILTIN, builtin_sequences()
+
+    for name, path, seqs in models():
+        # fp32 arithmetic on the bf16 weights, and HF's own bf16 run
+        ref_model = transformers.AutoModelForCausalLM.from_pretrained(
+            path, torch_dtype=torch.float32, attn_implementation="eager").cuda().eval()
         bf16_model = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.bfloat16).cuda().eval()
-        got = strata_logits(args, path, "cuda", sequences, name)
+        got = strata_logits(args, path, "cuda", seqs, name)
         if got is None:
             ok = False
             continue
         agree = agree_hf = total = decisive = agree_decisive = 0
         err = err_hf = err_prefill = 0.0
-        for seq, mine in zip(sequences, got["sequences"]):
+        for seq, mine in zip(seqs, got["sequences"]):
             with torch.no_grad():
                 ids = torch.tensor([seq]).cuda()
                 ref = ref_model(ids).logits[0].double().cpu()
@@ -172,6 +210,8 @@ def check_cuda(args):
             err_hf = max(err_hf, rel(hf16, ref))
             err_prefill = max(err_prefill, rel(prefill, ref[-1]))
         passed = agree_decisive >= 0.99 * decisive and err <= 2 * err_hf and err_prefill <= 2 * err_hf
+        if name == "builtin-trained":  # a trained model: top-1 means something at every position
+            passed = passed and agree >= 0.99 * total
         ok = ok and passed
         rows.append((name, agree / total, agree_hf / total, f"{agree_decisive}/{decisive}", err, err_prefill, err_hf,
                      "ok" if passed else "FAIL"))

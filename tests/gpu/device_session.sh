@@ -21,6 +21,8 @@
 #   prompts   shared system prompts: 64 sessions, S = 0/2048/4096 system tokens shared and
 #             read by relay attention, shared pages read per session, and not shared: TTFT,
 #             decode rate, host bytes (PROMPT_S, PROMPT_MODES)
+#   ppl       strata ppl of the built-in model on its held-out text: the whole file on the
+#             GPU, and its first 20 KB on the GPU and on the CPU (the two must agree)
 #   relay     relay attention's GPU tests, relay_attention_bench, PyTorch on the same shapes
 #   rate      the sustainable session rate with a 4K system prompt (p99 TTFT <= 1 s): relay,
 #             shared pages, not shared (RATE_MODES, RATE_START, RATE_PROBES, RATE_TIMEOUT)
@@ -41,6 +43,8 @@ B=$PWD/devbundle/bin
 for p in "$PWD/build/strata" /work/main/build/strata; do
   mkdir -p "$(dirname "$p")" && cp -f "$B/strata" "$p" 2>/dev/null || true
 done
+# Tests that read the source tree (the built-in model's directory) find it where it was built.
+if [ "$PWD" != /work/main ]; then mkdir -p /work/main/model && cp -rf model/builtin /work/main/model/ 2>/dev/null || true; fi
 summary=$OUT/summary.txt
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
@@ -81,6 +85,16 @@ run_sanitize() {
 SERVE8B="--model=random:llama3-8b --device=cuda"
 # bench TAG EXTRA_SERVE_FLAGS: the TTFT sweeps (history on host with --hbm_cache_bytes=0,
 # resident in HBM by default) and the decode step seen end to end.
+run_ppl() {
+  head -c 20000 model/builtin/held_out.txt >"$OUT/held_out_20k.txt"
+  for run in "cuda model/builtin/held_out.txt full" "cuda $OUT/held_out_20k.txt 20k" "cpu $OUT/held_out_20k.txt 20k"; do
+    set -- $run
+    "$B/strata" ppl --device="$1" --text="$2" >"$OUT/ppl-$1-$3.log" 2>&1
+    note "ppl $1 $3: rc=$? $(grep -E '^(perplexity|bits/byte|time)' "$OUT/ppl-$1-$3.log" | tr -s ' ' | tr '\n' ';')"
+  done
+  rm -f "$OUT/held_out_20k.txt"
+}
+
 run_bench() {
   local tag=$1 extra=$2
   run_bench_history "$tag" "$extra"
@@ -234,7 +248,7 @@ for phase in "$@"; do
     step-e2e) run_step_e2e ;; sharegpt) run_sharegpt ;; step) run_step ;;
     hf-old) run_hf_old ;; kvload) run_kvload ;; writeback) run_writeback ;; gputests) run_gpu_tests ;;
     bench-ssd) run_bench_ssd ;; bench-host-history) run_bench_history bench-host --hbm_cache_bytes=0 ;;
-    prompts) run_prompts ;; relay) run_relay ;; rate) run_rate ;;
+    prompts) run_prompts ;; relay) run_relay ;; rate) run_rate ;; ppl) run_ppl ;;
     *) note "unknown phase $phase" ;;
   esac
 done
