@@ -29,11 +29,7 @@ SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::FromModel(
     std::string_view serialized, const SentencePieceOptions &options) {
-  if (!SentencePieceModel::Available()) {
-    std::string why;
-    SentencePieceModel::Load(serialized, true, &why);
-    return absl::UnimplementedError(why);
-  }
+  if (std::string why; !SentencePieceModel::Available(&why)) return absl::UnimplementedError(why);
   std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
   t->legacy_ = options.legacy;
   t->add_prefix_space_ = options.add_prefix_space;

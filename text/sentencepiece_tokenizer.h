@@ -53,8 +53,8 @@ class SentencePieceTokenizer final : public TokenVocabulary {
  public:
   // `serialized`: the bytes of a tokenizer.model. InvalidArgument when the
   // library does not accept them (the message gives its reason) or an added
-  // token has a negative ID or empty content; Unimplemented when strata was
-  // built without the library.
+  // token has a negative ID or empty content; Unimplemented when the library
+  // is not available (the message says why: see SentencePieceModel::Available).
   static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> FromModel(std::string_view serialized,
                                                                            const SentencePieceOptions &options);
   ~SentencePieceTokenizer() override;

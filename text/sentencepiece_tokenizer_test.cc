@@ -94,9 +94,8 @@ std::string Decode(const TokenVocabulary &t, const std::vector<int32_t> &ids) {
 class SentencePieceTokenizerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!SentencePieceModel::Available()) {
-      GTEST_SKIP() << "strata was built without the SentencePiece library "
-                      "(libsentencepiece-dev)";
+    if (std::string why; !SentencePieceModel::Available(&why)) {
+      GTEST_SKIP() << "the SentencePiece library is not available: " << why;
     }
     ASSERT_TRUE(testing::HaveSentencePieceTools())
         << "spm_train / spm_encode not found: install Debian's sentencepiece "
@@ -295,12 +294,12 @@ TEST_F(SentencePieceTokenizerTest, TokenizerJsonIsReadFirst) {
 
 // Holds in both builds: with the library a tokenizer.model is read; without it
 // the directory serves token IDs and the start-up line says why.
-TEST(SentencePieceAvailabilityTest, TokenizerModelIsReadExactlyWhenTheLibraryIsBuiltIn) {
+TEST(SentencePieceAvailabilityTest, TokenizerModelIsReadExactlyWhenTheLibraryIsAvailable) {
   storage::testing::TempDir dir("strata-spm");
   std::ofstream(dir / "tokenizer.model") << "x";
   EXPECT_EQ(HasTokenizerFile(dir.path()), SentencePieceModel::Available());
   if (!SentencePieceModel::Available()) {
-    EXPECT_NE(MissingTokenizerReason(dir.path()).find("without the SentencePiece library"), std::string::npos);
+    EXPECT_NE(MissingTokenizerReason(dir.path()).find("tokenizer.model is not read: "), std::string::npos);
     EXPECT_EQ(LoadTokenizer(dir.path()).status().code(), absl::StatusCode::kUnimplemented);
   }
   storage::testing::TempDir empty("strata-spm");

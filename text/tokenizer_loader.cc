@@ -159,9 +159,8 @@ bool HasTokenizerFile(const std::string& dir) {
 
 std::string MissingTokenizerReason(const std::string& dir) {
   const fs::path root(dir);
-  if (fs::exists(root / "tokenizer.model") && !SentencePieceModel::Available()) {
-    return absl::StrCat(dir, "/tokenizer.model is not read: this strata was built without the SentencePiece library ",
-                        "(install libsentencepiece-dev and rebuild)");
+  if (std::string why; fs::exists(root / "tokenizer.model") && !SentencePieceModel::Available(&why)) {
+    return absl::StrCat(dir, "/tokenizer.model is not read: ", why);
   }
   return absl::StrCat(dir, " has no tokenizer.json or tokenizer.model");
 }

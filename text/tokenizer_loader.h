@@ -27,20 +27,21 @@
 namespace strata::text {
 
 // True when `dir` holds a tokenizer file LoadTokenizer reads: tokenizer.json, or
-// tokenizer.model when strata was built with the SentencePiece library.
+// tokenizer.model when this process can use the SentencePiece library
+// (SentencePieceModel::Available).
 bool HasTokenizerFile(const std::string& dir);
 
 // For the start-up log of a directory HasTokenizerFile refuses: why it has no tokenizer
-// ("DIR has no tokenizer.json or tokenizer.model", or that tokenizer.model is not read
-// because strata was built without the SentencePiece library).
+// ("DIR has no tokenizer.json or tokenizer.model", or why its tokenizer.model is not read:
+// strata built without the SentencePiece library, or the library unusable here).
 std::string MissingTokenizerReason(const std::string& dir);
 
 // The directory's tokenizer. Its RenderChat renders the chat template, then encodes the
 // text as `transformers`' apply_chat_template(tokenize=True) does (special tokens in the
 // rendered text are recognised, no BOS added beyond the template's own).
 //   NotFound         no tokenizer.json or tokenizer.model in `dir`.
-//   Unimplemented    only a tokenizer.model, and strata was built without the SentencePiece
-//                    library.
+//   Unimplemented    only a tokenizer.model, and the SentencePiece library is not available
+//                    (the message says why).
 //   InvalidArgument  a file is malformed (the message names it; a tokenizer.model the
 //                    library does not accept included), the tokenizer uses a component
 //                    BpeTokenizer does not implement, or the chat template uses a construct
