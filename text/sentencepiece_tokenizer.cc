@@ -16,7 +16,7 @@ constexpr char kSpaceMarker[] = "\xE2\x96\x81";  // ▁ (U+2581), SentencePiece'
 // "<0x0A>" -> '\n'; nullopt for any other spelling.
 std::optional<char> BytePiece(std::string_view piece) {
   if (piece.size() != 6 || !piece.starts_with("<0x") || piece[5] != '>') return std::nullopt;
-  char *end = nullptr;
+  char* end = nullptr;
   const std::string hex(piece.substr(3, 2));
   const long value = std::strtol(hex.c_str(), &end, 16);
   if (end != hex.c_str() + 2) return std::nullopt;
@@ -28,19 +28,19 @@ std::optional<char> BytePiece(std::string_view piece) {
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::FromModel(
-    std::string_view serialized, const SentencePieceOptions &options) {
+    std::string_view serialized, const SentencePieceOptions& options) {
   if (std::string why; !SentencePieceModel::Available(&why)) return absl::UnimplementedError(why);
   std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
   t->legacy_ = options.legacy;
   t->add_prefix_space_ = options.add_prefix_space;
-  // transformers' non-legacy LlamaTokenizer loads the model with its dummy
-  // prefix off and adds "▁" itself, only at the start of the text.
+  // transformers' non-legacy LlamaTokenizer loads the model with its dummy prefix off and
+  // adds "▁" itself, only at the start of the text.
   std::string error;
   t->model_ = SentencePieceModel::Load(serialized, /*add_dummy_prefix=*/options.legacy, &error);
   if (t->model_ == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("not a SentencePiece model (", error, ")"));
   }
-  const SentencePieceModel &m = *t->model_;
+  const SentencePieceModel& m = *t->model_;
   if (options.legacy) {
     const std::vector<int32_t> probe = m.Encode("a");
     t->drops_leading_space_ = !probe.empty() && m.Piece(probe[0]).starts_with(kSpaceMarker);
@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::
   }
 
   int size = m.piece_count();
-  for (const SentencePieceAddedToken &a : options.added_tokens) {
+  for (const SentencePieceAddedToken& a : options.added_tokens) {
     if (a.id < 0 || a.content.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("added token ", a.id, " '", a.content, "' has a negative ID or no content"));
@@ -60,12 +60,12 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::
   t->token_bytes_.resize(static_cast<size_t>(size));
   t->special_.assign(static_cast<size_t>(size), false);
   for (int32_t id = 0; id < m.piece_count(); ++id) {
-    const std::string &piece = m.Piece(id);
+    const std::string& piece = m.Piece(id);
     switch (m.Type(id)) {
       case SentencePieceModel::PieceType::kControl:
       case SentencePieceModel::PieceType::kUnknown:
-        // HF's LlamaTokenizer makes <s>, </s> and <unk> special tokens: cut out
-        // of the text as written, skipped when decoding.
+        // HF's LlamaTokenizer makes <s>, </s> and <unk> special tokens: cut out of the text
+        // as written, skipped when decoding.
         t->special_[id] = true;
         t->recognised_.push_back({piece, id});
         break;
@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::
         break;
     }
   }
-  for (const SentencePieceAddedToken &a : options.added_tokens) {
+  for (const SentencePieceAddedToken& a : options.added_tokens) {
     t->special_[a.id] = a.special;
     t->token_bytes_[a.id] = a.special ? "" : a.content;
     t->added_[a.content] = a.id;
@@ -86,8 +86,8 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::
   }
   // Longest first, so that a token that starts another is tried after it.
   std::stable_sort(t->recognised_.begin(), t->recognised_.end(),
-                   [](const Recognised &a, const Recognised &b) { return a.content.size() > b.content.size(); });
-  for (const Recognised &r : t->recognised_) {
+                   [](const Recognised& a, const Recognised& b) { return a.content.size() > b.content.size(); });
+  for (const Recognised& r : t->recognised_) {
     if (!r.content.empty()) t->recognised_first_byte_[static_cast<unsigned char>(r.content[0])] = true;
   }
   return t;
@@ -118,9 +118,9 @@ absl::StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(std::string_
   size_t segment_start = 0;
   size_t pos = 0;
   while (pos < text.size()) {
-    const Recognised *match = nullptr;
+    const Recognised* match = nullptr;
     if (recognised_first_byte_[static_cast<unsigned char>(text[pos])]) {
-      for (const Recognised &r : recognised_) {
+      for (const Recognised& r : recognised_) {
         if (text.substr(pos).starts_with(r.content)) {
           match = &r;
           break;
@@ -140,17 +140,16 @@ absl::StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(std::string_
   return out;
 }
 
-void SentencePieceTokenizer::EncodeSegment(std::string_view segment, bool at_start, std::vector<int32_t> &out) const {
+void SentencePieceTokenizer::EncodeSegment(std::string_view segment, bool at_start, std::vector<int32_t>& out) const {
   if (segment.empty()) return;
   if (legacy_) {
     const std::vector<int32_t> ids = model_->Encode(segment);
     out.insert(out.end(), ids.begin(), ids.end());
     return;
   }
-  // transformers' non-legacy LlamaTokenizer: "▁" before the text, then a
-  // segment that starts with a space is encoded after "<unk>" and the pieces of
-  // "<unk>" dropped, so that the library's normalizer cannot treat its space as
-  // the start of a text.
+  // transformers' non-legacy LlamaTokenizer: "▁" before the text, then a segment that
+  // starts with a space is encoded after "<unk>" and the pieces of "<unk>" dropped, so that
+  // the library's normalizer cannot treat its space as the start of a text.
   std::string text = at_start && add_prefix_space_
                          ? absl::StrCat(kSpaceMarker, absl::string_view(segment.data(), segment.size()))
                          : std::string(segment);

@@ -1,6 +1,5 @@
-// SentencePieceTokenizer and a tokenizer.model directory through LoadTokenizer,
-// on a model trained here by the library's own spm_train and checked against
-// its own spm_encode.
+// SentencePieceTokenizer and a tokenizer.model directory through LoadTokenizer, on a model
+// trained here by the library's own spm_train and checked against its own spm_encode.
 #include "text/sentencepiece_tokenizer.h"
 
 #include <algorithm>
@@ -26,11 +25,10 @@ using testing::kTinySpmBos;
 using testing::kTinySpmEos;
 using testing::kTinySpmUnk;
 
-// Single lines (spm_encode reads one text a line): spaces, leading and trailing
-// spaces, digits, accents, CJK, emoji and other characters the corpus lacks
-// (byte fallback).
-const std::vector<std::string> &Corpus() {
-  static const auto *corpus = new std::vector<std::string>{
+// Single lines (spm_encode reads one text a line): spaces, leading and trailing spaces,
+// digits, accents, CJK, emoji and other characters the corpus lacks (byte fallback).
+const std::vector<std::string>& Corpus() {
+  static const auto* corpus = new std::vector<std::string>{
       "Hello world",
       "hello world.",
       " Hello",
@@ -39,10 +37,9 @@ const std::vector<std::string> &Corpus() {
       "double  space  between",
       "12345 and 3.14 and 2024",
       "Caf\xC3\xA9 na\xC3\xAFve r\xC3\xA9sum\xC3\xA9",
-      "\xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x8C\xE4\xB8\x96\xE7\x95"
-      "\x8C",                                          // 你好，世界
-      "emoji \xF0\x9F\x99\x82 and \xF0\x9F\x9A\x80!",  // 🙂 🚀
-      "unseen \xCE\xA9 \xD0\xB6 \xE2\x82\xAC",         // Ω ж €
+      "\xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x8C\xE4\xB8\x96\xE7\x95\x8C",  // 你好，世界
+      "emoji \xF0\x9F\x99\x82 and \xF0\x9F\x9A\x80!",                  // 🙂 🚀
+      "unseen \xCE\xA9 \xD0\xB6 \xE2\x82\xAC",                         // Ω ж €
       "mixed\ttab",
       "a",
       " ",
@@ -54,7 +51,7 @@ const std::vector<std::string> &Corpus() {
   return *corpus;
 }
 
-std::string ReadFile(const std::string &path) {
+std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -62,10 +59,10 @@ std::string ReadFile(const std::string &path) {
 }
 
 // The IDs spm_encode gives each line of `texts`.
-std::vector<std::vector<int32_t>> SpmEncode(const std::string &dir, const std::vector<std::string> &texts) {
+std::vector<std::vector<int32_t>> SpmEncode(const std::string& dir, const std::vector<std::string>& texts) {
   {
     std::ofstream in(dir + "/spm-input.txt", std::ios::binary);
-    for (const std::string &t : texts) in << t << "\n";
+    for (const std::string& t : texts) in << t << "\n";
   }
   const std::string command = "spm_encode --model=" + dir + "/tokenizer.model --output_format=id --input=" + dir +
                               "/spm-input.txt --output=" + dir + "/spm-output.txt";
@@ -80,9 +77,9 @@ std::vector<std::vector<int32_t>> SpmEncode(const std::string &dir, const std::v
   return ids;
 }
 
-// The text of `ids` as strata streams it: token bytes through the UTF-8
-// decoder, the first space dropped where the reference decoder drops it.
-std::string Decode(const TokenVocabulary &t, const std::vector<int32_t> &ids) {
+// The text of `ids` as strata streams it: token bytes through the UTF-8 decoder, the first
+// space dropped where the reference decoder drops it.
+std::string Decode(const TokenVocabulary& t, const std::vector<int32_t>& ids) {
   Utf8StreamDecoder decoder;
   std::string text;
   for (int32_t id : ids) text += decoder.Feed(t.TokenBytes(id));
@@ -98,8 +95,7 @@ class SentencePieceTokenizerTest : public ::testing::Test {
       GTEST_SKIP() << "the SentencePiece library is not available: " << why;
     }
     ASSERT_TRUE(testing::HaveSentencePieceTools())
-        << "spm_train / spm_encode not found: install Debian's sentencepiece "
-           "package (./dev installs it)";
+        << "spm_train / spm_encode not found: install Debian's sentencepiece package (./dev installs it)";
     const std::string error = testing::TrainTinySentencePiece(dir_.path());
     ASSERT_EQ(error, "");
     model_bytes_ = ReadFile(dir_ / "tokenizer.model");
@@ -114,7 +110,7 @@ class SentencePieceTokenizerTest : public ::testing::Test {
     return t.ok() ? *std::move(t) : nullptr;
   }
 
-  std::vector<int32_t> Encode(const TokenVocabulary &t, std::string_view text) {
+  std::vector<int32_t> Encode(const TokenVocabulary& t, std::string_view text) {
     auto ids = t.Encode(text);
     EXPECT_TRUE(ids.ok()) << ids.status();
     return ids.ok() ? *ids : std::vector<int32_t>{};
@@ -148,7 +144,7 @@ TEST_F(SentencePieceTokenizerTest, DecodingGivesTheTextBack) {
     auto t = Make(legacy);
     ASSERT_NE(t, nullptr);
     EXPECT_TRUE(t->drops_leading_space());
-    for (const std::string &text : texts) {
+    for (const std::string& text : texts) {
       EXPECT_EQ(Decode(*t, Encode(*t, text)), text) << (legacy ? "legacy" : "non-legacy");
     }
   }
@@ -198,9 +194,8 @@ TEST_F(SentencePieceTokenizerTest, SpecialAndAddedTokensWrittenInTheTextAreCutOu
   EXPECT_EQ(t->eos_piece(), "</s>");
 }
 
-// transformers' LlamaTokenizer(legacy=False), Llama 2's setting: "▁" only at
-// the start of the text, so "[INST]" after <s> has no leading space; legacy
-// gives every segment one.
+// transformers' LlamaTokenizer(legacy=False), Llama 2's setting: "▁" only at the start of
+// the text, so "[INST]" after <s> has no leading space; legacy gives every segment one.
 TEST_F(SentencePieceTokenizerTest, NonLegacyPrefixesASpaceOnlyAtTheStartOfTheText) {
   auto legacy = Make(/*legacy=*/true);
   auto non_legacy = Make(/*legacy=*/false);
@@ -214,15 +209,14 @@ TEST_F(SentencePieceTokenizerTest, NonLegacyPrefixesASpaceOnlyAtTheStartOfTheTex
   const std::vector<int32_t> legacy_after = Encode(*legacy, "<s>Hello world");
   ASSERT_GE(legacy_after.size(), 2u);
   EXPECT_EQ(legacy->TokenBytes(legacy_after[1]).substr(0, 1), " ");
-  // A written space after a special token is a word's space, as in the middle
-  // of a text.
+  // A written space after a special token is a word's space, as in the middle of a text.
   std::vector<int32_t> want = {kTinySpmBos};
   for (int32_t id : Encode(*legacy, "Hello world")) want.push_back(id);
   EXPECT_EQ(Encode(*non_legacy, "<s> Hello world"), want);
 }
 
 TEST_F(SentencePieceTokenizerTest, ACorruptModelIsInvalidArgument) {
-  for (const std::string &bytes : {std::string("not a model"), model_bytes_.substr(0, model_bytes_.size() / 2)}) {
+  for (const std::string& bytes : {std::string("not a model"), model_bytes_.substr(0, model_bytes_.size() / 2)}) {
     auto t = SentencePieceTokenizer::FromModel(bytes, {});
     ASSERT_FALSE(t.ok());
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
@@ -249,9 +243,8 @@ TEST_F(SentencePieceTokenizerTest, ADirectoryWithOnlyTokenizerModelChatsWithTheL
   auto ids =
       (*t)->RenderChat({{"system", "be short"}, {"user", "hello"}, {"assistant", " hi there "}, {"user", "more"}});
   ASSERT_TRUE(ids.ok()) << ids.status();
-  auto want = (*t)->Encode(
-      "<s>[INST] <<SYS>>\nbe short\n<</SYS>>\n\nhello "
-      "[/INST] hi there </s><s>[INST] more [/INST]");
+  auto want =
+      (*t)->Encode("<s>[INST] <<SYS>>\nbe short\n<</SYS>>\n\nhello [/INST] hi there </s><s>[INST] more [/INST]");
   ASSERT_TRUE(want.ok());
   EXPECT_EQ(*ids, *want);
   EXPECT_EQ(ids->front(), kTinySpmBos);
@@ -260,8 +253,7 @@ TEST_F(SentencePieceTokenizerTest, ADirectoryWithOnlyTokenizerModelChatsWithTheL
   // legacy false: "[INST]" right after <s> has no leading space.
   EXPECT_EQ((*t)->TokenBytes((*ids)[1]).substr(0, 1), "[");
 
-  // The first turn's prompt is a prefix of the second's: the session cache can
-  // reuse it.
+  // The first turn's prompt is a prefix of the second's: the session cache can reuse it.
   auto first = (*t)->RenderChat({{"user", "hello"}});
   auto second = (*t)->RenderChat({{"user", "hello"}, {"assistant", "hi"}, {"user", "more"}});
   ASSERT_TRUE(first.ok() && second.ok());
@@ -292,8 +284,8 @@ TEST_F(SentencePieceTokenizerTest, TokenizerJsonIsReadFirst) {
   EXPECT_EQ(note.rfind("tokenizer.json", 0), 0u) << note;
 }
 
-// Holds in both builds: with the library a tokenizer.model is read; without it
-// the directory serves token IDs and the start-up line says why.
+// Holds in both builds: with the library a tokenizer.model is read; without it the
+// directory serves token IDs and the start-up line says why.
 TEST(SentencePieceAvailabilityTest, TokenizerModelIsReadExactlyWhenTheLibraryIsAvailable) {
   storage::testing::TempDir dir("strata-spm");
   std::ofstream(dir / "tokenizer.model") << "x";
