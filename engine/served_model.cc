@@ -51,8 +51,7 @@ absl::StatusOr<ServedModel> LoadDirectory(const std::string& dir, const ServedMo
     LOG(INFO) << note;
     served.tokenizer = *std::move(loaded);
   } else {
-    LOG(WARNING) << "no tokenizer.json in " << dir
-                 << " (a tokenizer.model alone is not read): Chat takes token_ids only (messages are refused)";
+    LOG(WARNING) << text::MissingTokenizerReason(dir) << ": Chat takes token_ids only (messages are refused)";
     served.tokenizer = std::make_unique<text::TokenIdsOnlyTokenizer>(c.vocab_size, c.eos_token_ids);
   }
   auto backend = model::CreateBackend(*std::move(weights), options.backend);

@@ -18,39 +18,40 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "text/token_vocabulary.h"
 
 namespace strata::text {
 
 class RegexSplitter;  // PCRE2, defined in bpe_tokenizer.cc
 
 // Thread-safe after construction: every method is const and touches no shared state.
-class BpeTokenizer {
+class BpeTokenizer final : public TokenVocabulary {
  public:
   // Parses the text of a tokenizer.json. InvalidArgument naming the component or field
   // when the JSON is malformed, the model is not BPE, or a normalizer / pre-tokenizer /
   // option is one this class does not implement (it refuses rather than guesses).
   static absl::StatusOr<std::unique_ptr<BpeTokenizer>> FromJson(std::string_view json_text);
-  ~BpeTokenizer();
+  ~BpeTokenizer() override;
 
   // The token IDs of `text` (no BOS/EOS added; added tokens written in the text are
   // recognised). InvalidArgument if `text` is not valid UTF-8.
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const;
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
 
   // One more than the largest token ID of the vocabulary and the added tokens.
-  int vocab_size() const { return vocab_size_; }
+  int vocab_size() const override { return vocab_size_; }
   // The bytes a token decodes to: byte-level tokens their bytes, SentencePiece pieces
   // with `▁` as a space and `<0xXX>` as that byte, non-special added tokens their
   // content. Empty for special tokens and IDs outside the vocabulary.
-  std::string_view TokenBytes(int32_t id) const;
+  std::string_view TokenBytes(int32_t id) const override;
   // True for added tokens marked `special` (`<|eot_id|>`, `</s>`, ...).
-  bool IsSpecial(int32_t id) const;
+  bool IsSpecial(int32_t id) const override;
   // True when the file's decoder drops the first space of a decoded text (a `Strip`
   // decoder with start >= 1, or a `Metaspace` decoder that prepends on encode): the
   // SentencePiece form, whose first word token stands for " word".
-  bool drops_leading_space() const { return drops_leading_space_; }
+  bool drops_leading_space() const override { return drops_leading_space_; }
   // The ID of an added token or vocabulary entry given as it is written in
   // tokenizer.json (`<|im_end|>`, `</s>`); nullopt if there is none.
-  std::optional<int32_t> TokenId(std::string_view written) const;
+  std::optional<int32_t> TokenId(std::string_view written) const override;
 
  private:
   struct AddedToken {

@@ -1,6 +1,8 @@
 #include "text/tokenizer_loader.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -11,6 +13,8 @@
 #include "base/status_macros.h"
 #include "text/bpe_tokenizer.h"
 #include "text/chat_template.h"
+#include "text/sentencepiece_model.h"
+#include "text/sentencepiece_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::text {
@@ -61,11 +65,11 @@ void AddIds(const Json& config, std::set<int32_t>& ids) {
 
 class ModelDirTokenizer final : public Tokenizer {
  public:
-  ModelDirTokenizer(std::unique_ptr<BpeTokenizer> bpe, std::unique_ptr<ChatTemplate> chat, ChatTemplateVars vars,
+  ModelDirTokenizer(std::unique_ptr<TokenVocabulary> vocab, std::unique_ptr<ChatTemplate> chat, ChatTemplateVars vars,
                     std::set<int32_t> stops)
-      : bpe_(std::move(bpe)), chat_(std::move(chat)), vars_(std::move(vars)), stops_(std::move(stops)) {}
+      : vocab_(std::move(vocab)), chat_(std::move(chat)), vars_(std::move(vars)), stops_(std::move(stops)) {}
 
-  int vocab_size() const override { return bpe_->vocab_size(); }
+  int vocab_size() const override { return vocab_->vocab_size(); }
 
   absl::StatusOr<std::vector<int32_t>> RenderChat(absl::Span<const ChatMessage> messages) const override {
     if (chat_ == nullptr) {
@@ -84,25 +88,25 @@ class ModelDirTokenizer final : public Tokenizer {
       }
     }
     STRATA_ASSIGN_OR_RETURN(std::string text, chat_->Render(messages, vars_));
-    return bpe_->Encode(text);
+    return vocab_->Encode(text);
   }
 
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override { return bpe_->Encode(text); }
-  std::string_view TokenBytes(int32_t token) const override { return bpe_->TokenBytes(token); }
-  bool DropsLeadingSpace() const override { return bpe_->drops_leading_space(); }
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override { return vocab_->Encode(text); }
+  std::string_view TokenBytes(int32_t token) const override { return vocab_->TokenBytes(token); }
+  bool DropsLeadingSpace() const override { return vocab_->drops_leading_space(); }
   bool IsStopToken(int32_t token) const override { return stops_.contains(token); }
 
   // Special tokens other than the stop tokens: a random-weight model should not emit them.
   std::vector<int32_t> SilentTokens() const override {
     std::vector<int32_t> silent;
-    for (int32_t t = 0; t < bpe_->vocab_size(); ++t) {
-      if (bpe_->IsSpecial(t) && !stops_.contains(t)) silent.push_back(t);
+    for (int32_t t = 0; t < vocab_->vocab_size(); ++t) {
+      if (vocab_->IsSpecial(t) && !stops_.contains(t)) silent.push_back(t);
     }
     return silent;
   }
 
  private:
-  std::unique_ptr<BpeTokenizer> bpe_;
+  std::unique_ptr<TokenVocabulary> vocab_;
   std::unique_ptr<ChatTemplate> chat_;  // null: no chat_template
   ChatTemplateVars vars_;
   std::set<int32_t> stops_;
@@ -115,18 +119,54 @@ std::string Family(std::string_view source) {
   return "unrecognised family (rendered as written)";
 }
 
+// tokenizer_config.json's options for a tokenizer.model: legacy, add_prefix_space and
+// added_tokens_decoder ({"32000": {"content": "<pad>", "special": true, ...}, ...}).
+absl::StatusOr<SentencePieceOptions> SentencePieceOptionsOf(const Json& config, const fs::path& path) {
+  SentencePieceOptions options;
+  if (auto it = config.find("legacy"); it != config.end() && it->is_boolean()) options.legacy = it->get<bool>();
+  if (auto it = config.find("add_prefix_space"); it != config.end() && it->is_boolean()) {
+    options.add_prefix_space = it->get<bool>();
+  }
+  auto added = config.find("added_tokens_decoder");
+  if (added == config.end() || added->is_null()) return options;
+  if (!added->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": added_tokens_decoder is not an object"));
+  }
+  for (const auto& [key, token] : added->items()) {
+    char* end = nullptr;
+    const long id = std::strtol(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || id < 0 || id > INT32_MAX || !token.is_object() || !token.contains("content") ||
+        !token["content"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path.string(), ": added_tokens_decoder entry '", key, "' is not an ID with a content"));
+    }
+    SentencePieceAddedToken a;
+    a.id = static_cast<int32_t>(id);
+    a.content = token["content"].get<std::string>();
+    a.special = token.value("special", false);
+    options.added_tokens.push_back(std::move(a));
+  }
+  return options;
+}
+
 }  // namespace
 
-bool HasTokenizerFile(const std::string& dir) { return fs::exists(fs::path(dir) / "tokenizer.json"); }
+bool HasTokenizerFile(const std::string& dir) {
+  const fs::path root(dir);
+  return fs::exists(root / "tokenizer.json") ||
+         (fs::exists(root / "tokenizer.model") && SentencePieceModel::Available());
+}
+
+std::string MissingTokenizerReason(const std::string& dir) {
+  const fs::path root(dir);
+  if (std::string why; fs::exists(root / "tokenizer.model") && !SentencePieceModel::Available(&why)) {
+    return absl::StrCat(dir, "/tokenizer.model is not read: ", why);
+  }
+  return absl::StrCat(dir, " has no tokenizer.json or tokenizer.model");
+}
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir, std::string* note) {
   const fs::path root(dir);
-  if (!fs::exists(root / "tokenizer.json")) {
-    return absl::NotFoundError(absl::StrCat(dir, " has no tokenizer.json"));
-  }
-  STRATA_ASSIGN_OR_RETURN(std::string json, ReadText(root / "tokenizer.json"));
-  auto bpe = BpeTokenizer::FromJson(json);
-  if (!bpe.ok()) return absl::InvalidArgumentError(absl::StrCat(dir, ": ", bpe.status().message()));
   STRATA_ASSIGN_OR_RETURN(const Json tokenizer_config, ReadJsonIfPresent(root / "tokenizer_config.json"));
   STRATA_ASSIGN_OR_RETURN(Json config, ReadJsonIfPresent(root / "config.json"));
   STRATA_ASSIGN_OR_RETURN(Json generation_config, ReadJsonIfPresent(root / "generation_config.json"));
@@ -134,10 +174,35 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir,
   ChatTemplateVars vars;
   vars.bos_token = TokenText(tokenizer_config, "bos_token");
   vars.eos_token = TokenText(tokenizer_config, "eos_token");
+  std::unique_ptr<TokenVocabulary> vocab;
+  std::string file;
+  if (fs::exists(root / "tokenizer.json")) {
+    file = "tokenizer.json";
+    STRATA_ASSIGN_OR_RETURN(std::string json, ReadText(root / file));
+    auto bpe = BpeTokenizer::FromJson(json);
+    if (!bpe.ok()) return absl::InvalidArgumentError(absl::StrCat(dir, ": ", bpe.status().message()));
+    vocab = *std::move(bpe);
+  } else if (fs::exists(root / "tokenizer.model")) {
+    file = "tokenizer.model";
+    STRATA_ASSIGN_OR_RETURN(std::string bytes, ReadText(root / file));
+    STRATA_ASSIGN_OR_RETURN(SentencePieceOptions options,
+                            SentencePieceOptionsOf(tokenizer_config, root / "tokenizer_config.json"));
+    auto spm = SentencePieceTokenizer::FromModel(bytes, options);
+    if (!spm.ok()) {
+      return absl::Status(spm.status().code(), absl::StrCat((root / file).string(), ": ", spm.status().message()));
+    }
+    // LlamaTokenizer's defaults are the model's own <s> and </s>.
+    if (vars.bos_token.empty()) vars.bos_token = (*spm)->bos_piece();
+    if (vars.eos_token.empty()) vars.eos_token = (*spm)->eos_piece();
+    vocab = *std::move(spm);
+  } else {
+    return absl::NotFoundError(MissingTokenizerReason(dir));
+  }
+
   std::set<int32_t> stops;
   AddIds(config, stops);
   AddIds(generation_config, stops);
-  if (auto id = (*bpe)->TokenId(vars.eos_token); id.has_value() && !vars.eos_token.empty()) stops.insert(*id);
+  if (auto id = vocab->TokenId(vars.eos_token); id.has_value() && !vars.eos_token.empty()) stops.insert(*id);
 
   std::unique_ptr<ChatTemplate> chat;
   std::string family = "none: token_ids only";
@@ -167,8 +232,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir,
       }
     }
     for (const char* end : kTurnEnds) {
-      auto id = (*bpe)->TokenId(end);
-      if (id.has_value() && (*bpe)->IsSpecial(*id) && text.find(end) != std::string::npos) stops.insert(*id);
+      auto id = vocab->TokenId(end);
+      if (id.has_value() && vocab->IsSpecial(*id) && text.find(end) != std::string::npos) stops.insert(*id);
     }
     family = Family(text);
     chat = *std::move(parsed);
@@ -181,10 +246,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir,
                                                         "generation_config.json, no eos_token in tokenizer_config.json)"));
   }
   if (note != nullptr) {
-    *note = absl::StrCat("tokenizer.json: vocabulary ", (*bpe)->vocab_size(), ", chat template: ", family,
+    *note = absl::StrCat(file, ": vocabulary ", vocab->vocab_size(), ", chat template: ", family,
                          ", stop tokens {", absl::StrJoin(stops, ", "), "}");
   }
-  return std::make_unique<ModelDirTokenizer>(*std::move(bpe), std::move(chat), std::move(vars), std::move(stops));
+  return std::make_unique<ModelDirTokenizer>(std::move(vocab), std::move(chat), std::move(vars), std::move(stops));
 }
 
 }  // namespace strata::text

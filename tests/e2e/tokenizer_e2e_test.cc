@@ -1,9 +1,11 @@
 // `strata serve --model DIR` on a directory with a real tokenizer file (a hand-made
-// byte-level tokenizer.json with the ChatML template, so it runs without the network;
-// random weights): chat in text over gRPC, the second turn re-renders the conversation
-// and reuses the cached prefix, and the answers equal the cache-off server's.
+// byte-level tokenizer.json with the ChatML template, so it runs without the network, or
+// a tokenizer.model trained here by spm_train; random weights): chat in text over gRPC,
+// the second turn re-renders the conversation and reuses the cached prefix, and the
+// answers equal the cache-off server's.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,8 @@
 #include <vector>
 
 #include "model/model_weights.h"
+#include "text/sentencepiece_model.h"
+#include "text/testing/tiny_sentencepiece.h"
 #include "text/testing/tiny_tokenizer.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_loader.h"
@@ -162,6 +166,74 @@ TEST(TokenizerE2eTest, ServesARealQwen2TokenizerDirectory) {
   Turn reference = ChatText((*off)->target(), "q", second_turn);
   ASSERT_TRUE(second.status.ok() && reference.status.ok()) << second.status.error_message();
   EXPECT_GE(second.done.usage().cached_tokens(), first.done.usage().prompt_tokens() - 1);
+  EXPECT_EQ(second.tokens, reference.tokens) << "cached and recomputed answers differ";
+  EXPECT_EQ(second.text, reference.text);
+}
+
+// A Llama 2 style directory with no tokenizer.json: tokenizer.model (SentencePiece, read
+// through the library) and tokenizer_config.json with Llama 2 Chat's [INST] template.
+TEST(TokenizerE2eTest, ADirectoryWithOnlyTokenizerModelChatsInText) {
+  // The server is built as this test is: it reads tokenizer.model exactly when this can.
+  if (std::string why; !text::SentencePieceModel::Available(&why)) {
+    GTEST_SKIP() << "the SentencePiece library is not available: " << why;
+  }
+  ASSERT_TRUE(text::testing::HaveSentencePieceTools())
+      << "spm_train / spm_encode not found: install Debian's sentencepiece package (./dev installs it)";
+  storage::testing::TempDir dir("strata-tokenizer-e2e");
+  const std::string model = dir.path() + "/llama-sentencepiece";
+  std::filesystem::create_directories(model);
+  ASSERT_EQ(text::testing::TrainTinySentencePiece(model), "");
+  ASSERT_TRUE(text::testing::WriteLlama2TokenizerConfig(model));
+  ASSERT_FALSE(std::filesystem::exists(model + "/tokenizer.json"));
+  auto tokenizer = text::LoadTokenizer(model);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+
+  model::ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.vocab_size = text::testing::kTinySpmVocab;
+  c.hidden_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.intermediate_size = 96;
+  c.max_context = 1024;
+  c.eos_token_ids = {text::testing::kTinySpmEos};
+  // The random model keeps to printable pieces (and may end its turn with </s>).
+  std::vector<int32_t> silent;
+  for (int32_t t = 0; t < c.vocab_size; ++t) {
+    const std::string_view bytes = (*tokenizer)->TokenBytes(t);
+    const bool printable = !bytes.empty() && std::all_of(bytes.begin(), bytes.end(), [](char b) {
+      return static_cast<unsigned char>(b) >= 0x20 && static_cast<unsigned char>(b) < 0x7F;
+    });
+    if (!printable && !(*tokenizer)->IsStopToken(t)) silent.push_back(t);
+  }
+  ASSERT_TRUE(model::ModelWeights::Random(c, 11, silent).WriteDirectory(model, model::DType::kBF16).ok());
+  auto on = testing::ServerProcess::Start({"--model=" + model, "--chunk_tokens=16", "--pin_host_memory=false"});
+  ASSERT_TRUE(on.ok()) << on.status();
+  auto off = testing::ServerProcess::Start({"--model=" + model, "--cache=off"});
+  ASSERT_TRUE(off.ok()) << off.status();
+
+  const std::vector<std::pair<std::string, std::string>> first_turn = {{"system", "be short"},
+                                                                       {"user", "Hello world! 12345 \xF0\x9F\x99\x82"}};
+  Turn first = ChatText((*on)->target(), "l", first_turn);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  ASSERT_FALSE(first.tokens.empty());
+  EXPECT_EQ(first.done.usage().cached_tokens(), 0);
+  EXPECT_TRUE(text::IsValidUtf8(first.text));
+  auto prompt = (*tokenizer)->RenderChat({{"system", "be short"}, {"user", "Hello world! 12345 \xF0\x9F\x99\x82"}});
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_EQ(first.done.usage().prompt_tokens(), prompt->size());
+  EXPECT_EQ(prompt->front(), text::testing::kTinySpmBos);
+
+  std::vector<std::pair<std::string, std::string>> second_turn = first_turn;
+  second_turn.push_back({"assistant", first.text});
+  second_turn.push_back({"user", "more"});
+  Turn second = ChatText((*on)->target(), "l", second_turn);
+  Turn reference = ChatText((*off)->target(), "l", second_turn);
+  ASSERT_TRUE(second.status.ok() && reference.status.ok()) << second.status.error_message();
+  EXPECT_GE(second.done.usage().cached_tokens(), first.done.usage().prompt_tokens() - 1);
+  EXPECT_GT(second.done.usage().cached_tokens(), 0);
   EXPECT_EQ(second.tokens, reference.tokens) << "cached and recomputed answers differ";
   EXPECT_EQ(second.text, reference.text);
 }

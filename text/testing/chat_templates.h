@@ -19,6 +19,17 @@ inline constexpr char kChatMlTemplate[] =
     "message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt "
     "%}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
+// Llama 2 Chat's template, as in Llama-2-7b-chat-hf's tokenizer_config.json.
+inline constexpr char kLlama2Template[] =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif "
+    "%}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ "
+    "raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if "
+    "loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
+    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if "
+    "message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif "
+    "message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
+
 // Mistral 7B Instruct v0.3's template (system message folded into the last user turn).
 inline constexpr char kMistralTemplate[] = R"({%- if messages[0]['role'] == 'system' %}
     {%- set system_message = messages[0]['content'] %}
