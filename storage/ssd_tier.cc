@@ -128,7 +128,15 @@ class SsdTier::Impl {
     total_blocks_ = free_blocks_;
     const unsigned entries = static_cast<unsigned>(options_.queue_depth);
     if (int rc = io_uring_queue_init(entries, &ring_, 0); rc < 0) {
-      return absl::UnavailableError(absl::StrCat("cannot set up io_uring: ", std::strerror(-rc)));
+      // ENOSYS/EPERM: the kernel has io_uring but this process may not use it, which is
+      // what a container runtime's default seccomp profile does; say how to go on.
+      const bool refused = rc == -ENOSYS || rc == -EPERM;
+      return absl::UnavailableError(absl::StrCat(
+          "cannot set up io_uring: ", std::strerror(-rc),
+          refused ? " (io_uring is refused here: a container's default seccomp profile or the "
+                    "kernel.io_uring_disabled sysctl; allow it, e.g. deploy/docker/seccomp.json, or run "
+                    "without --ssd_dirs)"
+                  : ""));
     }
     ring_ready_ = true;
     reaper_ = std::thread([this] { Reap(); });
