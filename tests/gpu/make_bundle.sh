@@ -3,10 +3,13 @@
 # strata binary, the GPU and engine tests, the e2e suites that run there, model_bench),
 # with the shared libraries the GPU machine lacks. Ignored by git; name it in `carry`.
 #   bash tests/gpu/make_bundle.sh        then, there: bash tests/gpu/device_session.sh PHASE...
+# BUNDLE_TARGETS="strata ..." packs only those (the device tool carries 64 MiB in all,
+# the working tree included: phases that need only strata, e.g. hf and ppl, fit easily).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 targets=(strata cuda_kernels_test cuda_prefill_attention_test cuda_model_kernels_test cuda_model_test
   cuda_engine_test engine_test model_test chat_e2e_test bench_e2e_test model_bench kv_load_bench relay_attention_bench)
+if [ -n "${BUNDLE_TARGETS:-}" ]; then read -r -a targets <<<"$BUNDLE_TARGETS"; fi
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/strata-ccache}
 cmake --build build -j "$(nproc)" --target "${targets[@]}"
 rm -rf devbundle devbundle.tar.xz
