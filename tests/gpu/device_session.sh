@@ -22,7 +22,8 @@
 #             read by relay attention, shared pages read per session, and not shared: TTFT,
 #             decode rate, host bytes (PROMPT_S, PROMPT_MODES)
 #   ppl       strata ppl of the built-in model on its held-out text: the whole file on the
-#             GPU, and its first 20 KB on the GPU and on the CPU (the two must agree)
+#             GPU, and its first 20 KB on the GPU and on the CPU (the two must agree); then
+#             truncation on stored KV vs recompute vs no re-rotation (trained and random)
 #   relay     relay attention's GPU tests, relay_attention_bench, PyTorch on the same shapes
 #   rate      the sustainable session rate with a 4K system prompt (p99 TTFT <= 1 s): relay,
 #             shared pages, not shared (RATE_MODES, RATE_START, RATE_PROBES, RATE_TIMEOUT)
@@ -93,6 +94,12 @@ run_ppl() {
     note "ppl $1 $3: rc=$? $(grep -E '^(perplexity|bits/byte|time)' "$OUT/ppl-$1-$3.log" | tr -s ' ' | tr '\n' ';')"
   done
   rm -f "$OUT/held_out_20k.txt"
+  # Truncation on stored KV (issue 19): re-rotated (strata) vs recomputed vs not re-rotated.
+  for model in "" random:builtin; do
+    "$B/strata" ppl --device=cuda --model="$model" --text=model/builtin/held_out.txt --truncation_window=1024 \
+      --batch=32 >"$OUT/ppl-truncation${model:+-random}.log" 2>&1
+    note "ppl truncation ${model:-builtin}: rc=$?"; tail -5 "$OUT/ppl-truncation${model:+-random}.log" >>"$summary"
+  done
 }
 
 run_bench() {
