@@ -17,15 +17,14 @@ struct Window {
   std::unique_ptr<SequenceState> seq;
 };
 
-// -ln softmax(logits)[target], in double.
-double Nll(const std::vector<float>& logits, int32_t target) {
+}  // namespace
+
+double NegativeLogLikelihood(absl::Span<const float> logits, int32_t target) {
   const float top = *std::max_element(logits.begin(), logits.end());
   double sum = 0;
   for (float l : logits) sum += std::exp(static_cast<double>(l) - top);
   return std::log(sum) - (static_cast<double>(logits[static_cast<size_t>(target)]) - top);
 }
-
-}  // namespace
 
 absl::StatusOr<PerplexityResult> TeacherForcedNll(ModelBackend& model, absl::Span<const int32_t> tokens,
                                                   const PerplexityOptions& o) {
@@ -84,7 +83,7 @@ absl::StatusOr<PerplexityResult> TeacherForcedNll(ModelBackend& model, absl::Spa
       for (size_t j = 0; j < stepped.size(); ++j) {
         const Window& w = *stepped[j];
         const size_t slot = static_cast<size_t>(&w - group.data());
-        result.nll_nats += Nll(logits[slot], tokens[w.begin + t + 1]);
+        result.nll_nats += NegativeLogLikelihood(logits[slot], tokens[w.begin + t + 1]);
         ++result.scored_tokens;
       }
     }

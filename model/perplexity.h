@@ -31,6 +31,9 @@ struct PerplexityResult {
   double nats_per_token() const { return scored_tokens > 0 ? nll_nats / static_cast<double>(scored_tokens) : 0; }
 };
 
+// -ln softmax(logits)[target], computed in double.
+double NegativeLogLikelihood(absl::Span<const float> logits, int32_t target);
+
 // Scores tokens[1..] given what precedes each (tokens[0] is context only, e.g.
 // BOS). InvalidArgument for fewer than 2 tokens, a token outside the
 // vocabulary, stride < 1, window < stride or window above the model's context;

@@ -8,18 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/elementwise/bf16.h"
 #include "kernels/rope/rope_cpu.h"
+#include "model/perplexity.h"
 
 namespace strata::model {
 namespace {
-
-// -ln softmax(logits)[target], in double.
-double Nll(const std::vector<float>& logits, int32_t target) {
-  float top = logits[0];
-  for (float l : logits) top = std::max(top, l);
-  double sum = 0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - top);
-  return std::log(sum) - (static_cast<double>(logits[static_cast<size_t>(target)]) - top);
-}
 
 // Rotates every K row of `payload` (fp32 or bf16 rows of the model's kv_dim) by `delta`
 // positions: loaded at position p it then carries the rotation of p + delta, its old one.
@@ -131,7 +123,7 @@ absl::StatusOr<TruncationEvalResult> StreamWithTruncation(ModelBackend& model, a
     if (absl::Status s = model.Forward(batch); !s.ok()) return s;
     for (size_t i : stepped) {
       Stream& st = streams[i];
-      result.nll_nats += Nll(logits[i], st.tokens[static_cast<size_t>(st.next + 1)]);
+      result.nll_nats += NegativeLogLikelihood(logits[i], st.tokens[static_cast<size_t>(st.next + 1)]);
       ++result.scored_tokens;
       ++st.next;
       ++st.held;

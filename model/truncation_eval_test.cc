@@ -7,17 +7,13 @@
 #include "gtest/gtest.h"
 #include "model/cpu/cpu_model.h"
 #include "model/model_weights.h"
+#include "model/testing/random_tokens.h"
 #include "model/testing/tiny_config.h"
 
 namespace strata::model {
 namespace {
 
-std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-  return t;
-}
+using testing::RandomTokens;
 
 TruncationEvalResult Stream(CpuModel& m, const std::vector<int32_t>& tokens, TruncationMode mode) {
   TruncationEvalOptions o;
