@@ -15,10 +15,11 @@ namespace strata::engine {
 
 absl::Status EngineOptions::Validate() const {
   if (max_running <= 0 || max_step_tokens <= 0 || max_new_tokens_limit <= 0 || max_queued <= 0 ||
-      warmup_tokens < 0 || min_shared_prompt_tokens < 0 || max_idle_shared_prompts < 0 || max_queued_per_tenant < 0) {
+      warmup_tokens < 0 || min_shared_prompt_tokens < 0 || max_idle_shared_prompts < 0 || max_queued_per_tenant < 0 ||
+      max_context < 0 || max_context == 1) {
     return absl::InvalidArgumentError("engine limits must be positive");
   }
-  return absl::OkStatus();
+  return context_window.Validate();
 }
 
 storage::ChunkLayout Engine::ChunkLayoutFor(const model::ModelConfig& config, int chunk_tokens) {
@@ -53,6 +54,8 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend
                const text::Tokenizer* tokenizer, storage::SessionStore* store,
                metrics::Registry* registry)
     : options_(options), model_(std::move(model)), tokenizer_(tokenizer), store_(store) {
+  context_tokens_ = options_.max_context > 0 ? std::min<int64_t>(options_.max_context, model_->config().max_context)
+                                             : model_->config().max_context;
   if (registry != nullptr) metrics_ = std::make_unique<Metrics>(*registry);
   if (store_ != nullptr) {
     hbm_ = std::make_unique<HbmTier>(options_.hbm, model_.get(), registry);
@@ -68,7 +71,7 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend
 void Engine::Warmup() {
   const model::ModelConfig& c = config();
   const int64_t n = std::min<int64_t>(
-      {options_.warmup_tokens, options_.max_step_tokens, c.max_context, model_->kv_capacity_tokens()});
+      {options_.warmup_tokens, options_.max_step_tokens, context_tokens_, model_->kv_capacity_tokens()});
   auto seq = model_->NewSequence(n);
   if (!seq.ok()) return;  // no room: the speed is measured by the first turns instead
   std::vector<int32_t> tokens(static_cast<size_t>(n));
@@ -104,7 +107,7 @@ Engine::~Engine() {
 }
 
 absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) {
-  const model::ModelConfig& c = config();
+  const int64_t window = context_tokens_;
   const int64_t prompt = static_cast<int64_t>(request.prompt.size());
   if (prompt == 0) return absl::InvalidArgumentError("the conversation is empty");
   for (size_t i = 0; i < request.prompt.size(); ++i) {
@@ -115,10 +118,13 @@ absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) 
                                                      tokenizer_->vocab_size(), ")"));
     }
   }
-  if (prompt >= c.max_context) {
+  if (prompt >= window) {
     return absl::InvalidArgumentError(absl::StrCat("the conversation is ", prompt,
                                                    " tokens; the model's context holds ",
-                                                   c.max_context, " (prompt plus at least one new token)"));
+                                                   window, " (prompt plus at least one new token)"));
+  }
+  if (request.truncated_tokens < 0 || request.kept_prefix_tokens < 0 || request.kept_prefix_tokens >= prompt) {
+    return absl::InvalidArgumentError("a cut conversation's kept prefix must lie inside the conversation");
   }
   if (request.system_tokens < 0 || request.system_tokens >= prompt) {
     return absl::InvalidArgumentError(absl::StrCat("the system part (", request.system_tokens,
@@ -147,7 +153,7 @@ absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) 
   }
   // The context bounds the answer: the prompt and the new tokens must fit.
   request.max_new_tokens = static_cast<int>(
-      std::min<int64_t>(request.max_new_tokens, c.max_context - prompt));
+      std::min<int64_t>(request.max_new_tokens, window - prompt));
 
   auto stream = std::make_shared<TurnStream>();
   MutexLock lock(&mu_);
@@ -165,6 +171,10 @@ absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) 
                                                        " turns queued, its limit (--max_queued_per_tenant); try "
                                                        "again later"));
     }
+  }
+  if (metrics_ && request.truncated_tokens > 0) {
+    metrics_->truncations.Increment();
+    metrics_->truncated_tokens.Increment(static_cast<double>(request.truncated_tokens));
   }
   queue_.push_back(Queued{std::move(request), stream, next_id_++});
   lookahead_changed_ = true;

@@ -116,6 +116,7 @@ void Engine::End(Running& r, FinishReason reason) {
   result.cache_tier = r.tier;
   result.ttft_ms = r.ttft_ms;
   result.finish = reason;
+  result.truncated_tokens = r.request.truncated_tokens;
   // Counted before the stream ends: whoever saw the end sees it counted.
   if (reason == FinishReason::kCancelled) {
     const absl::Status why = CancelStatus(*r.stream);
