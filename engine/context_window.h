@@ -38,6 +38,12 @@ struct ContextWindowOptions {
   ContextOverflow overflow = ContextOverflow::kTruncate;
   // Each cut drops a multiple of this share of the window (AttentionStore: half).
   double ratio = 0.5;
+  // A cut conversation's kept tokens reuse their stored KV at their new positions (K
+  // rotated again; AttentionStore's truncation, no recompute). Their KV was computed
+  // after the dropped tokens, so the answer is AttentionStore's approximation, not
+  // bit-equal to a recomputation (docs/DESIGN.md). Off: the tokens past the cut are
+  // recomputed once (token truncation), and answers equal those with the cache off.
+  bool reuse_kept_kv = true;
 
   // InvalidArgument unless 0 < ratio < 1.
   absl::Status Validate() const;

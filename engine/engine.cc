@@ -382,20 +382,35 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
     // except by a prompt job, which samples nothing.
     const int64_t max_reuse = (r->prompt_job ? prompt : prompt - 1) - base_tokens;
     const absl::Span<const int32_t> own = absl::MakeConstSpan(r->tokens).subspan(static_cast<size_t>(base_tokens));
-    storage::PrefixMatch match = store_->Match(r->request.key, own, max_reuse, r->base);
-    if (hbm_tokens > base_tokens) {
+    // A conversation cut to fit the context window (context_window.h) may find its kept
+    // tokens further on in its stored session, from before the cut.
+    const int64_t cut = r->request.truncated_tokens > 0 && options_.context_window.reuse_kept_kv
+                            ? r->request.kept_prefix_tokens - base_tokens
+                            : -1;
+    storage::PrefixMatch match = cut >= 0 ? store_->MatchAcrossCut(r->request.key, own, cut, max_reuse, r->base)
+                                          : store_->Match(r->request.key, own, max_reuse, r->base);
+    const int64_t hbm_own = std::max<int64_t>(0, hbm_tokens - base_tokens);
+    if (hbm_own > 0 && hbm_own >= match.tokens) {
       // The KV is in the sequence already. The stored chunks hold what the store matched.
       r->reused = hbm_tokens;
-      r->keep = std::min(hbm_tokens - base_tokens, match.tokens);
+      r->keep = std::min(hbm_own, match.kept);
       r->tier = storage::Tier::kHbm;
       if (counted) metrics_->hits->WithLabels({{"tier", "hbm"}}).Increment();
     } else if (match.tokens > 0) {
-      const int64_t loaded = LoadPrefix(*r, match.tokens);
+      // From the host tier. A resident copy (a session cut since it was kept) holds the
+      // tokens before the cut where they stay; the kept run is loaded at its new positions.
+      const int64_t from = std::min(hbm_own, match.kept);
+      const int64_t loaded = LoadPrefix(*r, match, from);
       r->reused += loaded;
-      r->keep = loaded;
-      if (loaded > 0) {
+      // Stored chunks that hold only tokens before the cut stay as they are; the others are
+      // written anew (re-packed at the new positions) by the write-back.
+      r->keep = std::min(loaded, match.kept);
+      if (loaded > from) {
         r->tier = queued.promoted ? storage::Tier::kSsd : match.tier;
         if (counted) metrics_->hits->WithLabels({{"tier", storage::TierName(r->tier)}}).Increment();
+      } else if (from > 0) {
+        r->tier = storage::Tier::kHbm;
+        if (counted) metrics_->hits->WithLabels({{"tier", "hbm"}}).Increment();
       }
     }
   }

@@ -216,11 +216,14 @@ class Engine {
   void Requeue(std::vector<Queued> turns);
   // Ends a turn that will not start: fails its stream with `why` and frees its session.
   void Abandon(Queued& queued, const absl::Status& why);
-  // Queues the load of the session's first `tokens` tokens of stored KV into the turn's
-  // sequence from the host tier. The chunks stay leased (pinned, no store lock held) in
-  // round_leases_ until the backend has moved them. Returns how many tokens were queued
-  // (fewer when the store holds fewer or a chunk cannot be placed).
-  int64_t LoadPrefix(Running& r, int64_t tokens);
+  // Queues the load of the stored KV `match` found into the turn's sequence from the host
+  // tier, past the session's first `from` own tokens (in the sequence already): its
+  // tokens [from, match.kept) where they are, and across a cut the stored run after the
+  // gap at its new positions (K rotated for them). The chunks stay leased (pinned, no
+  // store lock held) in round_leases_ until the backend has moved them. Returns the own
+  // tokens in place from 0 (fewer than match.tokens when the store holds fewer or a chunk
+  // cannot be placed).
+  int64_t LoadPrefix(Running& r, const storage::PrefixMatch& match, int64_t from);
   // Starts the loads this round's turns queued (the backend moves them beside the next
   // step); on a device fault `loaded`'s turns compute their prompts instead.
   void StartLoads(const std::vector<Running*>& loaded);

@@ -74,6 +74,10 @@ ABSL_FLAG(std::string, context_overflow, "truncate",
 ABSL_FLAG(double, context_truncation_ratio, 0.5,
           "serve: a truncated conversation drops a multiple of this share of the context window (AttentionStore: "
           "half), so a growing conversation is cut once per that many tokens");
+ABSL_FLAG(bool, context_truncation_reuse, true,
+          "serve: a truncated conversation's kept tokens reuse their stored KV at their new positions (AttentionStore; "
+          "an approximation: that KV was computed after the dropped tokens); false: they are recomputed once, and "
+          "answers equal those with the cache off");
 ABSL_FLAG(int64_t, max_context, 0,
           "serve: the context window served, in tokens (0: the model's; smaller values save KV memory, and tests "
           "use them)");
@@ -161,6 +165,7 @@ bool OptionsFromFlags(ServerOptions& o) {
   }
   o.engine.context_window.overflow = *overflow;
   o.engine.context_window.ratio = absl::GetFlag(FLAGS_context_truncation_ratio);
+  o.engine.context_window.reuse_kept_kv = absl::GetFlag(FLAGS_context_truncation_reuse);
   o.engine.max_context = absl::GetFlag(FLAGS_max_context);
   o.system_prompts_file = absl::GetFlag(FLAGS_system_prompts_file);
   auto keys = LoadApiKeys();
