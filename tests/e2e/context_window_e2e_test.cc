@@ -1,6 +1,7 @@
 // Conversations longer than the context window, against a real `strata serve` with a
 // small window (--max_context): the policy (truncate or reject), what the final event and
 // GetSession say, the metrics, and bad input.
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "base/http_get.h"
 #include "base/prometheus_text.h"
 #include "gtest/gtest.h"
+#include "storage/testing/temp_dir.h"
 #include "strata/v1/chat.grpc.pb.h"
 #include "tests/e2e/chat_rpc.h"
 #include "tests/e2e/server_process.h"
@@ -212,6 +214,76 @@ TEST_F(ContextWindowE2eTest, TokenIdsAreCutOnlyAfterAPrefixTheClientNames) {
   auto wrong = RunChat(cache_on_->target(), messages);
   EXPECT_EQ(wrong.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(wrong.status.error_message().find("keep_prefix_tokens is for token_ids"), std::string::npos);
+}
+
+// A 30-turn conversation on a 512-token window, with an SSD tier: it keeps getting
+// answers, is cut several times, each turn (cut or not) reuses everything the session
+// stored that the cut kept (its KV placed at the new positions), and a restart halfway
+// changes nothing of that.
+TEST(ContextWindowLongE2eTest, ThirtyTurnsAreCutSeveralTimesReuseAcrossEachCutAndSurviveARestart) {
+  storage::testing::TempDir tmp("strata-cut-e2e");
+  std::filesystem::create_directories(tmp.path() + "/ssd");
+  const std::vector<std::string> flags = {"--model=random:builtin",
+                                          "--device=cpu",
+                                          "--max_context=" + std::to_string(kWindow),
+                                          "--pin_host_memory=false",
+                                          "--host_cache_bytes=67108864",
+                                          "--ssd_dirs=" + tmp.path() + "/ssd",
+                                          "--ssd_capacity_bytes=67108864",
+                                          "--index_dir=" + tmp.path() + "/index",
+                                          "--ssd_probe_bytes=0",
+                                          "--fetch_or_recompute=false"};
+  auto started = ServerProcess::Start(flags);
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<ServerProcess> server = *std::move(started);
+
+  v1::ChatRequest request;
+  request.set_session_id("thirty");
+  request.set_max_new_tokens(16);
+  auto* system = request.add_messages();
+  system->set_role("system");
+  system->set_content("You answer in short sentences.");
+  uint32_t prev_prompt = 0, prev_completion = 0, prev_dropped = 0;
+  int cuts = 0;
+  for (int i = 0; i < 30; ++i) {
+    if (i == 15) {
+      EXPECT_EQ(server->Stop(), 0);
+      auto again = ServerProcess::Start(flags);
+      ASSERT_TRUE(again.ok()) << again.status();
+      server = *std::move(again);
+    }
+    auto* user = request.add_messages();
+    user->set_role("user");
+    user->set_content(absl::StrCat("question ", i, ": what do you know about ", i * 13, " caches?"));
+    request.set_persist(i == 14);  // durable before the restart
+    auto turn = RunChat(server->target(), request);
+    ASSERT_TRUE(turn.status.ok()) << "turn " << i << ": " << turn.status.error_message();
+    const v1::ChatDone& done = turn.done;
+    ASSERT_GE(done.usage().completion_tokens(), 1u) << "turn " << i;
+    EXPECT_LE(done.usage().prompt_tokens() + request.max_new_tokens(), static_cast<uint32_t>(kWindow));
+    if (i == 14) EXPECT_TRUE(done.persisted());
+    EXPECT_GE(done.truncated_tokens(), prev_dropped) << "turn " << i << ": a cut never comes back";
+    if (i > 0) {
+      const uint32_t gap = done.truncated_tokens() - prev_dropped;
+      if (gap > 0) ++cuts;
+      EXPECT_EQ(done.usage().cached_tokens(), prev_prompt + prev_completion - 1 - gap)
+          << "turn " << i << (gap > 0 ? " (cut)" : "") << (i == 15 ? " (after the restart)" : "")
+          << ": everything stored that the cut kept is reused";
+    }
+    if (i == 15) EXPECT_EQ(done.cache_tier(), v1::TIER_SSD) << "the session came back from SSD";
+    prev_prompt = done.usage().prompt_tokens();
+    prev_completion = done.usage().completion_tokens();
+    prev_dropped = done.truncated_tokens();
+    auto* answer = request.add_messages();
+    answer->set_role("assistant");
+    answer->set_content(turn.text);
+  }
+  EXPECT_GE(cuts, 3) << "30 turns of ~70 tokens on a 512-token window";
+  // The session holds the last cut conversation and its answer.
+  auto info = GetSessionInfo(server->target(), "thirty");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->cached_tokens(), prev_prompt + prev_completion - 1);
+  EXPECT_EQ(server->Stop(), 0);
 }
 
 }  // namespace
