@@ -15,10 +15,11 @@ namespace strata::engine {
 
 absl::Status EngineOptions::Validate() const {
   if (max_running <= 0 || max_step_tokens <= 0 || max_new_tokens_limit <= 0 || max_queued <= 0 ||
-      warmup_tokens < 0 || min_shared_prompt_tokens < 0 || max_idle_shared_prompts < 0 || max_queued_per_tenant < 0) {
+      warmup_tokens < 0 || min_shared_prompt_tokens < 0 || max_idle_shared_prompts < 0 || max_queued_per_tenant < 0 ||
+      max_context < 0 || max_context == 1) {
     return absl::InvalidArgumentError("engine limits must be positive");
   }
-  return absl::OkStatus();
+  return context_window.Validate();
 }
 
 storage::ChunkLayout Engine::ChunkLayoutFor(const model::ModelConfig& config, int chunk_tokens) {
@@ -53,6 +54,8 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend
                const text::Tokenizer* tokenizer, storage::SessionStore* store,
                metrics::Registry* registry)
     : options_(options), model_(std::move(model)), tokenizer_(tokenizer), store_(store) {
+  context_tokens_ = options_.max_context > 0 ? std::min<int64_t>(options_.max_context, model_->config().max_context)
+                                             : model_->config().max_context;
   if (registry != nullptr) metrics_ = std::make_unique<Metrics>(*registry);
   if (store_ != nullptr) {
     hbm_ = std::make_unique<HbmTier>(options_.hbm, model_.get(), registry);
@@ -68,7 +71,7 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend
 void Engine::Warmup() {
   const model::ModelConfig& c = config();
   const int64_t n = std::min<int64_t>(
-      {options_.warmup_tokens, options_.max_step_tokens, c.max_context, model_->kv_capacity_tokens()});
+      {options_.warmup_tokens, options_.max_step_tokens, context_tokens_, model_->kv_capacity_tokens()});
   auto seq = model_->NewSequence(n);
   if (!seq.ok()) return;  // no room: the speed is measured by the first turns instead
   std::vector<int32_t> tokens(static_cast<size_t>(n));
@@ -104,7 +107,7 @@ Engine::~Engine() {
 }
 
 absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) {
-  const model::ModelConfig& c = config();
+  const int64_t window = context_tokens_;
   const int64_t prompt = static_cast<int64_t>(request.prompt.size());
   if (prompt == 0) return absl::InvalidArgumentError("the conversation is empty");
   for (size_t i = 0; i < request.prompt.size(); ++i) {
@@ -115,10 +118,13 @@ absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) 
                                                      tokenizer_->vocab_size(), ")"));
     }
   }
-  if (prompt >= c.max_context) {
+  if (prompt >= window) {
     return absl::InvalidArgumentError(absl::StrCat("the conversation is ", prompt,
                                                    " tokens; the model's context holds ",
-                                                   c.max_context, " (prompt plus at least one new token)"));
+                                                   window, " (prompt plus at least one new token)"));
+  }
+  if (request.truncated_tokens < 0 || request.kept_prefix_tokens < 0 || request.kept_prefix_tokens >= prompt) {
+    return absl::InvalidArgumentError("a cut conversation's kept prefix must lie inside the conversation");
   }
   if (request.system_tokens < 0 || request.system_tokens >= prompt) {
     return absl::InvalidArgumentError(absl::StrCat("the system part (", request.system_tokens,
@@ -147,7 +153,7 @@ absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) 
   }
   // The context bounds the answer: the prompt and the new tokens must fit.
   request.max_new_tokens = static_cast<int>(
-      std::min<int64_t>(request.max_new_tokens, c.max_context - prompt));
+      std::min<int64_t>(request.max_new_tokens, window - prompt));
 
   auto stream = std::make_shared<TurnStream>();
   MutexLock lock(&mu_);
@@ -165,6 +171,10 @@ absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) 
                                                        " turns queued, its limit (--max_queued_per_tenant); try "
                                                        "again later"));
     }
+  }
+  if (metrics_ && request.truncated_tokens > 0) {
+    metrics_->truncations.Increment();
+    metrics_->truncated_tokens.Increment(static_cast<double>(request.truncated_tokens));
   }
   queue_.push_back(Queued{std::move(request), stream, next_id_++});
   lookahead_changed_ = true;
@@ -372,20 +382,35 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
     // except by a prompt job, which samples nothing.
     const int64_t max_reuse = (r->prompt_job ? prompt : prompt - 1) - base_tokens;
     const absl::Span<const int32_t> own = absl::MakeConstSpan(r->tokens).subspan(static_cast<size_t>(base_tokens));
-    storage::PrefixMatch match = store_->Match(r->request.key, own, max_reuse, r->base);
-    if (hbm_tokens > base_tokens) {
+    // A conversation cut to fit the context window (context_window.h) may find its kept
+    // tokens further on in its stored session, from before the cut.
+    const int64_t cut = r->request.truncated_tokens > 0 && options_.context_window.reuse_kept_kv
+                            ? r->request.kept_prefix_tokens - base_tokens
+                            : -1;
+    storage::PrefixMatch match = cut >= 0 ? store_->MatchAcrossCut(r->request.key, own, cut, max_reuse, r->base)
+                                          : store_->Match(r->request.key, own, max_reuse, r->base);
+    const int64_t hbm_own = std::max<int64_t>(0, hbm_tokens - base_tokens);
+    if (hbm_own > 0 && hbm_own >= match.tokens) {
       // The KV is in the sequence already. The stored chunks hold what the store matched.
       r->reused = hbm_tokens;
-      r->keep = std::min(hbm_tokens - base_tokens, match.tokens);
+      r->keep = std::min(hbm_own, match.kept);
       r->tier = storage::Tier::kHbm;
       if (counted) metrics_->hits->WithLabels({{"tier", "hbm"}}).Increment();
     } else if (match.tokens > 0) {
-      const int64_t loaded = LoadPrefix(*r, match.tokens);
+      // From the host tier. A resident copy (a session cut since it was kept) holds the
+      // tokens before the cut where they stay; the kept run is loaded at its new positions.
+      const int64_t from = std::min(hbm_own, match.kept);
+      const int64_t loaded = LoadPrefix(*r, match, from);
       r->reused += loaded;
-      r->keep = loaded;
-      if (loaded > 0) {
+      // Stored chunks that hold only tokens before the cut stay as they are; the others are
+      // written anew (re-packed at the new positions) by the write-back.
+      r->keep = std::min(loaded, match.kept);
+      if (loaded > from) {
         r->tier = queued.promoted ? storage::Tier::kSsd : match.tier;
         if (counted) metrics_->hits->WithLabels({{"tier", storage::TierName(r->tier)}}).Increment();
+      } else if (from > 0) {
+        r->tier = storage::Tier::kHbm;
+        if (counted) metrics_->hits->WithLabels({{"tier", "hbm"}}).Increment();
       }
     }
   }

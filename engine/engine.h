@@ -25,6 +25,7 @@
 #include "base/metrics.h"
 #include "model/model_backend.h"
 #include "text/tokenizer.h"
+#include "engine/context_window.h"
 #include "engine/hbm_tier.h"
 #include "engine/turn.h"
 #include "storage/session_store.h"
@@ -57,6 +58,12 @@ struct EngineOptions {
   // Shared prompts no running turn uses that stay in KV memory (least recently used go
   // first; also when a turn needs the memory). Their stored copy stays.
   int max_idle_shared_prompts = 16;
+  // The context window served, in tokens: the model's (0), or less (a smaller window for
+  // tests and for memory; never more than the model's).
+  int64_t max_context = 0;
+  // Conversations past the window (context_window.h); the server applies the policy, the
+  // engine counts the cuts and reuses the kept tokens' stored KV.
+  ContextWindowOptions context_window;
 
   absl::Status Validate() const;
 };
@@ -120,6 +127,9 @@ class Engine {
   std::vector<SystemPromptInfo> ListSystemPrompts(const std::string& tenant) const;
 
   const model::ModelConfig& config() const { return model_->config(); }
+  // The context window a turn's prompt and answer must fit (EngineOptions::max_context).
+  int64_t context_tokens() const { return context_tokens_; }
+  const ContextWindowOptions& context_window() const { return options_.context_window; }
   const model::ModelBackend& model() const { return *model_; }
   EngineStats Stats() const;
   // The chunk layout the session cache must use for this model on the CPU backend (fp32
@@ -206,11 +216,14 @@ class Engine {
   void Requeue(std::vector<Queued> turns);
   // Ends a turn that will not start: fails its stream with `why` and frees its session.
   void Abandon(Queued& queued, const absl::Status& why);
-  // Queues the load of the session's first `tokens` tokens of stored KV into the turn's
-  // sequence from the host tier. The chunks stay leased (pinned, no store lock held) in
-  // round_leases_ until the backend has moved them. Returns how many tokens were queued
-  // (fewer when the store holds fewer or a chunk cannot be placed).
-  int64_t LoadPrefix(Running& r, int64_t tokens);
+  // Queues the load of the stored KV `match` found into the turn's sequence from the host
+  // tier, past the session's first `from` own tokens (in the sequence already): its
+  // tokens [from, match.kept) where they are, and across a cut the stored run after the
+  // gap at its new positions (K rotated for them). The chunks stay leased (pinned, no
+  // store lock held) in round_leases_ until the backend has moved them. Returns the own
+  // tokens in place from 0 (fewer than match.tokens when the store holds fewer or a chunk
+  // cannot be placed).
+  int64_t LoadPrefix(Running& r, const storage::PrefixMatch& match, int64_t from);
   // Starts the loads this round's turns queued (the backend moves them beside the next
   // step); on a device fault `loaded`'s turns compute their prompts instead.
   void StartLoads(const std::vector<Running*>& loaded);
@@ -230,6 +243,7 @@ class Engine {
 
   const EngineOptions options_;
   std::unique_ptr<model::ModelBackend> model_;
+  int64_t context_tokens_ = 0;
   const text::Tokenizer* tokenizer_;
   storage::SessionStore* store_;
   std::unique_ptr<Metrics> metrics_;

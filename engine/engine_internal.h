@@ -92,6 +92,12 @@ struct Engine::Metrics {
         prompt_tokens(r.AddHistogram("strata_prompt_tokens", "Prompt tokens of a turn (the whole conversation).",
                                      metrics::ExponentialBuckets(1, 4, 10))
                           .WithLabels({})),
+        truncations(r.AddCounter("strata_context_truncations_total",
+                                 "Turns whose conversation was cut to fit the context window.")
+                        .WithLabels({})),
+        truncated_tokens(r.AddCounter("strata_context_truncated_tokens_total",
+                                      "Tokens dropped from conversations cut to fit the context window.")
+                             .WithLabels({})),
         generation_tokens(r.AddHistogram("strata_generation_tokens", "Tokens a turn generated.",
                                          metrics::ExponentialBuckets(1, 4, 10))
                               .WithLabels({})) {
@@ -142,6 +148,8 @@ struct Engine::Metrics {
   metrics::Histogram& prefill;
   metrics::Histogram& decode;
   metrics::Histogram& prompt_tokens;
+  metrics::Counter& truncations;
+  metrics::Counter& truncated_tokens;
   metrics::Histogram& generation_tokens;
   metrics::Counter* finished[std::size(kTurnEnds)];  // by TurnEnd
 

@@ -11,22 +11,35 @@
 
 namespace strata::engine {
 
-int64_t Engine::LoadPrefix(Running& r, int64_t tokens) {
+int64_t Engine::LoadPrefix(Running& r, const storage::PrefixMatch& match, int64_t from) {
   // The chunks are leased (pinned in the host tier, no store lock held) while the backend
   // copies them; the lease goes once the copies completed.
-  absl::StatusOr<storage::ChunkLease> lease = store_->Lease(r.request.key, tokens);
-  if (!lease.ok()) return 0;
+  absl::StatusOr<storage::ChunkLease> lease = store_->Lease(r.request.key, match.gap + match.tokens);
+  if (!lease.ok()) return from;
   const storage::ChunkLayout& layout = store_->layout();
-  int64_t placed = 0;
+  // The stored tokens to place and where they go now: [from, kept) where they were, and
+  // across a cut the run [kept + gap, gap + tokens) `gap` positions earlier.
+  struct Range {
+    int64_t stored_begin, stored_end, shift;
+  };
+  const Range ranges[] = {{from, match.kept, 0}, {match.kept + match.gap, match.gap + match.tokens, match.gap}};
+  int64_t placed = from;  // own tokens in place, from 0
   absl::Status status;
-  for (const storage::LeasedChunk& chunk : lease->chunks()) {
-    const int count = static_cast<int>(std::min<int64_t>(chunk.count, tokens - placed));
-    if (chunk.token_begin != placed || count <= 0) break;
-    status = model_->LoadKv(*r.seq, r.base_tokens + placed, count, chunk.payload, layout);
-    if (!status.ok()) break;  // a chunk the backend cannot place ends the reuse there
-    placed += count;
+  for (const Range& range : ranges) {
+    if (range.stored_begin >= range.stored_end) continue;
+    for (const storage::LeasedChunk& chunk : lease->chunks()) {
+      const int64_t begin = std::max(range.stored_begin, chunk.token_begin);
+      const int64_t end = std::min(range.stored_end, chunk.token_begin + chunk.count);
+      if (begin >= end) continue;
+      if (begin - range.shift != placed) break;  // the lease ended early: the rest is computed
+      status = model_->LoadKvRows(*r.seq, r.base_tokens + placed, static_cast<int>(end - begin), chunk.payload, layout,
+                                  static_cast<int>(begin - chunk.token_begin));
+      if (!status.ok()) break;  // a chunk the backend cannot place ends the reuse there
+      placed += end - begin;
+    }
+    if (!status.ok() || placed != range.stored_end - range.shift) break;
   }
-  if (!status.ok()) LOG(WARNING) << "placing cached KV failed, recomputing from there: " << status;
+  if (!status.ok()) LOG_EVERY_N_SEC(WARNING, 10) << "placing cached KV failed, recomputing from there: " << status;
   round_leases_.push_back(*std::move(lease));  // read until the backend says the copies are done
   return placed;
 }
@@ -116,6 +129,7 @@ void Engine::End(Running& r, FinishReason reason) {
   result.cache_tier = r.tier;
   result.ttft_ms = r.ttft_ms;
   result.finish = reason;
+  result.truncated_tokens = r.request.truncated_tokens;
   // Counted before the stream ends: whoever saw the end sees it counted.
   if (reason == FinishReason::kCancelled) {
     const absl::Status why = CancelStatus(*r.stream);

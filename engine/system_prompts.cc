@@ -219,9 +219,9 @@ absl::StatusOr<std::string> Engine::RegisterSystemPrompt(const std::string& tena
                                                      " is outside the vocabulary [0, ", tokenizer_->vocab_size(), ")"));
     }
   }
-  if (n + 1 >= config().max_context) {
+  if (n + 1 >= context_tokens_) {
     return absl::InvalidArgumentError(absl::StrCat("the system prompt is ", n, " tokens; the model's context holds ",
-                                                   config().max_context, " (the prompt, a message and an answer)"));
+                                                   context_tokens_, " (the prompt, a message and an answer)"));
   }
   std::string id = SystemPromptId(tokens);
   const storage::SessionKey key = SystemPromptKey(tenant, id);

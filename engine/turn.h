@@ -30,6 +30,11 @@ struct TurnRequest {
   // by the client); 0 for none. Less than the prompt's length.
   int64_t system_tokens = 0;
   int64_t max_new_tokens = 0;
+  // A conversation cut to fit the context window (context_window.h): `truncated_tokens`
+  // of the sent conversation were dropped right after its first `kept_prefix_tokens`
+  // tokens (the system part or the client's keep prefix). 0: not cut.
+  int64_t truncated_tokens = 0;
+  int64_t kept_prefix_tokens = 0;
   SamplingOptions sampling;
   std::vector<std::string> stop;  // stop strings
   absl::Time arrival = absl::Now();
@@ -53,6 +58,7 @@ struct TurnResult {
   storage::Tier cache_tier = storage::Tier::kNone;
   double ttft_ms = 0;
   FinishReason finish = FinishReason::kStop;
+  int64_t truncated_tokens = 0;  // TurnRequest::truncated_tokens
 };
 
 // The events of one turn, from the engine loop (producer) to the request thread

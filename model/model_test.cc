@@ -1,5 +1,9 @@
+#include <cmath>
 #include <cstring>
 #include <numeric>
+
+#include "kernels/rope/rope_cpu.h"
+#include "storage/chunk_format.h"
 
 #include "model/cpu/cpu_model.h"
 #include "model/model_config.h"
@@ -146,6 +150,73 @@ TEST(CpuModelTest, PlacedKvEqualsComputedKv) {
   // Pre-RoPE K really is position-free: it differs from the rotated K past position 0.
   EXPECT_NE(0, std::memcmp(computed.k_rot(0, 5), computed.k_raw(0, 5), sizeof(float) * c.kv_dim()));
 }
+
+
+// A conversation cut to fit the context window places its kept tokens' stored KV at new,
+// earlier positions, from the middle of a chunk: K before RoPE and V arrive as stored, and
+// K is rotated for the new position (RoPE of the stored K, to fp32 rounding; with llama3
+// frequency scaling too). Layer 0's K depends on the token alone, so there it is bit for
+// bit the K the model computes for that token at that position.
+class RepositionTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(RepositionTest, KvLoadedFromInsideAChunkIsRotatedForItsNewPosition) {
+  ModelConfig c = TinyConfig();
+  if (GetParam()) {
+    c.rope_scaling.llama3 = true;
+    c.rope_scaling.factor = 8;
+    c.rope_scaling.original_max_position = 32;  // so that the scaling changes frequencies here
+  }
+  CpuModel model(ModelWeights::Random(c, 7, {}));
+  const std::vector<int32_t> prompt = Prompt(40);
+  SequenceKv old(c.num_layers, c.kv_dim(), 40);
+  ForwardEntry e{&old, 0, prompt, nullptr};
+  ASSERT_TRUE(model.Forward({&e, 1}).ok());
+  // Old tokens [16, 32) in one chunk; its rows 5..14 (old positions 21..30) go to 3..12.
+  const storage::ChunkLayout layout{
+      .layers = c.num_layers, .chunk_tokens = 16, .row_bytes = static_cast<int64_t>(c.kv_dim() * sizeof(float))};
+  std::vector<std::byte> payload(static_cast<size_t>(layout.PayloadBytes()));
+  ASSERT_TRUE(model.SaveKv(old, 16, 16, absl::MakeSpan(payload), layout).ok());
+  SequenceKv moved(c.num_layers, c.kv_dim(), 40);
+  ASSERT_TRUE(model.LoadKvRows(moved, 3, 10, payload, layout, 5).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(model.LoadKvRows(moved, 3, 10, payload, layout, 7)))
+      << "rows past the chunk's end are refused";
+
+  const std::vector<float> inv_freq = kernels::RopeInvFreq(c.head_dim, c.rope_theta, c.rope_scaling);
+  const int half = c.head_dim / 2;
+  for (int l = 0; l < c.num_layers; ++l) {
+    for (int i = 0; i < 10; ++i) {
+      const int64_t to = 3 + i, from = 21 + i;
+      ASSERT_EQ(0, std::memcmp(moved.k_raw(l, to), old.k_raw(l, from), sizeof(float) * c.kv_dim()));
+      ASSERT_EQ(0, std::memcmp(moved.v(l, to), old.v(l, from), sizeof(float) * c.kv_dim()));
+      for (int h = 0; h < c.num_kv_heads; ++h) {
+        const float* raw = old.k_raw(l, from) + h * c.head_dim;
+        const float* rot = moved.k_rot(l, to) + h * c.head_dim;
+        for (int j = 0; j < half; ++j) {
+          const double angle = static_cast<double>(to) * inv_freq[static_cast<size_t>(j)];
+          const double a = raw[j], b = raw[j + half];
+          const double want_lo = a * std::cos(angle) - b * std::sin(angle);
+          const double want_hi = b * std::cos(angle) + a * std::sin(angle);
+          const double tolerance = 2e-6 * (std::abs(a) + std::abs(b)) + 1e-30;  // the angle is a float
+          EXPECT_NEAR(rot[j], want_lo, tolerance) << "layer " << l << " position " << to << " head " << h << " i " << j;
+          EXPECT_NEAR(rot[j + half], want_hi, tolerance) << "layer " << l << " position " << to << " head " << h;
+        }
+      }
+    }
+  }
+  // The model's own K for those tokens at those positions, layer 0.
+  std::vector<int32_t> shifted(prompt.begin(), prompt.begin() + 3);
+  shifted.insert(shifted.end(), prompt.begin() + 21, prompt.begin() + 31);
+  SequenceKv fresh(c.num_layers, c.kv_dim(), 40);
+  ForwardEntry f{&fresh, 0, shifted, nullptr};
+  ASSERT_TRUE(model.Forward({&f, 1}).ok());
+  EXPECT_EQ(0, std::memcmp(fresh.k_rot(0, 3), moved.k_rot(0, 3), sizeof(float) * 10 * c.kv_dim()))
+      << "layer 0's moved K is the K computed at the new position";
+  // Deeper layers attended to other tokens before the cut: their KV is the stored one,
+  // not a recomputation (AttentionStore's approximation).
+  EXPECT_NE(0, std::memcmp(fresh.k_raw(1, 3), moved.k_raw(1, 3), sizeof(float) * 10 * c.kv_dim()));
+}
+
+INSTANTIATE_TEST_SUITE_P(DefaultAndLlama3Rope, RepositionTest, ::testing::Bool());
 
 }  // namespace
 }  // namespace strata::model

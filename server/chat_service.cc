@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/context_window.h"
 #include "server/auth.h"
 #include "server/status_map.h"
 
@@ -35,8 +36,25 @@ engine::CancelReason WhyOver(const grpc::ServerContext& context, absl::Time arri
 
 }  // namespace
 
+engine::ContextOverflow ChatServiceImpl::Overflow(const v1::ChatRequest& request) const {
+  switch (request.context_overflow()) {
+    case v1::CONTEXT_OVERFLOW_TRUNCATE: return engine::ContextOverflow::kTruncate;
+    case v1::CONTEXT_OVERFLOW_REJECT: return engine::ContextOverflow::kReject;
+    default: break;
+  }
+  // token_ids are cut only after a prefix their client names; messages by the server's default.
+  if (request.messages_size() == 0) {
+    return request.has_keep_prefix_tokens() ? engine::ContextOverflow::kTruncate : engine::ContextOverflow::kReject;
+  }
+  return engine_->context_window().overflow;
+}
+
 absl::Status ChatServiceImpl::BuildPrompt(const std::string& tenant, const v1::ChatRequest& request,
                                           engine::TurnRequest* turn) const {
+  if (!v1::ContextOverflow_IsValid(request.context_overflow())) {
+    return absl::InvalidArgumentError(absl::StrCat("context_overflow ", request.context_overflow(),
+                                                   " is none of UNSPECIFIED, TRUNCATE, REJECT"));
+  }
   std::optional<SystemPromptRegistry::Registration> system;
   if (!request.system_prompt_id().empty()) {
     auto registered = prompts_->Find(tenant, request.system_prompt_id());
@@ -62,9 +80,25 @@ absl::Status ChatServiceImpl::BuildPrompt(const std::string& tenant, const v1::C
       }
       messages.push_back({m.role(), m.content()});
     }
+    if (request.has_keep_prefix_tokens()) {
+      return absl::InvalidArgumentError("keep_prefix_tokens is for token_ids; messages keep their system part");
+    }
     auto rendered = tokenizer_->RenderChat(messages);
     if (!rendered.ok()) return rendered.status();
     turn->prompt = *std::move(rendered);
+    if (Overflow(request) == engine::ContextOverflow::kTruncate) {
+      size_t system_messages = 0;
+      while (system_messages < messages.size() && messages[system_messages].role == "system") ++system_messages;
+      std::vector<text::ChatMessage> kept;
+      const engine::ContextWindowOptions& cw = engine_->context_window();
+      auto cut = engine::TruncateMessages(*tokenizer_, messages, system_messages, std::move(turn->prompt),
+                                          request.max_new_tokens(), engine_->context_tokens(), cw.ratio, &kept);
+      if (!cut.ok()) return cut.status();
+      turn->prompt = std::move(cut->prompt);
+      turn->truncated_tokens = cut->dropped_tokens;
+      turn->kept_prefix_tokens = cut->kept_prefix_tokens;
+      messages = std::move(kept);
+    }
     // A registered prompt's part is known; another conversation's is recognised. Where the
     // template did not render it as a prefix of the prompt, it is computed inline.
     turn->system_tokens = system.has_value() ? SharedPrefixTokens(system->tokens, turn->prompt)
@@ -83,6 +117,29 @@ absl::Status ChatServiceImpl::BuildPrompt(const std::string& tenant, const v1::C
                                                        request.token_ids_size(), ")"));
       }
       turn->system_tokens = request.system_prefix_tokens();
+    }
+    if (request.has_keep_prefix_tokens() &&
+        request.keep_prefix_tokens() >= static_cast<uint32_t>(request.token_ids_size())) {
+      return absl::InvalidArgumentError(absl::StrCat("keep_prefix_tokens (", request.keep_prefix_tokens(),
+                                                     ") must be less than the tokens sent (", request.token_ids_size(),
+                                                     ")"));
+    }
+    const engine::ContextOverflow overflow = Overflow(request);
+    if (overflow == engine::ContextOverflow::kTruncate && !request.has_keep_prefix_tokens()) {
+      if (request.context_overflow() == v1::CONTEXT_OVERFLOW_TRUNCATE) {
+        return absl::InvalidArgumentError("token_ids are cut only after a prefix the client names: give "
+                                          "keep_prefix_tokens");
+      }
+    } else if (overflow == engine::ContextOverflow::kTruncate) {
+      // A shared prompt is always kept: its KV is every session's on it.
+      const int64_t keep = (system.has_value() ? static_cast<int64_t>(system->tokens.size()) : 0) +
+                           std::max<int64_t>(request.keep_prefix_tokens(), request.system_prefix_tokens());
+      auto cut = engine::TruncateTokens(std::move(turn->prompt), keep, request.max_new_tokens(),
+                                        engine_->context_tokens(), engine_->context_window().ratio);
+      if (!cut.ok()) return cut.status();
+      turn->prompt = std::move(cut->prompt);
+      turn->truncated_tokens = cut->dropped_tokens;
+      turn->kept_prefix_tokens = cut->kept_prefix_tokens;
     }
   }
   if (turn->prompt.empty() || (request.messages_size() == 0 && request.token_ids_size() == 0)) {
@@ -180,6 +237,7 @@ grpc::Status ChatServiceImpl::DoChat(grpc::ServerContext* context, const v1::Cha
       done->mutable_usage()->set_computed_tokens(static_cast<uint32_t>(r.usage.computed_tokens));
       done->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(r.usage.completion_tokens));
       done->set_cache_tier(ToProto(r.cache_tier));
+      done->set_truncated_tokens(static_cast<uint32_t>(r.truncated_tokens));
       done->set_ttft_ms(r.ttft_ms);
       done->set_finish_reason(r.finish == engine::FinishReason::kLength ? v1::FINISH_REASON_LENGTH
                                                                          : v1::FINISH_REASON_STOP);

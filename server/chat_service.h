@@ -41,8 +41,13 @@ class ChatServiceImpl final : public v1::ChatService::Service {
                       grpc::ServerWriter<v1::ChatEvent>* writer);
   // The turn's prompt and its system part, from the request's messages or token IDs and
   // its system prompt. InvalidArgument or NotFound (an unknown prompt id) on bad input.
+  // A conversation past the context window is cut to fit (engine/context_window.h) when
+  // the request's policy says so; InvalidArgument when even the cut one cannot fit.
   absl::Status BuildPrompt(const std::string& tenant, const v1::ChatRequest& request,
                            engine::TurnRequest* turn) const;
+  // The request's context-overflow policy: its own, else the server's for messages; token
+  // IDs are cut only when they name keep_prefix_tokens.
+  engine::ContextOverflow Overflow(const v1::ChatRequest& request) const;
 
   engine::Engine* engine_;
   const text::Tokenizer* tokenizer_;

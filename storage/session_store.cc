@@ -191,6 +191,36 @@ SessionInfo SessionStoreImpl::InfoLocked(const Session& s) const {
 
 PrefixMatch SessionStoreImpl::Match(const SessionKey& key, absl::Span<const int32_t> tokens,
                                 int64_t max_tokens, std::string_view base) {
+  return MatchAcrossCut(key, tokens, /*cut=*/-1, max_tokens, base);
+}
+
+namespace {
+
+// The longest run of `tail` found in `stored` after position `cut` (the first when several
+// are as long): its offset past `cut` (the gap, >= 1) and length; {0, 0} when none. The
+// comparisons are bounded by 64 x the stored tokens, so a repetitive session cannot make
+// the lookup quadratic.
+std::pair<int64_t, int64_t> FindRun(absl::Span<const int32_t> stored, int64_t cut, absl::Span<const int32_t> tail) {
+  const int64_t ns = static_cast<int64_t>(stored.size());
+  const int64_t nt = static_cast<int64_t>(tail.size());
+  int64_t best_gap = 0, best = 0;
+  int64_t budget = 64 * ns;
+  for (int64_t gap = 1; cut + gap < ns && ns - cut - gap > best && budget > 0; ++gap) {
+    int64_t m = 0;
+    while (m < nt && cut + gap + m < ns && stored[cut + gap + m] == tail[m]) ++m;
+    budget -= m + 1;
+    if (m > best) {
+      best = m;
+      best_gap = gap;
+    }
+  }
+  return {best_gap, best};
+}
+
+}  // namespace
+
+PrefixMatch SessionStoreImpl::MatchAcrossCut(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t cut,
+                                             int64_t max_tokens, std::string_view base) {
   MutexLock lock(&mu_);
   ++stats_.lookups;
   TenantCounters& mine = tenant_stats_[key.tenant];
@@ -211,18 +241,28 @@ PrefixMatch SessionStoreImpl::Match(const SessionKey& key, absl::Span<const int3
   placement_.Used(map_key);
   if (on_host && s.prefetched) ++stats_.prefetch_in_time;
   s.prefetched = false;
-  int64_t limit = std::min<int64_t>({static_cast<int64_t>(tokens.size()),
-                                     static_cast<int64_t>(s.tokens.size()), max_tokens});
+  const int64_t wanted = std::min<int64_t>(static_cast<int64_t>(tokens.size()), max_tokens);
+  int64_t limit = std::min<int64_t>(wanted, static_cast<int64_t>(s.tokens.size()));
   int64_t n = 0;
   if (s.base == base) {
     while (n < limit && s.tokens[n] == tokens[n]) ++n;
   }
-  if (n == 0) return {};
+  PrefixMatch match{n, on_host ? Tier::kHost : Tier::kSsd, n, 0};
+  if (s.base == base && cut >= 0 && n >= cut && cut < wanted) {
+    const auto [gap, run] =
+        FindRun(s.tokens, cut, tokens.subspan(static_cast<size_t>(cut), static_cast<size_t>(wanted - cut)));
+    if (cut + run > n) {
+      match.tokens = cut + run;
+      match.kept = cut;
+      match.gap = gap;
+    }
+  }
+  if (match.tokens == 0) return {};
   ++stats_.hits;
-  stats_.hit_tokens += n;
+  stats_.hit_tokens += match.tokens;
   ++mine.hits;
-  mine.hit_tokens += n;
-  return {n, on_host ? Tier::kHost : Tier::kSsd};
+  mine.hit_tokens += match.tokens;
+  return match;
 }
 
 absl::StatusOr<ChunkLease> SessionStoreImpl::Lease(const SessionKey& key, int64_t tokens) {

@@ -113,6 +113,11 @@ struct SessionInfo {
 struct PrefixMatch {
   int64_t tokens = 0;  // leading tokens whose KV the store holds
   Tier tier = Tier::kNone;
+  // Where that KV lies in the stored session: tokens [0, kept) are its first tokens, and
+  // tokens [kept, tokens) its tokens [kept + gap, gap + tokens) (a conversation cut after
+  // its first `kept` tokens: MatchAcrossCut). A plain prefix has kept == tokens, gap 0.
+  int64_t kept = 0;
+  int64_t gap = 0;
 };
 
 // Counters since start (monotonic) and occupancy (current).
@@ -245,6 +250,19 @@ class SessionStore {
   // access. The tier is host when a host copy exists, else SSD.
   virtual PrefixMatch Match(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t max_tokens,
                             std::string_view base = {}) = 0;
+
+  // Match for a conversation cut after its first `cut` tokens (one past the model's
+  // context window keeps those and drops the oldest tokens after them), whose session may
+  // still hold the conversation from before the cut, or from before an earlier one, with
+  // the kept tokens further on. Besides the plain prefix, looks for the longest run of
+  // `tokens` from `cut` on (up to max_tokens) in the stored tokens after `cut` (the first
+  // such run, when the stored tokens [0, cut) are `tokens`' own), and returns whichever
+  // covers more: kept = cut and gap = the run's offset there, or the plain prefix. Stored
+  // KV is position-free, so the caller may place the run's KV at its new positions. A
+  // lookup as Match; the search's work is bounded by a small multiple of the session's
+  // tokens.
+  virtual PrefixMatch MatchAcrossCut(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t cut,
+                                     int64_t max_tokens, std::string_view base = {}) = 0;
 
   // Leases the chunks holding the first `tokens` tokens of the session (all it holds when
   // it holds fewer), promoting the session from SSD first if it has no host copy

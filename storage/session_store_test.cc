@@ -40,6 +40,35 @@ TEST_F(SessionStoreTest, MatchesLongestStoredPrefix) {
   EXPECT_EQ(st.hits, 3);
 }
 
+// A conversation cut after its first tokens finds its kept tokens further on in the
+// session stored before the cut; the plain prefix wins when it covers more.
+TEST_F(SessionStoreTest, MatchAcrossCutFindsTheKeptTokensAfterTheGap) {
+  MakeStore(16);
+  SessionKey key{"t", "cut"};
+  ASSERT_TRUE(SaveAll(key, Iota(40), 0).ok());
+  // Tokens 0..9 kept, 10..24 dropped, 25..39 kept, then new ones.
+  std::vector<int32_t> cut = Iota(10);
+  for (int32_t t = 25; t < 40; ++t) cut.push_back(100 + t);  // Iota starts at 100
+  for (int32_t t = 0; t < 5; ++t) cut.push_back(1000 + t);
+  PrefixMatch m = store_->MatchAcrossCut(key, cut, 10, 100);
+  EXPECT_EQ(m.tokens, 25);
+  EXPECT_EQ(m.kept, 10);
+  EXPECT_EQ(m.gap, 15);
+  EXPECT_EQ(m.tier, Tier::kHost);
+  EXPECT_EQ(store_->MatchAcrossCut(key, cut, 10, 20).tokens, 20) << "capped";
+  // The tokens before the cut must be the stored ones.
+  std::vector<int32_t> other = cut;
+  other[3] = 7777;
+  PrefixMatch plain = store_->MatchAcrossCut(key, other, 10, 100);
+  EXPECT_EQ(plain.tokens, 3);
+  EXPECT_EQ(plain.gap, 0);
+  // Uncut: the whole prefix, as Match.
+  PrefixMatch whole = store_->MatchAcrossCut(key, Iota(40), 10, 100);
+  EXPECT_EQ(whole.tokens, 40);
+  EXPECT_EQ(whole.kept, 40);
+  EXPECT_EQ(whole.gap, 0);
+}
+
 TEST_F(SessionStoreTest, TenantsDoNotSeeEachOther) {
   MakeStore(16);
   ASSERT_TRUE(SaveAll({"a", "s"}, Iota(5), 0).ok());

@@ -97,6 +97,10 @@ class CpuBackendWrapper : public model::ModelBackend {
                       const storage::ChunkLayout& layout) override {
     return inner_->LoadKv(seq, begin, count, payload, layout);
   }
+  absl::Status LoadKvRows(model::SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                          const storage::ChunkLayout& layout, int first_row) override {
+    return inner_->LoadKvRows(seq, begin, count, payload, layout, first_row);
+  }
   absl::Status SaveKv(const model::SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                       const storage::ChunkLayout& layout) override {
     return inner_->SaveKv(seq, begin, count, payload, layout);
@@ -142,6 +146,10 @@ class LimitedBackend final : public CpuBackendWrapper {
   absl::Status LoadKv(model::SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
                       const storage::ChunkLayout& layout) override {
     return inner().LoadKv(*static_cast<Seq&>(seq).inner, begin, count, payload, layout);
+  }
+  absl::Status LoadKvRows(model::SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                          const storage::ChunkLayout& layout, int first_row) override {
+    return inner().LoadKvRows(*static_cast<Seq&>(seq).inner, begin, count, payload, layout, first_row);
   }
   absl::Status SaveKv(const model::SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                       const storage::ChunkLayout& layout) override {

@@ -81,9 +81,9 @@ absl::Status CpuModel::ResizeSequence(SequenceState& seq, int64_t capacity_token
 namespace {
 
 absl::Status CheckRows(const ModelBackend& m, const SequenceKv& kv, int64_t begin, int count, size_t payload_bytes,
-                       const storage::ChunkLayout& layout) {
+                       const storage::ChunkLayout& layout, int first_row = 0) {
   if (layout.layers != m.config().num_layers || layout.row_bytes != m.kv_row_bytes() || count < 0 ||
-      count > layout.chunk_tokens || begin < kv.first() || begin + count > kv.end() ||
+      first_row < 0 || first_row + count > layout.chunk_tokens || begin < kv.first() || begin + count > kv.end() ||
       static_cast<int64_t>(payload_bytes) < layout.PayloadBytes()) {
     return absl::InvalidArgumentError("stored KV rows do not fit this model or sequence");
   }
@@ -94,13 +94,18 @@ absl::Status CheckRows(const ModelBackend& m, const SequenceKv& kv, int64_t begi
 
 absl::Status CpuModel::LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
                               const storage::ChunkLayout& layout) {
+  return LoadKvRows(seq, begin, count, payload, layout, 0);
+}
+
+absl::Status CpuModel::LoadKvRows(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                                  const storage::ChunkLayout& layout, int first_row) {
   auto* kv = dynamic_cast<SequenceKv*>(&seq);
   if (kv == nullptr) return absl::InvalidArgumentError("a sequence of another backend");
-  if (absl::Status s = CheckRows(*this, *kv, begin, count, payload.size(), layout); !s.ok()) return s;
+  if (absl::Status s = CheckRows(*this, *kv, begin, count, payload.size(), layout, first_row); !s.ok()) return s;
   for (int i = 0; i < count; ++i) {
     for (int l = 0; l < config().num_layers; ++l) {
-      const auto* k = reinterpret_cast<const float*>(payload.data() + layout.RowOffset(l, 0, i));
-      const auto* v = reinterpret_cast<const float*>(payload.data() + layout.RowOffset(l, 1, i));
+      const auto* k = reinterpret_cast<const float*>(payload.data() + layout.RowOffset(l, 0, first_row + i));
+      const auto* v = reinterpret_cast<const float*>(payload.data() + layout.RowOffset(l, 1, first_row + i));
       PlaceLoadedKv(*kv, l, begin + i, k, v);
     }
   }

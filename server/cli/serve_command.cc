@@ -68,6 +68,19 @@ ABSL_FLAG(int, max_queued_per_tenant, 0,
 ABSL_FLAG(int, min_shared_prompt_tokens, 128,
           "serve: a conversation's system part of at least this many tokens is shared across sessions "
           "(computed once, stored once, relay attention); shorter ones are computed with each session; 0: off");
+ABSL_FLAG(std::string, context_overflow, "truncate",
+          "serve: a messages conversation longer than the context window: truncate (keep the system part, drop the "
+          "oldest messages; a request may say otherwise) or reject (INVALID_ARGUMENT)");
+ABSL_FLAG(double, context_truncation_ratio, 0.5,
+          "serve: a truncated conversation drops a multiple of this share of the context window (AttentionStore: "
+          "half), so a growing conversation is cut once per that many tokens");
+ABSL_FLAG(bool, context_truncation_reuse, true,
+          "serve: a truncated conversation's kept tokens reuse their stored KV at their new positions (AttentionStore; "
+          "an approximation: that KV was computed after the dropped tokens); false: they are recomputed once, and "
+          "answers equal those with the cache off");
+ABSL_FLAG(int64_t, max_context, 0,
+          "serve: the context window served, in tokens (0: the model's; smaller values save KV memory, and tests "
+          "use them)");
 ABSL_FLAG(std::string, system_prompts_file, "",
           "serve: where registered system prompts are kept across restarts; empty: "
           "<first --ssd_dirs>/system_prompts.json, or memory only without an SSD tier");
@@ -145,6 +158,15 @@ bool OptionsFromFlags(ServerOptions& o) {
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
   o.engine.min_shared_prompt_tokens = absl::GetFlag(FLAGS_min_shared_prompt_tokens);
   o.engine.max_queued_per_tenant = absl::GetFlag(FLAGS_max_queued_per_tenant);
+  auto overflow = engine::ParseContextOverflow(absl::GetFlag(FLAGS_context_overflow));
+  if (!overflow.ok()) {
+    std::fprintf(stderr, "--context_overflow: %s\n", std::string(overflow.status().message()).c_str());
+    return false;
+  }
+  o.engine.context_window.overflow = *overflow;
+  o.engine.context_window.ratio = absl::GetFlag(FLAGS_context_truncation_ratio);
+  o.engine.context_window.reuse_kept_kv = absl::GetFlag(FLAGS_context_truncation_reuse);
+  o.engine.max_context = absl::GetFlag(FLAGS_max_context);
   o.system_prompts_file = absl::GetFlag(FLAGS_system_prompts_file);
   auto keys = LoadApiKeys();
   if (!keys.ok()) {
