@@ -13,31 +13,33 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14strata/v1/chat.proto\x12\tstrata.v1\"(\n\x07Message\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"B\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\x0c\n\x04seed\x18\x03 \x01(\x04\"\xf6\x01\n\x0b\x43hatRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12$\n\x08messages\x18\x02 \x03(\x0b\x32\x12.strata.v1.Message\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x16\n\x0emax_new_tokens\x18\x04 \x01(\r\x12+\n\x08sampling\x18\x05 \x01(\x0b\x32\x19.strata.v1.SamplingParams\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x0f\n\x07persist\x18\x07 \x01(\x08\x12\x18\n\x10system_prompt_id\x18\x08 \x01(\t\x12\x1c\n\x14system_prefix_tokens\x18\t \x01(\r\"i\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x15\n\rcached_tokens\x18\x02 \x01(\r\x12\x17\n\x0f\x63omputed_tokens\x18\x03 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x04 \x01(\r\"-\n\nTokenDelta\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xa4\x01\n\x08\x43hatDone\x12\x1f\n\x05usage\x18\x01 \x01(\x0b\x32\x10.strata.v1.Usage\x12#\n\ncache_tier\x18\x02 \x01(\x0e\x32\x0f.strata.v1.Tier\x12\x0f\n\x07ttft_ms\x18\x03 \x01(\x01\x12.\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x17.strata.v1.FinishReason\x12\x11\n\tpersisted\x18\x05 \x01(\x08\"a\n\tChatEvent\x12&\n\x05\x64\x65lta\x18\x01 \x01(\x0b\x32\x15.strata.v1.TokenDeltaH\x00\x12#\n\x04\x64one\x18\x02 \x01(\x0b\x32\x13.strata.v1.ChatDoneH\x00\x42\x07\n\x05\x65vent*@\n\x04Tier\x12\r\n\tTIER_NONE\x10\x00\x12\x0c\n\x08TIER_HBM\x10\x01\x12\r\n\tTIER_HOST\x10\x02\x12\x0c\n\x08TIER_SSD\x10\x03*_\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x32\x45\n\x0b\x43hatService\x12\x36\n\x04\x43hat\x12\x16.strata.v1.ChatRequest\x1a\x14.strata.v1.ChatEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14strata/v1/chat.proto\x12\tstrata.v1\"(\n\x07Message\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"B\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\x0c\n\x04seed\x18\x03 \x01(\x04\"\xe4\x02\n\x0b\x43hatRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12$\n\x08messages\x18\x02 \x03(\x0b\x32\x12.strata.v1.Message\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x16\n\x0emax_new_tokens\x18\x04 \x01(\r\x12+\n\x08sampling\x18\x05 \x01(\x0b\x32\x19.strata.v1.SamplingParams\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x0f\n\x07persist\x18\x07 \x01(\x08\x12\x18\n\x10system_prompt_id\x18\x08 \x01(\t\x12\x1c\n\x14system_prefix_tokens\x18\t \x01(\r\x12\x34\n\x10\x63ontext_overflow\x18\n \x01(\x0e\x32\x1a.strata.v1.ContextOverflow\x12\x1f\n\x12keep_prefix_tokens\x18\x0b \x01(\rH\x00\x88\x01\x01\x42\x15\n\x13_keep_prefix_tokens\"i\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x15\n\rcached_tokens\x18\x02 \x01(\r\x12\x17\n\x0f\x63omputed_tokens\x18\x03 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x04 \x01(\r\"-\n\nTokenDelta\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xbe\x01\n\x08\x43hatDone\x12\x1f\n\x05usage\x18\x01 \x01(\x0b\x32\x10.strata.v1.Usage\x12#\n\ncache_tier\x18\x02 \x01(\x0e\x32\x0f.strata.v1.Tier\x12\x0f\n\x07ttft_ms\x18\x03 \x01(\x01\x12.\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x17.strata.v1.FinishReason\x12\x11\n\tpersisted\x18\x05 \x01(\x08\x12\x18\n\x10truncated_tokens\x18\x06 \x01(\r\"a\n\tChatEvent\x12&\n\x05\x64\x65lta\x18\x01 \x01(\x0b\x32\x15.strata.v1.TokenDeltaH\x00\x12#\n\x04\x64one\x18\x02 \x01(\x0b\x32\x13.strata.v1.ChatDoneH\x00\x42\x07\n\x05\x65vent*o\n\x0f\x43ontextOverflow\x12 \n\x1c\x43ONTEXT_OVERFLOW_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x43ONTEXT_OVERFLOW_TRUNCATE\x10\x01\x12\x1b\n\x17\x43ONTEXT_OVERFLOW_REJECT\x10\x02*@\n\x04Tier\x12\r\n\tTIER_NONE\x10\x00\x12\x0c\n\x08TIER_HBM\x10\x01\x12\r\n\tTIER_HOST\x10\x02\x12\x0c\n\x08TIER_SSD\x10\x03*_\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x32\x45\n\x0b\x43hatService\x12\x36\n\x04\x43hat\x12\x16.strata.v1.ChatRequest\x1a\x14.strata.v1.ChatEvent0\x01\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'strata.v1.chat_pb2', globals())
 if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
-  _TIER._serialized_start=814
-  _TIER._serialized_end=878
-  _FINISHREASON._serialized_start=880
-  _FINISHREASON._serialized_end=975
+  _CONTEXTOVERFLOW._serialized_start=950
+  _CONTEXTOVERFLOW._serialized_end=1061
+  _TIER._serialized_start=1063
+  _TIER._serialized_end=1127
+  _FINISHREASON._serialized_start=1129
+  _FINISHREASON._serialized_end=1224
   _MESSAGE._serialized_start=35
   _MESSAGE._serialized_end=75
   _SAMPLINGPARAMS._serialized_start=77
   _SAMPLINGPARAMS._serialized_end=143
   _CHATREQUEST._serialized_start=146
-  _CHATREQUEST._serialized_end=392
-  _USAGE._serialized_start=394
-  _USAGE._serialized_end=499
-  _TOKENDELTA._serialized_start=501
-  _TOKENDELTA._serialized_end=546
-  _CHATDONE._serialized_start=549
-  _CHATDONE._serialized_end=713
-  _CHATEVENT._serialized_start=715
-  _CHATEVENT._serialized_end=812
-  _CHATSERVICE._serialized_start=977
-  _CHATSERVICE._serialized_end=1046
+  _CHATREQUEST._serialized_end=502
+  _USAGE._serialized_start=504
+  _USAGE._serialized_end=609
+  _TOKENDELTA._serialized_start=611
+  _TOKENDELTA._serialized_end=656
+  _CHATDONE._serialized_start=659
+  _CHATDONE._serialized_end=849
+  _CHATEVENT._serialized_start=851
+  _CHATEVENT._serialized_end=948
+  _CHATSERVICE._serialized_start=1226
+  _CHATSERVICE._serialized_end=1295
 # @@protoc_insertion_point(module_scope)
