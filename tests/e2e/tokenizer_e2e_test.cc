@@ -42,6 +42,25 @@ Turn ChatText(const std::string& target, const std::string& session,
   return testing::RunChat(target, r);
 }
 
+// The second turn of `first_turn` (its answer `first` resent, then "more") on the cache-on
+// server reuses at least the first turn's prompt (one token less when the answer starts
+// with a newline: see AnAnswerStartingWithANewlineMovesTheBoundaryOneTokenBack) and answers
+// as the cache-off server does.
+void ExpectTheNextTurnReusesAndAnswersAsWithoutTheCache(const std::string& on, const std::string& off,
+                                                        const std::string& session,
+                                                        std::vector<std::pair<std::string, std::string>> first_turn,
+                                                        const Turn& first) {
+  first_turn.push_back({"assistant", first.text});
+  first_turn.push_back({"user", "more"});
+  Turn second = ChatText(on, session, first_turn);
+  Turn reference = ChatText(off, session, first_turn);
+  ASSERT_TRUE(second.status.ok() && reference.status.ok()) << second.status.error_message();
+  EXPECT_GE(second.done.usage().cached_tokens(), first.done.usage().prompt_tokens() - 1);
+  EXPECT_GT(second.done.usage().cached_tokens(), 0);
+  EXPECT_EQ(second.tokens, reference.tokens) << "cached and recomputed answers differ";
+  EXPECT_EQ(second.text, reference.text);
+}
+
 model::ModelConfig SmallQwen2(int vocab) {
   model::ModelConfig c;
   c.architecture = "Qwen2ForCausalLM";
@@ -103,18 +122,7 @@ TEST(TokenizerE2eTest, ChatsInTextAndTheSecondTurnReusesTheRenderedPrefix) {
   ASSERT_TRUE(prompt.ok());
   EXPECT_EQ(first.done.usage().prompt_tokens(), prompt->size());
 
-  std::vector<std::pair<std::string, std::string>> second_turn = first_turn;
-  second_turn.push_back({"assistant", first.text});
-  second_turn.push_back({"user", "more"});
-  Turn second = ChatText((*on)->target(), "s", second_turn);
-  Turn reference = ChatText((*off)->target(), "s", second_turn);
-  ASSERT_TRUE(second.status.ok() && reference.status.ok()) << second.status.error_message();
-  // At least the first turn's prompt is reused (one token less when the answer starts
-  // with a newline: see AnAnswerStartingWithANewlineMovesTheBoundaryOneTokenBack).
-  EXPECT_GE(second.done.usage().cached_tokens(), first.done.usage().prompt_tokens() - 1);
-  EXPECT_GT(second.done.usage().cached_tokens(), 0);
-  EXPECT_EQ(second.tokens, reference.tokens) << "cached and recomputed answers differ";
-  EXPECT_EQ(second.text, reference.text);
+  ExpectTheNextTurnReusesAndAnswersAsWithoutTheCache((*on)->target(), (*off)->target(), "s", first_turn, first);
 
   Turn bad_role = ChatText((*on)->target(), "t", {{"robot", "hi"}});
   EXPECT_EQ(bad_role.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -188,16 +196,10 @@ TEST(TokenizerE2eTest, ADirectoryWithOnlyTokenizerModelChatsInText) {
   auto tokenizer = text::LoadTokenizer(model);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
 
-  model::ModelConfig c;
+  model::ModelConfig c = SmallQwen2(text::testing::kTinySpmVocab);  // the same shape as a Llama
   c.architecture = "LlamaForCausalLM";
-  c.vocab_size = text::testing::kTinySpmVocab;
-  c.hidden_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
-  c.intermediate_size = 96;
-  c.max_context = 1024;
+  c.qkv_bias = false;
+  c.rope_theta = 10000.0f;
   c.eos_token_ids = {text::testing::kTinySpmEos};
   // The random model keeps to printable pieces (and may end its turn with </s>).
   std::vector<int32_t> silent;
@@ -226,16 +228,7 @@ TEST(TokenizerE2eTest, ADirectoryWithOnlyTokenizerModelChatsInText) {
   EXPECT_EQ(first.done.usage().prompt_tokens(), prompt->size());
   EXPECT_EQ(prompt->front(), text::testing::kTinySpmBos);
 
-  std::vector<std::pair<std::string, std::string>> second_turn = first_turn;
-  second_turn.push_back({"assistant", first.text});
-  second_turn.push_back({"user", "more"});
-  Turn second = ChatText((*on)->target(), "l", second_turn);
-  Turn reference = ChatText((*off)->target(), "l", second_turn);
-  ASSERT_TRUE(second.status.ok() && reference.status.ok()) << second.status.error_message();
-  EXPECT_GE(second.done.usage().cached_tokens(), first.done.usage().prompt_tokens() - 1);
-  EXPECT_GT(second.done.usage().cached_tokens(), 0);
-  EXPECT_EQ(second.tokens, reference.tokens) << "cached and recomputed answers differ";
-  EXPECT_EQ(second.text, reference.text);
+  ExpectTheNextTurnReusesAndAnswersAsWithoutTheCache((*on)->target(), (*off)->target(), "l", first_turn, first);
 }
 
 TEST(TokenizerE2eTest, ABrokenTokenizerOrTemplateIsRefusedAtStart) {
