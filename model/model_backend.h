@@ -109,9 +109,8 @@ class ModelBackend {
   // LoadKv from the middle of a chunk: rows [first_row, first_row + count) of `payload`
   // become tokens [begin, begin + count) of `seq`. Stored KV is position-free, so a
   // conversation cut to fit the context window places its kept tokens' rows at their new,
-  // earlier positions (K rotated for those). first_row 0 is LoadKv. Unimplemented where the
-  // backend cannot place rows from inside a chunk yet (the CUDA one): the caller then
-  // computes those tokens.
+  // earlier positions (K rotated for those). first_row 0 is LoadKv. Unimplemented where a
+  // backend cannot place rows from inside a chunk: the caller then computes those tokens.
   virtual absl::Status LoadKvRows(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
                                   const storage::ChunkLayout& layout, int first_row) {
     if (first_row == 0) return LoadKv(seq, begin, count, payload, layout);

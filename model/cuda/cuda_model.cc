@@ -331,17 +331,25 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
 
 absl::Status CudaModel::LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
                                const storage::ChunkLayout& layout) {
+  return LoadKvRows(seq, begin, count, payload, layout, 0);
+}
+
+absl::Status CudaModel::LoadKvRows(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                                   const storage::ChunkLayout& layout, int first_row) {
   Impl& m = *impl_;
   const auto* s = dynamic_cast<const CudaSequence*>(&seq);
   if (absl::Status st = cuda_internal::CheckChunk(m.config, s, m.pool, begin, count, payload.size(), layout);
       !st.ok()) {
     return st;
   }
+  if (first_row < 0 || first_row + count > layout.chunk_tokens) {
+    return absl::InvalidArgumentError("stored KV rows past the chunk's end");
+  }
   if (count == 0) return absl::OkStatus();
   if (m.loader.has_queued() && !(m.loader.queued_layout() == layout)) {
     if (absl::StatusOr<uint64_t> started = m.StartLoads(); !started.ok()) return started.status();
   }
-  m.loader.Queue(*s, begin, count, payload.data(), layout);
+  m.loader.Queue(*s, begin, count, payload.data(), layout, first_row);
   return absl::OkStatus();
 }
 

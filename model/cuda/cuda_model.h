@@ -89,6 +89,8 @@ class CudaModel final : public ModelBackend {
   absl::Status Forward(absl::Span<const ForwardEntry> batch) override;
   absl::Status LoadKv(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
                       const storage::ChunkLayout& layout) override;
+  absl::Status LoadKvRows(SequenceState& seq, int64_t begin, int count, absl::Span<const std::byte> payload,
+                          const storage::ChunkLayout& layout, int first_row) override;
   absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                       const storage::ChunkLayout& layout) override;
   // LoadKv queues; StartKvTransfers (or the next Forward) moves the queued chunks layer

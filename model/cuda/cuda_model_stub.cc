@@ -56,6 +56,10 @@ absl::Status CudaModel::LoadKv(SequenceState&, int64_t, int, absl::Span<const st
                                const storage::ChunkLayout&) {
   return absl::FailedPreconditionError("strata was built without CUDA");
 }
+absl::Status CudaModel::LoadKvRows(SequenceState&, int64_t, int, absl::Span<const std::byte>,
+                                   const storage::ChunkLayout&, int) {
+  return absl::FailedPreconditionError("strata was built without CUDA");
+}
 absl::Status CudaModel::SaveKv(const SequenceState&, int64_t, int, absl::Span<std::byte>,
                                const storage::ChunkLayout&) {
   return absl::FailedPreconditionError("strata was built without CUDA");

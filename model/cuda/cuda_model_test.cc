@@ -128,6 +128,49 @@ TEST_F(CudaModelTest, LoadedKvGivesTheSameLogitsAsComputedKv) {
       << "rows past the sequence's capacity are refused";
 }
 
+// Rows from inside a chunk (a conversation cut to fit the window keeps a run of its stored
+// tokens at earlier positions) are placed exactly as the same rows at the front of a chunk
+// are: the loader's index skips the rows before first_row and after the run.
+TEST_F(CudaModelTest, KvLoadedFromInsideAChunkEqualsTheSameRowsLoadedFromItsFront) {
+  ModelConfig c = Config();
+  auto model = CudaModel::Create(ModelWeights::Random(c, 10, {}), SmallPool());
+  ASSERT_TRUE(model.ok()) << model.status();
+  CudaModel& m = **model;
+  const int chunk = 32, first = 12, kept = 17;
+  const storage::ChunkLayout layout = ChunkLayoutFor(m, chunk);
+  const std::vector<int32_t> tokens = Tokens(chunk + 1, 4);
+  auto computed = *m.NewSequence(chunk);
+  ForwardEntry fill{computed.get(), 0, absl::Span<const int32_t>(tokens.data(), chunk)};
+  ASSERT_TRUE(m.Forward({&fill, 1}).ok());
+  std::vector<std::byte> payload(static_cast<size_t>(layout.PayloadBytes()));
+  ASSERT_TRUE(m.SaveKv(*computed, 0, chunk, absl::MakeSpan(payload), layout).ok());
+  ASSERT_TRUE(m.FinishKvSaves().ok());
+  std::vector<std::byte> front(payload.size(), std::byte{0x7f});  // the same rows first
+  for (int l = 0; l < c.num_layers; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      std::memcpy(front.data() + layout.RowOffset(l, kv, 0), payload.data() + layout.RowOffset(l, kv, first),
+                  static_cast<size_t>(kept * layout.row_bytes));
+    }
+  }
+  auto logits_after = [&](SequenceState& seq) {
+    std::vector<float> out(static_cast<size_t>(c.vocab_size));
+    ForwardEntry e{&seq, kept, absl::Span<const int32_t>(tokens.data() + chunk, 1), out.data()};
+    EXPECT_TRUE(m.Forward({&e, 1}).ok());
+    return out;
+  };
+  auto from_inside = *m.NewSequence(kept + 1);
+  auto from_front = *m.NewSequence(kept + 1);
+  auto from_start = *m.NewSequence(kept + 1);
+  ASSERT_TRUE(m.LoadKvRows(*from_inside, 0, kept, payload, layout, first).ok());
+  ASSERT_TRUE(m.LoadKv(*from_front, 0, kept, front, layout).ok());
+  ASSERT_TRUE(m.LoadKv(*from_start, 0, kept, payload, layout).ok());
+  const std::vector<float> inside = logits_after(*from_inside);
+  EXPECT_EQ(inside, logits_after(*from_front)) << "rows placed from inside a chunk differ from the same rows";
+  EXPECT_NE(inside, logits_after(*from_start)) << "the row offset was not honoured";
+  EXPECT_TRUE(absl::IsInvalidArgument(m.LoadKvRows(*from_front, 0, kept, payload, layout, chunk - kept + 1)))
+      << "rows past the chunk's end are refused";
+}
+
 // Histories loaded layer by layer beside the step that reads them, three sequences at
 // once (of 1, 2 and 3 chunks, the last ones short), give the logits their computed KV
 // gives: through read buffers of 1 to 3 layers, groups of one chunk to all of them, and

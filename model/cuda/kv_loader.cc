@@ -52,9 +52,9 @@ absl::Status KvLoader::Init(const ModelConfig& config, const KvLoaderOptions& op
 }
 
 void KvLoader::Queue(const CudaSequence& seq, int64_t begin, int count, const std::byte* payload,
-                     const storage::ChunkLayout& layout) {
+                     const storage::ChunkLayout& layout, int first_row) {
   layout_ = layout;
-  queued_.push_back(Chunk{&seq, begin, count, payload});
+  queued_.push_back(Chunk{&seq, begin, count, payload, first_row});
 }
 
 int KvLoader::StepLayers(int64_t block) const {
@@ -100,14 +100,17 @@ absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_fr
     queued_.clear();
     return s;
   }
-  // The index: every queued token's slot, then its position; a short chunk's tail -1.
+  // The index: every chunk row's slot, then its position; rows not placed (before
+  // first_row, or a short chunk's tail) -1.
   auto* slot_of = reinterpret_cast<int64_t*>(host_index_.data());
   auto* positions = reinterpret_cast<int32_t*>(host_index_.data() + 8 * entries);
   for (int64_t j = 0; j < chunks; ++j) {
     const Chunk& c = queued_[static_cast<size_t>(j)];
     for (int i = 0; i < ct; ++i) {
-      slot_of[j * ct + i] = i < c.count ? pool.Slot(*c.seq, c.begin + i) : -1;
-      positions[j * ct + i] = static_cast<int32_t>(c.begin + i);
+      const int token = i - c.first_row;  // of the run placed at c.begin
+      const bool placed = token >= 0 && token < c.count;
+      slot_of[j * ct + i] = placed ? pool.Slot(*c.seq, c.begin + token) : -1;
+      positions[j * ct + i] = static_cast<int32_t>(placed ? c.begin + token : 0);
     }
   }
   const auto* d_slots = index_.as<int64_t>();

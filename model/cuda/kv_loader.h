@@ -57,9 +57,10 @@ class KvLoader {
 
   // Queues `count` tokens of `seq` from `begin` from a chunk payload laid out as `layout`
   // (checked by the caller; every queued chunk has the same layout: Start the queued
-  // ones before queueing one of another).
+  // ones before queueing one of another). Rows [first_row, first_row + count) of the chunk
+  // are placed (the whole chunk still crosses the bus: its layers are one DMA).
   void Queue(const CudaSequence& seq, int64_t begin, int count, const std::byte* payload,
-             const storage::ChunkLayout& layout);
+             const storage::ChunkLayout& layout, int first_row = 0);
   bool has_queued() const { return !queued_.empty(); }
   const storage::ChunkLayout& queued_layout() const { return layout_; }
 
@@ -99,6 +100,7 @@ class KvLoader {
     int64_t begin;
     int count;
     const std::byte* payload;
+    int first_row;
   };
   static constexpr int64_t kCopyBytes = int64_t{4} << 20;
   // Layers of a chunk one DMA moves, for blocks (one layer of a chunk) of `block` bytes.
