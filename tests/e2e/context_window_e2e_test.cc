@@ -1,6 +1,7 @@
 // Conversations longer than the context window, against a real `strata serve` with a
 // small window (--max_context): the policy (truncate or reject), what the final event and
 // GetSession say, the metrics, and bad input.
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -223,8 +224,11 @@ TEST_F(ContextWindowE2eTest, TokenIdsAreCutOnlyAfterAPrefixTheClientNames) {
 TEST(ContextWindowLongE2eTest, ThirtyTurnsAreCutSeveralTimesReuseAcrossEachCutAndSurviveARestart) {
   storage::testing::TempDir tmp("strata-cut-e2e");
   std::filesystem::create_directories(tmp.path() + "/ssd");
+  // STRATA_E2E_DEVICE=cuda runs it on the GPU (tests/gpu/device_session.sh does): the kept
+  // runs then come from inside chunks through the CUDA loader.
+  const char* device = std::getenv("STRATA_E2E_DEVICE");
   const std::vector<std::string> flags = {"--model=random:builtin",
-                                          "--device=cpu",
+                                          std::string("--device=") + (device != nullptr ? device : "cpu"),
                                           "--max_context=" + std::to_string(kWindow),
                                           "--pin_host_memory=false",
                                           "--host_cache_bytes=67108864",
