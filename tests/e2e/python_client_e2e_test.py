@@ -95,6 +95,27 @@ def main():
         example = doc.split("```python\n", 1)[1].split("```", 1)[0]
         exec(compile(example.replace("127.0.0.1:7070", cached.target), "docs/API.md", "exec"), {})
 
+        import grpc  # noqa: E402 (the installed client's dependency)
+
+        # A conversation past a small window is cut by the server and goes on (the session
+        # keeps sending all of it); asked to reject, the same conversation is refused.
+        small = Server(args.strata, work, "small", ["--port=0", "--model=random:builtin", "--max_context=192"])
+        servers.append(small)
+        long_chat = Session(small.target, "py-long", max_new_tokens=16)
+        cut = 0
+        for turn in range(12):
+            long_chat.send("Turn %d: tell me one more thing about the river and the hills." % turn)
+            cut = max(cut, long_chat.last.truncated_tokens)
+        check(cut > 0, "twelve turns in a 192-token window were never cut", failures)
+        check(len(long_chat.messages) == 24, "the session dropped messages of its own", failures)
+        strict = Session(small.target, "py-strict", max_new_tokens=16, context_overflow="reject")
+        strict.messages = list(long_chat.messages)
+        try:
+            strict.send("And now?")
+            failures.append("a conversation past the window was answered with context_overflow=reject")
+        except TurnError as e:
+            check(e.code == grpc.StatusCode.INVALID_ARGUMENT, "reject gave %s" % e.code, failures)
+
         # A bad request is raised, and leaves the conversation as it was.
         bad = Session(cached.target, "py-bad", max_new_tokens=0)
         try:

@@ -35,10 +35,15 @@ class TurnError(Exception):
 class Session:
     def __init__(self, target, session_id, api_key=None, system=None, system_prompt_id=None,
                  credentials=None, max_new_tokens=256, retries=4, backoff_s=0.25, timeout_s=120.0,
-                 channel=None, wait_for_ready=True):
+                 channel=None, wait_for_ready=True, context_overflow=None):
         """`target` is host:port; `credentials` a grpc.ChannelCredentials for TLS (None:
         plaintext); `system` a system message, or `system_prompt_id` a registered prompt
-        (SystemPromptService) in its place."""
+        (SystemPromptService) in its place. `context_overflow`: "truncate" or "reject" for a
+        conversation longer than the server's window (None: the server's default). The
+        session keeps the whole conversation either way; a cut turn says how many tokens it
+        dropped in `last.truncated_tokens`."""
+        if context_overflow not in (None, "truncate", "reject"):
+            raise ValueError("context_overflow is 'truncate', 'reject' or None")
         if system is not None and system_prompt_id is not None:
             raise ValueError("give system or system_prompt_id, not both")
         if channel is None:
@@ -49,6 +54,7 @@ class Session:
         self.api_key = api_key
         self.system_prompt_id = system_prompt_id
         self.max_new_tokens = max_new_tokens
+        self.context_overflow = context_overflow
         self.retries = retries
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
@@ -70,6 +76,10 @@ class Session:
             r.messages.add(role=role, content=content)
         if self.system_prompt_id:
             r.system_prompt_id = self.system_prompt_id
+        if self.context_overflow == "truncate":
+            r.context_overflow = chat_pb2.CONTEXT_OVERFLOW_TRUNCATE
+        elif self.context_overflow == "reject":
+            r.context_overflow = chat_pb2.CONTEXT_OVERFLOW_REJECT
         for k, v in sampling.items():
             setattr(r.sampling, k, v)
         return r
