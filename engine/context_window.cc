@@ -69,13 +69,13 @@ absl::StatusOr<Truncation> TruncateMessages(const text::Tokenizer& tokenizer,
     if (starts.empty() || messages[i].role == "user") starts.push_back(i);
   }
   const int64_t exchanges = static_cast<int64_t>(starts.size());
-  auto render_without = [&](int64_t k) -> absl::StatusOr<std::vector<int32_t>> {
+  // The system part and the exchanges from the k-th on.
+  auto without = [&](int64_t k) {
     std::vector<text::ChatMessage> m(messages.begin(), messages.begin() + system_messages);
     m.insert(m.end(), messages.begin() + starts[k], messages.end());
-    auto r = tokenizer.RenderChat(m);
-    if (r.ok() && kept != nullptr) *kept = std::move(m);
-    return r;
+    return m;
   };
+  auto render_without = [&](int64_t k) { return tokenizer.RenderChat(without(k)); };
   Truncation t;
   if (drop == 0 || exchanges < 2) {
     if (full >= window) {
@@ -83,7 +83,6 @@ absl::StatusOr<Truncation> TruncateMessages(const text::Tokenizer& tokenizer,
                                                      " tokens; the model's context holds ", window,
                                                      exchanges < 2 ? " and its last message cannot be dropped" : ""));
     }
-    if (kept != nullptr) kept->assign(messages.begin(), messages.end());
     t.prompt = std::move(rendered);
     return t;
   }
@@ -115,6 +114,7 @@ absl::StatusOr<Truncation> TruncateMessages(const text::Tokenizer& tokenizer,
   }
   t.kept_prefix_tokens = CommonPrefix(rendered, *r);
   t.dropped_tokens = full - length;
+  if (kept != nullptr) *kept = without(lo);
   t.prompt = *std::move(r);
   return t;
 }

@@ -76,9 +76,9 @@ absl::StatusOr<Truncation> TruncateTokens(std::vector<int32_t> prompt, int64_t k
 // are the system part (a registered prompt's included) and always kept. Drops the oldest
 // whole exchanges after them (an exchange: a user message and the messages up to the
 // next user message; the last one is always kept) until at least TokensToDrop tokens are
-// gone, and re-renders. `*kept` (if non-null) receives the kept messages. The prompt
-// comes back unchanged when it fits or nothing can be dropped but it still leaves room
-// for a token. InvalidArgument, saying which, when the system part alone, or the system
+// gone, and re-renders. `*kept` (if non-null) receives the kept messages when some were
+// dropped (it is left as it is otherwise). The prompt comes back unchanged when it fits or
+// nothing can be dropped but it still leaves room for a token. InvalidArgument, saying which, when the system part alone, or the system
 // part with the last exchange, does not fit the window; the renderer's errors as it
 // gives them.
 absl::StatusOr<Truncation> TruncateMessages(const text::Tokenizer& tokenizer,

@@ -13,11 +13,7 @@ absl::StatusOr<std::string> DumpLogits(ModelBackend& model, const std::vector<st
   out["sequences"] = nlohmann::json::array();
   for (const std::vector<int32_t>& tokens : sequences) {
     if (tokens.empty()) return absl::InvalidArgumentError("an empty token sequence");
-    for (int32_t t : tokens) {
-      if (t < 0 || t >= c.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("token ", t, " is outside the vocabulary of ", c.vocab_size));
-      }
-    }
+    if (absl::Status s = c.CheckTokens(tokens); !s.ok()) return s;
     const int64_t n = static_cast<int64_t>(tokens.size());
     std::vector<float> logits(static_cast<size_t>(c.vocab_size));
     nlohmann::json steps = nlohmann::json::array();

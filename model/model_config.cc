@@ -41,6 +41,16 @@ std::string ModelConfig::CanonicalString() const {
                       qk_norm ? ";qk_norm=1" : "");
 }
 
+absl::Status ModelConfig::CheckTokens(absl::Span<const int32_t> tokens) const {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token ", i, " (", tokens[i], ") is outside the vocabulary of ", vocab_size));
+    }
+  }
+  return absl::OkStatus();
+}
+
 ModelConfig ModelConfig::Builtin() {
   ModelConfig c;
   c.architecture = "LlamaForCausalLM";

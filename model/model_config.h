@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kernels/rope/rope_cpu.h"
 
 namespace strata::model {
@@ -37,6 +38,8 @@ struct ModelConfig {
 
   // InvalidArgument naming the field that is out of range or inconsistent.
   absl::Status Validate() const;
+  // InvalidArgument naming the first of `tokens` outside the vocabulary.
+  absl::Status CheckTokens(absl::Span<const int32_t> tokens) const;
   // A canonical text form (every field, fixed order): part of the model fingerprint.
   std::string CanonicalString() const;
 

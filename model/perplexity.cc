@@ -38,12 +38,7 @@ absl::StatusOr<PerplexityResult> TeacherForcedNll(ModelBackend& model, absl::Spa
     return absl::InvalidArgumentError(
         absl::StrCat("window ", o.window, " is past the model's context of ", c.max_context, " tokens"));
   }
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("token ", i, " (", tokens[i], ") is outside the vocabulary of ", c.vocab_size));
-    }
-  }
+  if (absl::Status s = c.CheckTokens(tokens); !s.ok()) return s;
   const int64_t last = static_cast<int64_t>(tokens.size()) - 1;  // the last input to score from
   std::vector<Window> all;
   for (int64_t begin = 0; begin < last; begin += o.stride) {

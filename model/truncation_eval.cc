@@ -57,11 +57,7 @@ absl::StatusOr<TruncationEvalResult> StreamWithTruncation(ModelBackend& model, a
     return absl::InvalidArgumentError(absl::StrCat("window ", o.window, " (4..", c.max_context, "), keep ", o.keep,
                                                    " (between 0 and 1), streams ", o.streams, " (>= 1)"));
   }
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("token ", i, " (", tokens[i], ") is outside the vocabulary"));
-    }
-  }
+  if (absl::Status s = c.CheckTokens(tokens); !s.ok()) return s;
   const int64_t slice = static_cast<int64_t>(tokens.size()) / o.streams;
   if (slice < o.window + 2) {
     return absl::InvalidArgumentError(absl::StrCat(tokens.size(), " tokens over ", o.streams, " streams: each needs ",

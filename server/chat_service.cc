@@ -34,6 +34,13 @@ engine::CancelReason WhyOver(const grpc::ServerContext& context, absl::Time arri
   return absl::Now() + margin >= deadline ? engine::CancelReason::kDeadline : engine::CancelReason::kClient;
 }
 
+// The cut conversation is what the turn computes.
+void TakeCut(engine::Truncation cut, engine::TurnRequest* turn) {
+  turn->prompt = std::move(cut.prompt);
+  turn->truncated_tokens = cut.dropped_tokens;
+  turn->kept_prefix_tokens = cut.kept_prefix_tokens;
+}
+
 }  // namespace
 
 engine::ContextOverflow ChatServiceImpl::Overflow(const v1::ChatRequest& request) const {
@@ -94,10 +101,8 @@ absl::Status ChatServiceImpl::BuildPrompt(const std::string& tenant, const v1::C
       auto cut = engine::TruncateMessages(*tokenizer_, messages, system_messages, std::move(turn->prompt),
                                           request.max_new_tokens(), engine_->context_tokens(), cw.ratio, &kept);
       if (!cut.ok()) return cut.status();
-      turn->prompt = std::move(cut->prompt);
-      turn->truncated_tokens = cut->dropped_tokens;
-      turn->kept_prefix_tokens = cut->kept_prefix_tokens;
-      messages = std::move(kept);
+      if (cut->dropped_tokens > 0) messages = std::move(kept);
+      TakeCut(*std::move(cut), turn);
     }
     // A registered prompt's part is known; another conversation's is recognised. Where the
     // template did not render it as a prefix of the prompt, it is computed inline.
@@ -124,22 +129,19 @@ absl::Status ChatServiceImpl::BuildPrompt(const std::string& tenant, const v1::C
                                                      ") must be less than the tokens sent (", request.token_ids_size(),
                                                      ")"));
     }
-    const engine::ContextOverflow overflow = Overflow(request);
-    if (overflow == engine::ContextOverflow::kTruncate && !request.has_keep_prefix_tokens()) {
-      if (request.context_overflow() == v1::CONTEXT_OVERFLOW_TRUNCATE) {
+    if (Overflow(request) == engine::ContextOverflow::kTruncate) {
+      // Without a keep prefix only an explicit TRUNCATE gets here (Overflow).
+      if (!request.has_keep_prefix_tokens()) {
         return absl::InvalidArgumentError("token_ids are cut only after a prefix the client names: give "
                                           "keep_prefix_tokens");
       }
-    } else if (overflow == engine::ContextOverflow::kTruncate) {
       // A shared prompt is always kept: its KV is every session's on it.
       const int64_t keep = (system.has_value() ? static_cast<int64_t>(system->tokens.size()) : 0) +
                            std::max<int64_t>(request.keep_prefix_tokens(), request.system_prefix_tokens());
       auto cut = engine::TruncateTokens(std::move(turn->prompt), keep, request.max_new_tokens(),
                                         engine_->context_tokens(), engine_->context_window().ratio);
       if (!cut.ok()) return cut.status();
-      turn->prompt = std::move(cut->prompt);
-      turn->truncated_tokens = cut->dropped_tokens;
-      turn->kept_prefix_tokens = cut->kept_prefix_tokens;
+      TakeCut(*std::move(cut), turn);
     }
   }
   if (turn->prompt.empty() || (request.messages_size() == 0 && request.token_ids_size() == 0)) {
