@@ -16,7 +16,7 @@ namespace strata::engine {
 absl::Status EngineOptions::Validate() const {
   if (max_running <= 0 || max_step_tokens <= 0 || max_new_tokens_limit <= 0 || max_queued <= 0 ||
       warmup_tokens < 0 || min_shared_prompt_tokens < 0 || max_idle_shared_prompts < 0 || max_queued_per_tenant < 0 ||
-      max_context < 0 || max_context == 1) {
+      max_context < 0 || max_context == 1 || batch_reserved_running < 0) {
     return absl::InvalidArgumentError("engine limits must be positive");
   }
   return context_window.Validate();
@@ -190,58 +190,67 @@ EngineStats Engine::Stats() const {
 std::vector<Engine::Queued> Engine::AdmitLocked(std::vector<Promotion>* promote) {
   std::vector<Queued> admitted;
   std::vector<Queued> jobs;  // prompt jobs for shared prompts wanted now
-  size_t room = static_cast<size_t>(options_.max_running) - running_.size();
-  for (auto it = queue_.begin(); it != queue_.end() && admitted.size() < room;) {
-    if (it->load == Queued::Load::kPromoting || it->prompt_waiting) {
-      ++it;
-      continue;
-    }
-    std::string key = storage::SessionMapKey(it->request.key);
-    if (active_sessions_.contains(key)) {
-      ++it;  // the session's previous turn is still running: this one waits its turn
-      continue;
-    }
-    if (it->load == Queued::Load::kUnchecked) {
-      it->load = Queued::Load::kReady;
-      // A session resident in HBM needs nothing from the disk.
-      if (store_ != nullptr && !hbm_->Contains(it->request.key)) {
-        auto info = store_->Get(it->request.key);
-        if (info.ok() && info->tier == storage::Tier::kSsd && options_.fetch_or_recompute) {
-          // Fetch or recompute, by measured cost.
-          const double ssd_bytes_per_s = store_->ssd_read_bytes_per_second();
-          const double prefill_tokens_per_s = stats_.prefill_tokens_per_second;
-          const double tokens = static_cast<double>(
-              std::min<int64_t>(info->cached_tokens, static_cast<int64_t>(it->request.prompt.size())));
-          // 0 where a speed is not known yet: then the copy is loaded.
-          const double load_s = ssd_bytes_per_s > 0 ? static_cast<double>(info->bytes) / ssd_bytes_per_s : 0;
-          const double compute_s = prefill_tokens_per_s > 0 ? tokens / prefill_tokens_per_s : 0;
-          if (load_s > 0 && compute_s > 0 && compute_s < load_s) {
-            it->recompute = true;
-            ++stats_.recomputed_instead_of_load;
+  const size_t room = static_cast<size_t>(options_.max_running) - running_.size();
+  // Chat turns first (pass 0), then batch turns (pass 1) into what chat turns left, less
+  // the slots kept for chat turns still to come.
+  const int64_t reserve = std::min(options_.batch_reserved_running, options_.max_running - 1);
+  int64_t batch_room = options_.max_running - reserve;
+  for (const auto& r : running_) batch_room -= r->request.batch;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto it = queue_.begin(); it != queue_.end() && admitted.size() < room;) {
+      if (it->request.batch != (pass == 1) || it->load == Queued::Load::kPromoting || it->prompt_waiting ||
+          (pass == 1 && batch_room <= 0)) {
+        ++it;
+        continue;
+      }
+      std::string key = storage::SessionMapKey(it->request.key);
+      if (active_sessions_.contains(key)) {
+        ++it;  // the session's previous turn is still running: this one waits its turn
+        continue;
+      }
+      if (it->load == Queued::Load::kUnchecked) {
+        it->load = Queued::Load::kReady;
+        // A session resident in HBM needs nothing from the disk; a batch turn has no session.
+        if (store_ != nullptr && !it->request.batch && !hbm_->Contains(it->request.key)) {
+          auto info = store_->Get(it->request.key);
+          if (info.ok() && info->tier == storage::Tier::kSsd && options_.fetch_or_recompute) {
+            // Fetch or recompute, by measured cost.
+            const double ssd_bytes_per_s = store_->ssd_read_bytes_per_second();
+            const double prefill_tokens_per_s = stats_.prefill_tokens_per_second;
+            const double tokens = static_cast<double>(
+                std::min<int64_t>(info->cached_tokens, static_cast<int64_t>(it->request.prompt.size())));
+            // 0 where a speed is not known yet: then the copy is loaded.
+            const double load_s = ssd_bytes_per_s > 0 ? static_cast<double>(info->bytes) / ssd_bytes_per_s : 0;
+            const double compute_s = prefill_tokens_per_s > 0 ? tokens / prefill_tokens_per_s : 0;
+            if (load_s > 0 && compute_s > 0 && compute_s < load_s) {
+              it->recompute = true;
+              ++stats_.recomputed_instead_of_load;
+            }
+            if (metrics_) metrics_->ssd_decisions->WithLabels({{"choice", it->recompute ? "recompute" : "load"}}).Increment();
+            LOG_EVERY_N_SEC(INFO, 10) << "a turn's history is only on SSD (" << info->bytes << " bytes, "
+                                      << static_cast<int64_t>(tokens) << " tokens): "
+                                      << (it->recompute ? "recomputing" : "loading") << " it (load ~"
+                                      << static_cast<int64_t>(load_s * 1e3) << " ms at the SSD's rate, recompute ~"
+                                      << static_cast<int64_t>(compute_s * 1e3) << " ms)";
           }
-          if (metrics_) metrics_->ssd_decisions->WithLabels({{"choice", it->recompute ? "recompute" : "load"}}).Increment();
-          LOG_EVERY_N_SEC(INFO, 10) << "a turn's history is only on SSD (" << info->bytes << " bytes, "
-                                    << static_cast<int64_t>(tokens) << " tokens): "
-                                    << (it->recompute ? "recomputing" : "loading") << " it (load ~"
-                                    << static_cast<int64_t>(load_s * 1e3) << " ms at the SSD's rate, recompute ~"
-                                    << static_cast<int64_t>(compute_s * 1e3) << " ms)";
-        }
-        if (info.ok() && info->tier == storage::Tier::kSsd && !it->recompute) {
-          it->load = Queued::Load::kPromoting;
-          ++promotions_in_flight_;
-          promote->push_back(Promotion{it->id, it->request.key});
-          ++it;
-          continue;
+          if (info.ok() && info->tier == storage::Tier::kSsd && !it->recompute) {
+            it->load = Queued::Load::kPromoting;
+            ++promotions_in_flight_;
+            promote->push_back(Promotion{it->id, it->request.key});
+            ++it;
+            continue;
+          }
         }
       }
+      if (!PromptReadyLocked(*it, &jobs)) {
+        ++it;  // waits for its shared prompt's KV
+        continue;
+      }
+      active_sessions_.insert(std::move(key));
+      batch_room -= it->request.batch;
+      admitted.push_back(std::move(*it));
+      it = queue_.erase(it);
     }
-    if (!PromptReadyLocked(*it, &jobs)) {
-      ++it;  // waits for its shared prompt's KV
-      continue;
-    }
-    active_sessions_.insert(std::move(key));
-    admitted.push_back(std::move(*it));
-    it = queue_.erase(it);
   }
   // Prompt jobs go first: the turns waiting for them are already queued.
   for (auto j = jobs.rbegin(); j != jobs.rend(); ++j) queue_.push_front(std::move(*j));
@@ -256,7 +265,9 @@ void Engine::PublishLookAhead() {
     if (!lookahead_changed_) return;
     lookahead_changed_ = false;
     keys.reserve(queue_.size());
-    for (const Queued& q : queue_) keys.push_back(q.request.key);
+    for (const Queued& q : queue_) {
+      if (!q.request.batch) keys.push_back(q.request.key);  // batch turns have no session
+    }
   }
   std::vector<std::string> map_keys;
   map_keys.reserve(keys.size());
@@ -287,7 +298,7 @@ absl::StatusOr<std::unique_ptr<model::SequenceState>> Engine::TakeSequence(
     int64_t base_tokens) {
   *hbm_tokens = 0;
   const storage::SessionKey& key = queued.request.key;
-  if (hbm_ != nullptr && !queued.recompute && hbm_->Contains(key)) {
+  if (hbm_ != nullptr && !queued.recompute && !queued.request.batch && hbm_->Contains(key)) {
     if (!store_->Get(key).ok()) {
       hbm_->Drop(key);  // dropped or expired meanwhile: the resident copy goes with it
     } else {
@@ -375,7 +386,7 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   const int64_t prompt = static_cast<int64_t>(r->tokens.size());
   // The shared prompt's tokens are in its sequence already; the session's own follow.
   r->reused = base_tokens;
-  if (store_ != nullptr && !queued.recompute) {
+  if (store_ != nullptr && !queued.recompute && !r->request.batch) {
     const bool counted = metrics_ != nullptr && !r->prompt_job;  // lookups count turns' sessions
     if (counted) metrics_->lookups.Increment();
     // At least the last prompt token is computed (its logits give the first new token),
@@ -519,16 +530,19 @@ void Engine::Step() {
   std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->seq == nullptr; });
   if (running_.empty()) return;
 
-  // Decodes first (one token each), then prompt chunks within the step's token budget.
+  // Decodes first (one token each), then prompt chunks within the step's token budget:
+  // chat turns' before batch turns'.
   int budget = options_.max_step_tokens;
   std::vector<model::ForwardEntry> batch;
   std::vector<Running*> in_batch;
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = 0; pass < 3; ++pass) {
     for (auto& rp : running_) {
       Running& r = *rp;
       const int64_t pending = static_cast<int64_t>(r.tokens.size()) - r.computed;
       const bool decoding = r.computed >= static_cast<int64_t>(r.request.prompt.size());
-      if ((pass == 0) != decoding || pending <= 0 || budget <= 0) continue;
+      if ((pass == 0) != decoding || (pass == 2) != (!decoding && r.request.batch) || pending <= 0 || budget <= 0) {
+        continue;
+      }
       int n = static_cast<int>(std::min<int64_t>(pending, budget));
       budget -= n;
       r.step_tokens = n;

@@ -40,6 +40,9 @@ struct EngineOptions {
   // Turns one tenant may have waiting for admission (0: no limit beyond max_queued), so
   // that one tenant's flood cannot fill the queue for the others.
   int max_queued_per_tenant = 0;
+  // Running slots batch turns (TurnRequest::batch) leave free for chat turns, so that a
+  // chat turn arriving during a batch starts at once (at most max_running - 1).
+  int batch_reserved_running = 4;
   int max_stop_strings = 8;
   int max_stop_string_bytes = 256;
   // A turn whose cached prefix is only on SSD recomputes it instead when the measured
@@ -125,6 +128,10 @@ class Engine {
     int64_t stored_bytes = 0;
   };
   std::vector<SystemPromptInfo> ListSystemPrompts(const std::string& tenant) const;
+  // A batch group's shared prefix (the system part of batch turns) is no longer needed:
+  // its KV memory is freed now unless a turn still uses or waits for it, or a chat turn or
+  // registration shares the same prompt. Returns whether it was freed. Thread-safe.
+  bool ReleaseBatchPrefix(const std::string& tenant, absl::Span<const int32_t> tokens);
 
   const model::ModelConfig& config() const { return model_->config(); }
   // The context window a turn's prompt and answer must fit (EngineOptions::max_context).

@@ -166,6 +166,9 @@ struct Engine::SharedPrompt {
   // failed (turns compute it inline until a retry after kPromptRetry).
   enum class State { kWanted, kReady, kFailed } state = State::kWanted;
   std::shared_ptr<model::SequenceState> seq;
+  // Wanted by batch turns only (their group's prefix): never stored, freed when its group
+  // ends (ReleaseBatchPrefix). A chat turn or registration wanting it makes it a lasting one.
+  bool ephemeral = false;
   int users = 0;  // turns admitted on it that have not ended
   uint64_t last_use = 0;
   absl::Time failed_at = absl::InfinitePast();

@@ -116,7 +116,7 @@ bool Engine::StartSave(Running& r, std::shared_ptr<model::SequenceState> shared)
 }
 
 void Engine::End(Running& r, FinishReason reason) {
-  const bool saving = StartSave(r, nullptr);
+  const bool saving = !r.request.batch && StartSave(r, nullptr);  // a batch turn has no session
   {
     MutexLock lock(&mu_);
     if (!r.prompt_key.empty()) ReleasePromptUseLocked(r.prompt_key);

@@ -56,7 +56,12 @@ Engine::SharedPrompt& Engine::WantPromptLocked(const storage::SessionKey& key, s
 }
 
 bool Engine::PromptReadyLocked(Queued& q, std::vector<Queued>* jobs) {
-  if (q.prompt_job || !SharesSystemPrompt(q.request.system_tokens)) return true;
+  if (q.prompt_job) return true;
+  // A batch turn's system part is its group's prefix, planned to be shared; with nothing to
+  // share it on (the backend computes prefixes per sequence) it is computed inline.
+  const bool shared = q.request.batch ? model_->shares_prefixes() && q.request.system_tokens > 0
+                                      : SharesSystemPrompt(q.request.system_tokens);
+  if (!shared) return true;
   // Computed inline with the turn, as without sharing.
   auto inline_prompt = [&q] {
     q.prompt_key.clear();
@@ -79,10 +84,12 @@ bool Engine::PromptReadyLocked(Queued& q, std::vector<Queued>* jobs) {
     }
     if (id.empty()) id = SystemPromptId(system);
     const storage::SessionKey key = SystemPromptKey(q.request.key.tenant, id);
-    WantPromptLocked(key, std::move(id), std::vector<int32_t>(system.begin(), system.end()), jobs);
+    WantPromptLocked(key, std::move(id), std::vector<int32_t>(system.begin(), system.end()), jobs)
+        .ephemeral = q.request.batch;
     it = prompts_.find(q.prompt_key);
   }
   SharedPrompt& p = *it->second;
+  if (!q.request.batch) p.ephemeral = false;
   switch (p.state) {
     case SharedPrompt::State::kReady:
       ++p.users;
@@ -114,11 +121,13 @@ void Engine::FinishPromptJob(Running& r) {
   }
   std::shared_ptr<model::SequenceState> seq(std::move(r.seq));  // the turn has ended
   bool wanted;
+  bool ephemeral = false;
   {
     MutexLock lock(&mu_);
     auto it = prompts_.find(r.prompt_key);
     wanted = it != prompts_.end() && it->second->state == SharedPrompt::State::kWanted;
     if (wanted) {
+      ephemeral = it->second->ephemeral;
       SharedPrompt& p = *it->second;
       p.state = SharedPrompt::State::kReady;
       p.seq = seq;
@@ -138,8 +147,9 @@ void Engine::FinishPromptJob(Running& r) {
     TrimIdlePromptsLocked();
     PublishPromptGaugesLocked();
   }
-  // Stored once: saved unless all of it came from the store (or it was dropped meanwhile).
-  const bool saving = wanted && r.reused < static_cast<int64_t>(r.tokens.size()) && StartSave(r, seq);
+  // Stored once: saved unless all of it came from the store (or it was dropped meanwhile);
+  // a batch group's prefix lives in KV memory only.
+  const bool saving = wanted && !ephemeral && r.reused < static_cast<int64_t>(r.tokens.size()) && StartSave(r, seq);
   if (saving) return;  // its store session stays active until the write-back completes
   MutexLock lock(&mu_);
   active_sessions_.erase(r.session_key);
@@ -230,7 +240,10 @@ absl::StatusOr<std::string> Engine::RegisterSystemPrompt(const std::string& tena
   if (stopping_ || draining_) return absl::UnavailableError("the server is shutting down");
   prompt_dropped_at_.erase(map_key);
   auto it = prompts_.find(map_key);
-  if (it != prompts_.end() && it->second->state != SharedPrompt::State::kFailed) return id;
+  if (it != prompts_.end() && it->second->state != SharedPrompt::State::kFailed) {
+    it->second->ephemeral = false;  // registered: it lasts (its KV is stored when next computed)
+    return id;
+  }
   std::vector<Queued> jobs;
   WantPromptLocked(key, id, std::move(tokens), &jobs);
   queue_.push_back(std::move(jobs.front()));
@@ -250,6 +263,21 @@ absl::Status Engine::DropSystemPrompt(const std::string& tenant, const std::stri
   if (store_ != nullptr && store_->Get(key).ok()) found = store_->Drop(key).ok() || found;
   if (!found) return absl::NotFoundError(absl::StrCat("no system prompt '", id, "'"));
   return absl::OkStatus();
+}
+
+bool Engine::ReleaseBatchPrefix(const std::string& tenant, absl::Span<const int32_t> tokens) {
+  const std::string map_key = storage::SessionMapKey(SystemPromptKey(tenant, SystemPromptId(tokens)));
+  MutexLock lock(&mu_);
+  auto it = prompts_.find(map_key);
+  if (it == prompts_.end() || !it->second->ephemeral || it->second->users > 0 ||
+      it->second->state == SharedPrompt::State::kWanted) {
+    return false;
+  }
+  if (std::any_of(queue_.begin(), queue_.end(), [&](const Queued& q) { return q.prompt_key == map_key; })) return false;
+  // Turns that ran on it hold its KV through their sequences until they go.
+  prompts_.erase(it);
+  PublishPromptGaugesLocked();
+  return true;
 }
 
 std::vector<Engine::SystemPromptInfo> Engine::ListSystemPrompts(const std::string& tenant) const {

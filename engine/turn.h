@@ -37,6 +37,12 @@ struct TurnRequest {
   int64_t kept_prefix_tokens = 0;
   SamplingOptions sampling;
   std::vector<std::string> stop;  // stop strings
+  // Batch work (BatchService), not a chat turn: admitted after the chat turns queued and
+  // never into the running slots EngineOptions::batch_reserved_running keeps for them, its
+  // prompt chunks fed after theirs in a step. It has no session: nothing is looked up or
+  // saved for its key. Its system part is its group's shared prefix, kept in KV memory only
+  // (never stored) until Engine::ReleaseBatchPrefix.
+  bool batch = false;
   absl::Time arrival = absl::Now();
 };
 
