@@ -22,7 +22,8 @@ BatchRunner::BatchRunner(engine::Engine* engine, std::string tenant, RunnerOptio
     : engine_(engine), tenant_(std::move(tenant)), options_(options) {}
 
 RunSummary BatchRunner::Run(std::vector<engine::TurnRequest> items, const std::function<void(ItemResult)>& on_result,
-                            const std::function<bool()>& stop) {
+                            const std::function<bool()>& stop,
+                            const std::function<void(const Plan&)>& on_plan) {
   static std::atomic<uint64_t> next_run{0};
   const uint64_t run = next_run++;
   RunSummary summary;
@@ -55,6 +56,7 @@ RunSummary BatchRunner::Run(std::vector<engine::TurnRequest> items, const std::f
   // A backend that computes prefixes per sequence shares nothing.
   if (!model.shares_prefixes()) plan_options.min_prefix_tokens = std::numeric_limits<int64_t>::max();
   summary.plan = MakePlan(view, plan_options);
+  if (on_plan) on_plan(summary.plan);
 
   struct Group {
     int64_t prefix = 0;

@@ -138,6 +138,7 @@ class Engine {
   int64_t context_tokens() const { return context_tokens_; }
   const ContextWindowOptions& context_window() const { return options_.context_window; }
   const model::ModelBackend& model() const { return *model_; }
+  int64_t max_new_tokens_limit() const { return options_.max_new_tokens_limit; }
   EngineStats Stats() const;
   // The chunk layout the session cache must use for this model on the CPU backend (fp32
   // K/V rows); model::ChunkLayoutFor(backend, ...) gives any backend's.

@@ -12,6 +12,7 @@
 
 #include <string>
 
+#include "strata/v1/batch.pb.h"
 #include "strata/v1/cache.pb.h"
 #include "strata/v1/chat.pb.h"
 #include "strata/v1/system_prompts.pb.h"
@@ -45,6 +46,7 @@ STRATA_STRICT_REQUEST_TRAITS(strata::v1::FlushRequest)
 STRATA_STRICT_REQUEST_TRAITS(strata::v1::RegisterSystemPromptRequest)
 STRATA_STRICT_REQUEST_TRAITS(strata::v1::DropSystemPromptRequest)
 STRATA_STRICT_REQUEST_TRAITS(strata::v1::ListSystemPromptsRequest)
+STRATA_STRICT_REQUEST_TRAITS(strata::v1::BatchRequest)
 
 #undef STRATA_STRICT_REQUEST_TRAITS
 

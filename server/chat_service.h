@@ -11,6 +11,7 @@
 #include "server/auth.h"
 #include "engine/engine.h"
 #include "server/session_header.h"
+#include "server/prompt_builder.h"
 #include "server/system_prompts.h"
 #include "text/tokenizer.h"
 #include "strata/v1/chat.grpc.pb.h"
@@ -30,8 +31,7 @@ class ChatServiceImpl final : public v1::ChatService::Service {
   // resolves system_prompt_id.
   ChatServiceImpl(engine::Engine* engine, const text::Tokenizer* tokenizer, storage::SessionStore* store,
                   const SystemPromptRegistry* prompts, const ApiKeys* api_keys)
-      : engine_(engine), tokenizer_(tokenizer), store_(store), prompts_(prompts), api_keys_(api_keys),
-        system_parts_(tokenizer) {}
+      : engine_(engine), store_(store), api_keys_(api_keys), prompts_(engine, tokenizer, prompts) {}
 
   grpc::Status Chat(grpc::ServerContext* context, const v1::ChatRequest* request,
                     grpc::ServerWriter<v1::ChatEvent>* writer) override;
@@ -39,22 +39,10 @@ class ChatServiceImpl final : public v1::ChatService::Service {
  private:
   grpc::Status DoChat(grpc::ServerContext* context, const v1::ChatRequest& request,
                       grpc::ServerWriter<v1::ChatEvent>* writer);
-  // The turn's prompt and its system part, from the request's messages or token IDs and
-  // its system prompt. InvalidArgument or NotFound (an unknown prompt id) on bad input.
-  // A conversation past the context window is cut to fit (engine/context_window.h) when
-  // the request's policy says so; InvalidArgument when even the cut one cannot fit.
-  absl::Status BuildPrompt(const std::string& tenant, const v1::ChatRequest& request,
-                           engine::TurnRequest* turn) const;
-  // The request's context-overflow policy: its own, else the server's for messages; token
-  // IDs are cut only when they name keep_prefix_tokens.
-  engine::ContextOverflow Overflow(const v1::ChatRequest& request) const;
-
   engine::Engine* engine_;
-  const text::Tokenizer* tokenizer_;
   storage::SessionStore* store_;
-  const SystemPromptRegistry* prompts_;
   const ApiKeys* api_keys_;
-  mutable SystemPartCache system_parts_;  // a cache: BuildPrompt stays const
+  PromptBuilder prompts_;
 };
 
 }  // namespace strata::server

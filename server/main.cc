@@ -5,6 +5,7 @@
 //   strata bench  [flags]   a multi-turn serving benchmark (cache on vs off, rates, traces)
 //   strata logits [flags]   a model's logits as JSON, for checks against a reference
 //   strata ppl    [flags]   perplexity and bits per byte of a text file under a model
+//   strata batch  [flags]   a JSONL file of prompts through a running server as one batch
 //
 // `strata --help` lists every command's flags; `strata <command> --help` only that
 // command's; `--version` prints the version and the git commit.
@@ -46,6 +47,9 @@ const std::vector<Command>& Commands() {
        {"server/bench/bench_command.cc", "server/cli/shared_flags.cc"}},
       {"logits", strata::server::cli::LogitsCommand, "a model's logits for token sequences, as JSON",
        {"server/cli/logits_command.cc", "server/cli/shared_flags.cc"}},
+      {"batch", strata::server::cli::BatchCommand,
+       "a JSONL file of prompts through a running server as one batch (shared prefixes planned globally)",
+       {"server/cli/batch_command.cc", "server/cli/shared_flags.cc"}},
       {"ppl", strata::server::cli::PplCommand, "perplexity and bits per byte of a text file (sliding window)",
        {"server/cli/ppl_command.cc", "server/cli/shared_flags.cc"}},
   };

@@ -147,6 +147,10 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
                                         server->prompts_.get(), &server->api_keys_);
   server->prompt_service_ = std::make_unique<SystemPromptServiceImpl>(
       server->engine_.get(), server->tokenizer_.get(), server->prompts_.get(), &server->api_keys_);
+  server->batch_prompts_ =
+      std::make_unique<PromptBuilder>(server->engine_.get(), server->tokenizer_.get(), server->prompts_.get());
+  server->batch_service_ = std::make_unique<BatchServiceImpl>(server->engine_.get(), server->batch_prompts_.get(),
+                                                              &server->api_keys_, &server->registry_, options.batch);
   server->cache_service_ = std::make_unique<CacheServiceImpl>(
       server->store_.get(), fingerprint, &server->api_keys_, server->options_.admin_tenant);
 
@@ -162,6 +166,7 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   builder.RegisterService(server->chat_service_.get());
   builder.RegisterService(server->cache_service_.get());
   builder.RegisterService(server->prompt_service_.get());
+  builder.RegisterService(server->batch_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(RequestMetricsInterceptor(server->registry_));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
@@ -174,6 +179,7 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
     health->SetServingStatus(v1::ChatService::service_full_name(), true);
     health->SetServingStatus(v1::CacheService::service_full_name(), true);
     health->SetServingStatus(v1::SystemPromptService::service_full_name(), true);
+    health->SetServingStatus(v1::BatchService::service_full_name(), true);
   }
   if (!options.metrics_address.empty()) {
     auto exposer = metrics::MetricsExposer::Start(options.metrics_address, &server->registry_);

@@ -17,6 +17,8 @@
 #include "engine/engine.h"
 #include "engine/served_model.h"
 #include "server/auth.h"
+#include "server/batch_service.h"
+#include "server/prompt_builder.h"
 #include "server/system_prompts.h"
 #include "storage/session_store.h"
 #include "text/tokenizer.h"
@@ -56,6 +58,8 @@ struct ServerOptions {
   // Where registered system prompts are kept across restarts; "" (default) with an SSD
   // tier: <first ssd dir>/system_prompts.json; without one they live in memory only.
   std::string system_prompts_file;
+  // BatchService: the prompts a call may send, and how batches share the KV memory.
+  BatchServiceOptions batch;
 
   absl::Status Validate() const;
   // The store's defaults with the server's: 256-token chunks, a locked host arena.
@@ -101,6 +105,8 @@ class StrataServer {
   std::unique_ptr<grpc::Service> cache_service_;
   std::unique_ptr<SystemPromptRegistry> prompts_;
   std::unique_ptr<grpc::Service> prompt_service_;
+  std::unique_ptr<PromptBuilder> batch_prompts_;
+  std::unique_ptr<grpc::Service> batch_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::once_flag shutdown_once_;
   std::unique_ptr<metrics::MetricsExposer> exposer_;

@@ -15,6 +15,9 @@ int ChatCommand();
 int LogitsCommand();
 // Perplexity and bits per byte of --text under the model (model/perplexity.h).
 int PplCommand();
+// A JSONL file of prompts through a running server's BatchService; exit code 3 when some
+// prompts failed (their lines say why).
+int BatchCommand();
 
 }  // namespace strata::server::cli
 

@@ -65,6 +65,12 @@ ABSL_FLAG(std::string, port_file, "", "serve: write 'grpc_port metrics_port' her
 ABSL_FLAG(int, max_queued_per_tenant, 0,
           "serve: turns one tenant may have waiting (RESOURCE_EXHAUSTED past it, naming the limit); 0: no "
           "limit of its own");
+ABSL_FLAG(int, max_batch_prompts, 100000, "serve: prompts one BatchGenerate call may send (RESOURCE_EXHAUSTED past it)");
+ABSL_FLAG(double, batch_kv_fraction, 0.8,
+          "serve: the share of the KV memory one batch's prompts in flight may hold (the rest stays for chat turns)");
+ABSL_FLAG(int, batch_reserved_running, 4,
+          "serve: running slots batch prompts leave free for chat turns (of --max_batch), so chat turns start at "
+          "once during a batch");
 ABSL_FLAG(int, min_shared_prompt_tokens, 128,
           "serve: a conversation's system part of at least this many tokens is shared across sessions "
           "(computed once, stored once, relay attention); shorter ones are computed with each session; 0: off");
@@ -158,6 +164,13 @@ bool OptionsFromFlags(ServerOptions& o) {
   o.engine.max_new_tokens_limit = absl::GetFlag(FLAGS_max_new_tokens_limit);
   o.engine.min_shared_prompt_tokens = absl::GetFlag(FLAGS_min_shared_prompt_tokens);
   o.engine.max_queued_per_tenant = absl::GetFlag(FLAGS_max_queued_per_tenant);
+  o.engine.batch_reserved_running = absl::GetFlag(FLAGS_batch_reserved_running);
+  o.batch.max_prompts = absl::GetFlag(FLAGS_max_batch_prompts);
+  o.batch.runner.kv_fraction = absl::GetFlag(FLAGS_batch_kv_fraction);
+  if (o.batch.max_prompts <= 0 || !(o.batch.runner.kv_fraction > 0 && o.batch.runner.kv_fraction <= 1)) {
+    std::fprintf(stderr, "--max_batch_prompts must be positive and --batch_kv_fraction in (0, 1]\n");
+    return false;
+  }
   auto overflow = engine::ParseContextOverflow(absl::GetFlag(FLAGS_context_overflow));
   if (!overflow.ok()) {
     std::fprintf(stderr, "--context_overflow: %s\n", std::string(overflow.status().message()).c_str());
