@@ -25,6 +25,8 @@
 #             GPU, and its first 20 KB on the GPU and on the CPU (the two must agree); then
 #             truncation on stored KV vs recompute vs no re-rotation (trained and random)
 #   relay     relay attention's GPU tests, relay_attention_bench, PyTorch on the same shapes
+#   batch     batch_bench on random:llama3-8b: token saving of the plans, then one batch as
+#             Chat calls, first-level prefix reuse and the global plan (BATCH_ARGS adds flags)
 #   rate      the sustainable session rate with a 4K system prompt (p99 TTFT <= 1 s): relay,
 #             shared pages, not shared (RATE_MODES, RATE_START, RATE_PROBES, RATE_TIMEOUT)
 #   bench-ssd strata bench --sweep_from_ssd at 4K and 16K: turn 2 with its history only on
@@ -243,6 +245,13 @@ run_relay() {
   note "relay_torch_ref: rc=$?"; tail -8 "$OUT/relay_torch_ref.txt" >>"$summary"
 }
 
+run_batch() {
+  timeout 560 "$B/batch_bench" --strata="$B/strata" ${BATCH_ARGS:-} \
+    --serve_flags="--model=random:llama3-8b --device=cuda --host_cache_bytes=17179869184 ${BATCH_SERVE_FLAGS:-}" \
+    >"$OUT/batch_bench.txt" 2>&1
+  note "batch_bench: rc=$?"; grep -E '^\||^##|global plan' "$OUT/batch_bench.txt" >>"$summary"
+}
+
 run_step() {
   "$B/model_bench" --models=llama3-8b >"$OUT/model_bench.txt" 2>&1
   note "model_bench: rc=$?"; grep -iE 'device:|decode|batch|^\|' "$OUT/model_bench.txt" | head -30 >>"$summary"
@@ -255,7 +264,7 @@ for phase in "$@"; do
     step-e2e) run_step_e2e ;; sharegpt) run_sharegpt ;; step) run_step ;;
     hf-old) run_hf_old ;; kvload) run_kvload ;; writeback) run_writeback ;; gputests) run_gpu_tests ;;
     bench-ssd) run_bench_ssd ;; bench-host-history) run_bench_history bench-host --hbm_cache_bytes=0 ;;
-    prompts) run_prompts ;; relay) run_relay ;; rate) run_rate ;; ppl) run_ppl ;;
+    prompts) run_prompts ;; relay) run_relay ;; rate) run_rate ;; ppl) run_ppl ;; batch) run_batch ;;
     *) note "unknown phase $phase" ;;
   esac
 done
