@@ -44,12 +44,13 @@ double Count(metrics::Registry& registry, const std::string& name, const metrics
 class BatchTurnsTest : public ::testing::Test {
  protected:
   std::unique_ptr<Engine> MakeEngine(storage::SessionStore* store, metrics::Registry* registry, int max_running = 64,
-                                     int reserved = 4) {
+                                     int reserved = 4, int batch_pool = 0) {
     auto model = std::make_unique<model::CpuModel>(model::ModelWeights::Random(SmallConfig(), 99, tokenizer_.SilentTokens()));
     EngineOptions options;
     options.warmup_tokens = 0;
     options.max_running = max_running;
     options.batch_reserved_running = reserved;
+    options.max_running_batch = batch_pool;
     auto e = Engine::Create(options, std::move(model), &tokenizer_, store, registry);
     EXPECT_TRUE(e.ok()) << e.status();
     return *std::move(e);
@@ -163,6 +164,29 @@ TEST_F(BatchTurnsTest, ChatTurnsGoAheadOfQueuedBatchTurns) {
   }
   EXPECT_EQ(ended, 0);
   for (auto& s : batch) EXPECT_TRUE(Collect(s).status.ok());
+}
+
+TEST_F(BatchTurnsTest, BatchTurnsInAPoolOfTheirOwnRunBesideChatTurns) {
+  // Two chat slots and a batch pool of eight: eight batch turns share one step, and a chat
+  // turn still starts at once.
+  auto engine = MakeEngine(nullptr, nullptr, /*max_running=*/2, /*reserved=*/1, /*batch_pool=*/8);
+  std::vector<std::shared_ptr<TurnStream>> batch;
+  for (int i = 0; i < 8; ++i) {
+    TurnRequest t = BatchTurn(i, Tokens(20, 3), 4, 24);
+    t.system_tokens = 0;
+    auto s = engine->Submit(t);
+    ASSERT_TRUE(s.ok()) << s.status();
+    batch.push_back(*s);
+  }
+  TurnRequest chat = BatchTurn(99, Tokens(20, 4), 4, 4);
+  chat.batch = false;
+  chat.system_tokens = 0;
+  chat.key = {"t", "chat"};
+  auto chat_stream = engine->Submit(chat);
+  ASSERT_TRUE(chat_stream.ok());
+  EXPECT_TRUE(Collect(*chat_stream).status.ok());
+  for (auto& s : batch) EXPECT_TRUE(Collect(s).status.ok());
+  EXPECT_GE(engine->Stats().max_batch_turns, 8);
 }
 
 }  // namespace

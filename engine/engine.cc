@@ -16,7 +16,7 @@ namespace strata::engine {
 absl::Status EngineOptions::Validate() const {
   if (max_running <= 0 || max_step_tokens <= 0 || max_new_tokens_limit <= 0 || max_queued <= 0 ||
       warmup_tokens < 0 || min_shared_prompt_tokens < 0 || max_idle_shared_prompts < 0 || max_queued_per_tenant < 0 ||
-      max_context < 0 || max_context == 1 || batch_reserved_running < 0) {
+      max_context < 0 || max_context == 1 || batch_reserved_running < 0 || max_running_batch < 0) {
     return absl::InvalidArgumentError("engine limits must be positive");
   }
   return context_window.Validate();
@@ -190,16 +190,26 @@ EngineStats Engine::Stats() const {
 std::vector<Engine::Queued> Engine::AdmitLocked(std::vector<Promotion>* promote) {
   std::vector<Queued> admitted;
   std::vector<Queued> jobs;  // prompt jobs for shared prompts wanted now
-  const size_t room = static_cast<size_t>(options_.max_running) - running_.size();
-  // Chat turns first (pass 0), then batch turns (pass 1) into what chat turns left, less
-  // the slots kept for chat turns still to come.
-  const int64_t reserve = std::min(options_.batch_reserved_running, options_.max_running - 1);
-  int64_t batch_room = options_.max_running - reserve;
-  for (const auto& r : running_) batch_room -= r->request.batch;
+  // Chat turns first (pass 0), then batch turns (pass 1): in a pool of their own
+  // (max_running_batch), or else in what chat turns leave of max_running, less the slots
+  // kept for chat turns still to come.
+  int64_t running_batch = 0;
+  for (const auto& r : running_) running_batch += r->request.batch;
+  const bool own_pool = options_.max_running_batch > 0;
+  int64_t chat_room, batch_room;
+  if (own_pool) {
+    chat_room = options_.max_running - (static_cast<int64_t>(running_.size()) - running_batch);
+    batch_room = options_.max_running_batch - running_batch;
+  } else {
+    const int64_t reserve = std::min(options_.batch_reserved_running, options_.max_running - 1);
+    chat_room = options_.max_running - static_cast<int64_t>(running_.size());
+    batch_room = options_.max_running - reserve - running_batch;
+  }
   for (int pass = 0; pass < 2; ++pass) {
-    for (auto it = queue_.begin(); it != queue_.end() && admitted.size() < room;) {
-      if (it->request.batch != (pass == 1) || it->load == Queued::Load::kPromoting || it->prompt_waiting ||
-          (pass == 1 && batch_room <= 0)) {
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      const bool room = pass == 0 ? chat_room > 0 : batch_room > 0 && (own_pool || chat_room > 0);
+      if (!room) break;
+      if (it->request.batch != (pass == 1) || it->load == Queued::Load::kPromoting || it->prompt_waiting) {
         ++it;
         continue;
       }
@@ -247,7 +257,8 @@ std::vector<Engine::Queued> Engine::AdmitLocked(std::vector<Promotion>* promote)
         continue;
       }
       active_sessions_.insert(std::move(key));
-      batch_room -= it->request.batch;
+      if (pass == 1) --batch_room;
+      if (pass == 0 || !own_pool) --chat_room;
       admitted.push_back(std::move(*it));
       it = queue_.erase(it);
     }

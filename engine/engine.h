@@ -43,6 +43,9 @@ struct EngineOptions {
   // Running slots batch turns (TurnRequest::batch) leave free for chat turns, so that a
   // chat turn arriving during a batch starts at once (at most max_running - 1).
   int batch_reserved_running = 4;
+  // Batch turns in a pool of their own of this many running turns, beside max_running chat
+  // turns (a decode step then holds up to both); 0: they share max_running as above.
+  int max_running_batch = 0;
   int max_stop_strings = 8;
   int max_stop_string_bytes = 256;
   // A turn whose cached prefix is only on SSD recomputes it instead when the measured

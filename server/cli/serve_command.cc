@@ -71,6 +71,10 @@ ABSL_FLAG(double, batch_kv_fraction, 0.8,
 ABSL_FLAG(int, batch_reserved_running, 4,
           "serve: running slots batch prompts leave free for chat turns (of --max_batch), so chat turns start at "
           "once during a batch");
+ABSL_FLAG(int, max_batch_running, 0,
+          "serve: batch prompts running at once in a pool of their own beside --max_batch chat turns (a decode step "
+          "then holds both; BatchLLM's throughput batching); 0: they share --max_batch, less "
+          "--batch_reserved_running");
 ABSL_FLAG(int, min_shared_prompt_tokens, 128,
           "serve: a conversation's system part of at least this many tokens is shared across sessions "
           "(computed once, stored once, relay attention); shorter ones are computed with each session; 0: off");
@@ -165,6 +169,7 @@ bool OptionsFromFlags(ServerOptions& o) {
   o.engine.min_shared_prompt_tokens = absl::GetFlag(FLAGS_min_shared_prompt_tokens);
   o.engine.max_queued_per_tenant = absl::GetFlag(FLAGS_max_queued_per_tenant);
   o.engine.batch_reserved_running = absl::GetFlag(FLAGS_batch_reserved_running);
+  o.engine.max_running_batch = absl::GetFlag(FLAGS_max_batch_running);
   o.batch.max_prompts = absl::GetFlag(FLAGS_max_batch_prompts);
   o.batch.runner.kv_fraction = absl::GetFlag(FLAGS_batch_kv_fraction);
   if (o.batch.max_prompts <= 0 || !(o.batch.runner.kv_fraction > 0 && o.batch.runner.kv_fraction <= 1)) {
