@@ -86,7 +86,9 @@ absl::Status ServerOptions::Validate() const {
   }
   if (absl::Status s = CheckAdminTenantHasAKey(admin_tenant, api_keys); !s.ok()) return s;
   if (absl::Status s = model.backend.Validate(); !s.ok()) return s;
-  return engine.Validate();
+  engine::EngineOptions e = engine;
+  if (e.max_running_batch == -1) e.max_running_batch = 0;  // chosen by the backend at start
+  return e.Validate();
 }
 
 absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOptions& options) {
@@ -129,7 +131,14 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   }
   storage::ExportSessionStoreMetrics(server->registry_, server->store_.get(), options.cache_enabled);
   metrics::ExportProcessMetrics(server->registry_);
-  auto engine = engine::Engine::Create(options.engine, std::move(model), tokenizer.get(),
+  engine::EngineOptions engine_options = options.engine;
+  if (engine_options.max_running_batch < 0) {
+    // A GPU decode step costs about the same for 64 rows as for 256 (it reads the weights):
+    // batch prompts get a wide pool of their own there; on the CPU rows cost time, so they
+    // share the chat turns'.
+    engine_options.max_running_batch = model->name() == "cuda" ? kGpuBatchRunning : 0;
+  }
+  auto engine = engine::Engine::Create(engine_options, std::move(model), tokenizer.get(),
                                        server->store_.get(), &server->registry_);
   if (!engine.ok()) return engine.status();
   server->tokenizer_ = std::move(tokenizer);

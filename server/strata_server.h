@@ -30,6 +30,9 @@ class Service;
 
 namespace strata::server {
 
+// Batch prompts running at once on the GPU by default (EngineOptions::max_running_batch).
+inline constexpr int kGpuBatchRunning = 256;
+
 struct ServerOptions {
   std::string listen_address = "127.0.0.1:7070";   // gRPC; port 0 picks a free port
   std::string metrics_address = "127.0.0.1:9464";  // Prometheus /metrics; empty: off
@@ -43,6 +46,7 @@ struct ServerOptions {
   storage::SessionStoreOptions store = DefaultStoreOptions();
   // Which model (built-in, random:NAME or a directory) on which device.
   engine::ServedModelOptions model;
+  // max_running_batch -1: kGpuBatchRunning on the GPU, 0 on the CPU.
   engine::EngineOptions engine;
   // API key -> tenant (and admin). Empty: no authentication, every caller is tenant
   // "default". ReloadApiKeys replaces them while serving (server/auth.h).

@@ -71,10 +71,10 @@ ABSL_FLAG(double, batch_kv_fraction, 0.8,
 ABSL_FLAG(int, batch_reserved_running, 4,
           "serve: running slots batch prompts leave free for chat turns (of --max_batch), so chat turns start at "
           "once during a batch");
-ABSL_FLAG(int, max_batch_running, 0,
+ABSL_FLAG(int, max_batch_running, -1,
           "serve: batch prompts running at once in a pool of their own beside --max_batch chat turns (a decode step "
           "then holds both; BatchLLM's throughput batching); 0: they share --max_batch, less "
-          "--batch_reserved_running");
+          "--batch_reserved_running; -1: 256 on the GPU (decode steps are bound by reading the weights), 0 on the CPU");
 ABSL_FLAG(int, min_shared_prompt_tokens, 128,
           "serve: a conversation's system part of at least this many tokens is shared across sessions "
           "(computed once, stored once, relay attention); shorter ones are computed with each session; 0: off");
