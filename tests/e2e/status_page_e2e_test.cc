@@ -19,6 +19,7 @@
 #include "base/prometheus_text.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "storage/testing/temp_dir.h"
 #include "tests/e2e/chat_rpc.h"
 #include "tests/e2e/headless_chromium.h"
 #include "tests/e2e/server_process.h"
@@ -151,11 +152,10 @@ TEST(StatusPageE2eTest, ChromiumShowsWhatMetricsHasAndPlotsTheHistory) {
   auto chromium = HeadlessChromium::Find();
   if (!chromium.ok()) GTEST_SKIP() << "status page test skipped: " << chromium.status().message();
   const std::string dir = OutputDir();
+  storage::testing::TempDir ssd("strata-status-page-ssd");
   std::vector<std::string> flags = kServeFlags;
-  flags.insert(flags.end(), {"--api_keys=ka=acme,kg=globex", "--metrics_tenant_label", "--ssd_dirs=" + dir + "/ssd",
+  flags.insert(flags.end(), {"--api_keys=ka=acme,kg=globex", "--metrics_tenant_label", "--ssd_dirs=" + ssd.path(),
                              "--ssd_capacity_bytes=67108864", "--ssd_probe_bytes=0"});
-  std::filesystem::remove_all(dir + "/ssd");
-  std::filesystem::create_directories(dir + "/ssd");
   auto server = ServerProcess::Start(flags);
   ASSERT_TRUE(server.ok()) << server.status();
   ServerProcess& s = **server;
