@@ -56,7 +56,7 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend
     : options_(options), model_(std::move(model)), tokenizer_(tokenizer), store_(store) {
   context_tokens_ = options_.max_context > 0 ? std::min<int64_t>(options_.max_context, model_->config().max_context)
                                              : model_->config().max_context;
-  if (registry != nullptr) metrics_ = std::make_unique<Metrics>(*registry);
+  if (registry != nullptr) metrics_ = std::make_unique<Metrics>(*registry, options.metrics_tenant_label);
   if (store_ != nullptr) {
     hbm_ = std::make_unique<HbmTier>(options_.hbm, model_.get(), registry);
     if (absl::Status s = model_->RegisterHostMemory(store_->host_arena()); !s.ok()) {
@@ -444,6 +444,7 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   if (metrics_) {
     metrics_->prefill_reused.Increment(static_cast<double>(r->reused));
     metrics_->prefill_computed.Increment(static_cast<double>(prompt - r->reused));
+    if (metrics_->tenants) metrics_->tenants->PromptTokens(r->request.key.tenant, prompt - r->reused, r->reused);
   }
   return r;
 }

@@ -70,6 +70,9 @@ struct EngineOptions {
   // Conversations past the window (context_window.h); the server applies the policy, the
   // engine counts the cuts and reuses the kept tokens' stored KV.
   ContextWindowOptions context_window;
+  // Also count turns and tokens per tenant (tenant_metrics.h): one series per tenant, so
+  // off unless the operator asks.
+  bool metrics_tenant_label = false;
 
   absl::Status Validate() const;
 };

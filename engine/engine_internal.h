@@ -13,6 +13,7 @@
 #include "base/metrics.h"
 #include "base/random.h"
 #include "engine/engine.h"
+#include "engine/tenant_metrics.h"
 #include "text/stop_strings.h"
 
 namespace strata::engine {
@@ -34,7 +35,8 @@ TurnEnd EndOf(const absl::Status& why);
 
 // The engine's counters, following the names dashboards are built on.
 struct Engine::Metrics {
-  explicit Metrics(metrics::Registry& r)
+  // `tenant_label`: the per-tenant counters too (EngineOptions::metrics_tenant_label).
+  Metrics(metrics::Registry& r, bool tenant_label)
       : ttft(&r.AddHistogram("strata_ttft_seconds",
                              "Time from request arrival to first token, by the tier its cached prefix came from "
                              "(none: computed whole).",
@@ -111,6 +113,7 @@ struct Engine::Metrics {
     for (TurnEnd end : kTurnEnds) {
       finished[static_cast<int>(end)] = &ended.WithLabels({{"reason", TurnEndName(end)}});
     }
+    if (tenant_label) tenants = std::make_unique<TenantMetrics>(r);
   }
 
   // A turn's life, observed where it happens (engine loop only); an end is counted before
@@ -152,6 +155,7 @@ struct Engine::Metrics {
   metrics::Counter& truncated_tokens;
   metrics::Histogram& generation_tokens;
   metrics::Counter* finished[std::size(kTurnEnds)];  // by TurnEnd
+  std::unique_ptr<TenantMetrics> tenants;            // null: no per-tenant series
 
  private:
   void Ended(TurnEnd how, const TurnRequest& request, int64_t generated, absl::Time now);

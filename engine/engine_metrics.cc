@@ -61,6 +61,7 @@ void Engine::Metrics::Ended(TurnEnd how, const TurnRequest& request, int64_t gen
   e2e.Observe(absl::ToDoubleSeconds(now - request.arrival));
   prompt_tokens.Observe(static_cast<double>(request.prompt.size()));
   generation_tokens.Observe(static_cast<double>(generated));
+  if (tenants) tenants->TurnEnded(request.key.tenant, generated);
 }
 
 }  // namespace strata::engine

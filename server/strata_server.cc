@@ -18,6 +18,7 @@
 #include "server/cache_service.h"
 #include "server/chat_service.h"
 #include "server/port_check.h"
+#include "server/status_page.h"
 #include "server/system_prompt_service.h"
 #include "server/request_metrics.h"
 
@@ -85,6 +86,9 @@ absl::Status ServerOptions::Validate() const {
     return absl::InvalidArgumentError("--tls_client_ca (mutual TLS) needs --tls_cert and --tls_key");
   }
   if (absl::Status s = CheckAdminTenantHasAKey(admin_tenant, api_keys); !s.ok()) return s;
+  if (absl::Status s = StatusHistoryOptions(status_sample_interval).Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--status_sample_seconds: ", s.message()));
+  }
   if (absl::Status s = model.backend.Validate(); !s.ok()) return s;
   engine::EngineOptions e = engine;
   if (e.max_running_batch == -1) e.max_running_batch = 0;  // chosen by the backend at start
@@ -191,12 +195,16 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
     health->SetServingStatus(v1::BatchService::service_full_name(), true);
   }
   if (!options.metrics_address.empty()) {
-    auto exposer = metrics::MetricsExposer::Start(options.metrics_address, &server->registry_);
+    server->status_history_ = std::make_unique<metrics::MetricsHistory>(
+        &server->registry_, StatusHistoryOptions(options.status_sample_interval));
+    server->status_history_->StartSampling();
+    auto exposer = metrics::MetricsExposer::Start(options.metrics_address, &server->registry_,
+                                                  StatusPages(&server->registry_, server->status_history_.get()));
     if (!exposer.ok()) return exposer.status();
     server->exposer_ = *std::move(exposer);
   }
-  LOG(INFO) << "strata serving gRPC on port " << server->port_ << ", metrics on port "
-            << server->metrics_port() << "; model fingerprint " << std::hex << fingerprint;
+  LOG(INFO) << "strata serving gRPC on port " << server->port_ << ", metrics on port " << server->metrics_port()
+            << " (/metrics, and a status page at /); model fingerprint " << std::hex << fingerprint;
   return server;
 }
 

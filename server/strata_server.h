@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "base/metrics.h"
 #include "base/metrics_exposer.h"
+#include "base/metrics_history.h"
 #include "engine/engine.h"
 #include "engine/served_model.h"
 #include "server/auth.h"
@@ -35,7 +36,10 @@ inline constexpr int kGpuBatchRunning = 256;
 
 struct ServerOptions {
   std::string listen_address = "127.0.0.1:7070";   // gRPC; port 0 picks a free port
-  std::string metrics_address = "127.0.0.1:9464";  // Prometheus /metrics; empty: off
+  std::string metrics_address = "127.0.0.1:9464";  // Prometheus /metrics and the status page; empty: off
+  // How often the status page's history (server/status_page.h) samples the metrics it
+  // plots; it keeps 180 samples (15 minutes at 5 s).
+  absl::Duration status_sample_interval = absl::Seconds(5);
   // Shutdown: how long running turns (and their write-backs) may take to finish before
   // the remaining streams are cancelled.
   absl::Duration drain_timeout = absl::Seconds(30);
@@ -113,7 +117,9 @@ class StrataServer {
   std::unique_ptr<grpc::Service> batch_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::once_flag shutdown_once_;
-  std::unique_ptr<metrics::MetricsExposer> exposer_;
+  // Both read registry_, whose collectors read store_: they go first (declared last).
+  std::unique_ptr<metrics::MetricsHistory> status_history_;
+  std::unique_ptr<metrics::MetricsExposer> exposer_;  // uses status_history_
   int port_ = 0;
 };
 

@@ -21,7 +21,13 @@
 #include "server/strata_server.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address to listen on");
-ABSL_FLAG(int, metrics_port, 9464, "serve: Prometheus /metrics port (0: pick a free one, -1: off)");
+ABSL_FLAG(int, metrics_port, 9464,
+          "serve: Prometheus /metrics port, with a status page for browsers at / (0: pick a free one, -1: off)");
+ABSL_FLAG(double, status_sample_seconds, 5,
+          "serve: how often the status page's plots sample the metrics (it keeps the last 180 samples)");
+ABSL_FLAG(bool, metrics_tenant_label, false,
+          "serve: also count turns and tokens per tenant (strata_tenant_*_total{tenant}): one series per tenant "
+          "of the API keys, so off by default");
 ABSL_FLAG(std::string, cache, "on", "serve: session KV cache, on or off");
 ABSL_FLAG(int64_t, host_cache_bytes, int64_t{1} << 30, "serve: capacity of the host-memory tier");
 ABSL_FLAG(bool, pin_host_memory, true,
@@ -134,6 +140,8 @@ bool OptionsFromFlags(ServerOptions& o) {
   o.listen_address = host + ":" + std::to_string(absl::GetFlag(FLAGS_port));
   const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
   o.metrics_address = metrics_port < 0 ? "" : host + ":" + std::to_string(metrics_port);
+  o.status_sample_interval = absl::Seconds(absl::GetFlag(FLAGS_status_sample_seconds));
+  o.engine.metrics_tenant_label = absl::GetFlag(FLAGS_metrics_tenant_label);
   const std::string cache = absl::GetFlag(FLAGS_cache);
   if (cache != "on" && cache != "off") {
     std::fprintf(stderr, "--cache must be on or off, got '%s'\n", cache.c_str());

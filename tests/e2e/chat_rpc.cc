@@ -6,11 +6,12 @@
 
 namespace strata::testing {
 
-ChatTurn RunChat(const std::string& target, const v1::ChatRequest& request) {
+ChatTurn RunChat(const std::string& target, const v1::ChatRequest& request, const std::string& api_key) {
   auto stub = v1::ChatService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(2));
   ctx.AddMetadata(server::kSessionHeader, request.session_id());
+  if (!api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key);
   auto reader = stub->Chat(&ctx, request);
   ChatTurn t;
   v1::ChatEvent e;

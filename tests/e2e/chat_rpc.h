@@ -22,8 +22,9 @@ struct ChatTurn {
   v1::ChatDone done;            // the final event (empty if none came)
 };
 
-// Sends `request` and reads the stream to its end (deadline two minutes).
-ChatTurn RunChat(const std::string& target, const v1::ChatRequest& request);
+// Sends `request` (with `api_key` as its bearer token, if not empty) and reads the stream
+// to its end (deadline two minutes).
+ChatTurn RunChat(const std::string& target, const v1::ChatRequest& request, const std::string& api_key = "");
 
 // GetSession, with the gRPC status turned into an absl::Status of the same code.
 absl::StatusOr<v1::SessionInfo> GetSessionInfo(const std::string& target, const std::string& session_id);
