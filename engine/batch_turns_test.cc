@@ -44,8 +44,16 @@ double Count(metrics::Registry& registry, const std::string& name, const metrics
 class BatchTurnsTest : public ::testing::Test {
  protected:
   std::unique_ptr<Engine> MakeEngine(storage::SessionStore* store, metrics::Registry* registry, int max_running = 64,
-                                     int reserved = 4, int batch_pool = 0) {
-    auto model = std::make_unique<model::CpuModel>(model::ModelWeights::Random(SmallConfig(), 99, tokenizer_.SilentTokens()));
+                                     int reserved = 4, int batch_pool = 0, testing::GatedBackend** gate = nullptr) {
+    auto cpu = std::make_unique<model::CpuModel>(model::ModelWeights::Random(SmallConfig(), 99, tokenizer_.SilentTokens()));
+    std::unique_ptr<model::ModelBackend> model;
+    if (gate != nullptr) {
+      auto gated = std::make_unique<testing::GatedBackend>(std::move(cpu));
+      *gate = gated.get();
+      model = std::move(gated);
+    } else {
+      model = std::move(cpu);
+    }
     EngineOptions options;
     options.warmup_tokens = 0;
     options.max_running = max_running;
@@ -136,8 +144,10 @@ TEST_F(BatchTurnsTest, APrefixChatTurnsShareIsNotReleasedByABatch) {
 
 TEST_F(BatchTurnsTest, ChatTurnsGoAheadOfQueuedBatchTurns) {
   // Two running slots, one kept for chat: batch turns run one at a time, and a chat turn
-  // sent after six of them starts at once and ends long before the batch does.
-  auto engine = MakeEngine(nullptr, nullptr, /*max_running=*/2, /*reserved=*/1);
+  // sent after six of them starts at once and ends long before the batch does. The first
+  // step waits until all are queued.
+  testing::GatedBackend* gate = nullptr;
+  auto engine = MakeEngine(nullptr, nullptr, /*max_running=*/2, /*reserved=*/1, /*batch_pool=*/0, &gate);
   std::vector<std::shared_ptr<TurnStream>> batch;
   for (int i = 0; i < 6; ++i) {
     TurnRequest t = BatchTurn(i, Tokens(20, 3), 4, 40);
@@ -152,6 +162,7 @@ TEST_F(BatchTurnsTest, ChatTurnsGoAheadOfQueuedBatchTurns) {
   chat.key = {"t", "chat"};
   auto chat_stream = engine->Submit(chat);
   ASSERT_TRUE(chat_stream.ok());
+  gate->open.Notify();
   const TurnOutput chat_out = Collect(*chat_stream);
   ASSERT_TRUE(chat_out.status.ok()) << chat_out.status;
   // When the chat turn is done, at most the first batch turn can have ended.
