@@ -116,6 +116,28 @@ def main():
         except TurnError as e:
             check(e.code == grpc.StatusCode.INVALID_ARGUMENT, "reject gave %s" % e.code, failures)
 
+        # A batch (strata.batch): each answer equals that prompt alone on the cache-off
+        # server; a bad prompt gets its own error; the plan shares the system prompt.
+        from strata.batch import Batch  # noqa: E402
+        system = "You are a helpful assistant who answers questions about rivers, hills and mills. " * 3
+        questions = ["Where is the mill?", "How high is the hill?", "What does the river carry?"]
+        prompts = [{"id": "q%d" % i, "messages": [("system", system), ("user", q)], "max_new_tokens": 10}
+                   for i, q in enumerate(questions)]
+        prompts.append({"id": "bad", "token_ids": [72, 10 ** 6]})
+        batch = Batch(cached.target)
+        results = {r.id: r for r in batch.run(prompts)}
+        check(sorted(results) == ["bad", "q0", "q1", "q2"], "batch results: %s" % sorted(results), failures)
+        check(results["bad"].HasField("error") and results["bad"].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0],
+              "the bad prompt's error: %s" % results["bad"].error, failures)
+        for i, q in enumerate(questions):
+            alone = Session(off.target, "py-batch-%d" % i, system=system, max_new_tokens=10)
+            check(results["q%d" % i].text == alone.send(q), "batch answer %d differs from the prompt alone" % i, failures)
+            check(results["q%d" % i].usage.cached_tokens > 0, "batch prompt %d read no shared prefix" % i, failures)
+        check(batch.plan is not None and batch.plan.groups == 1 and batch.plan.token_saving_ratio > 0.3,
+              "batch plan: %s" % batch.plan, failures)
+        check(batch.summary is not None and batch.summary.completed == 3 and batch.summary.failed == 1,
+              "batch summary: %s" % batch.summary, failures)
+
         # A bad request is raised, and leaves the conversation as it was.
         bad = Session(cached.target, "py-bad", max_new_tokens=0)
         try:
