@@ -319,5 +319,70 @@ TEST_F(CudaEngineTest, SharedSystemPromptsAnswerAsInline) {
       relay_registry.AddCounter("strata_system_prompt_loads_total", "").WithLabels({{"source", "computed"}}).Value(), 2);
 }
 
+// Batch turns on the GPU: a group's prefix is computed once (no session cache at all) and
+// its turns run on its shared pages with relay attention; their answers match each
+// prompt computed alone up to bf16 near-ties, and the prefix is freed when released.
+TEST_F(CudaEngineTest, BatchTurnsShareTheirGroupPrefix) {
+  ByteTokenizer tokenizer;
+  std::string document = "Document: ";
+  while (document.size() < 300) absl::StrAppend(&document, "The mill by the river ground corn for the valley. ");
+  std::vector<std::vector<int32_t>> prompts;
+  for (int q = 0; q < 16; ++q) {
+    prompts.push_back(*tokenizer.RenderChat({{"system", document}, {"user", absl::StrCat("Question ", q, "?")}}));
+  }
+  const int64_t prefix = static_cast<int64_t>(document.size());  // inside the system part
+  auto run = [&](bool batch, metrics::Registry* registry, std::vector<int64_t>* cached) {
+    CudaModelOptions o;
+    o.kv_pool_bytes = 64 << 20;
+    o.initial_step_tokens = 256;
+    o.share_prefixes = batch;
+    o.relay_attention = batch;
+    o.relay_min_saved_tokens = 0;
+    auto model = CudaModel::Create(ModelWeights::Random(ModelConfig::Builtin(), 77, tokenizer.SilentTokens()), o);
+    EXPECT_TRUE(model.ok()) << model.status();
+    auto engine = *Engine::Create({}, *std::move(model), &tokenizer, nullptr, registry);
+    std::vector<std::shared_ptr<TurnStream>> streams;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      TurnRequest r;
+      r.key = {"t", absl::StrCat("\x01batch/", i)};
+      r.prompt = prompts[i];
+      r.system_tokens = batch ? prefix : 0;
+      r.batch = batch;
+      r.max_new_tokens = 12;
+      streams.push_back(*engine->Submit(std::move(r)));
+    }
+    std::vector<std::vector<int32_t>> answers;
+    for (auto& stream : streams) {
+      testing::TurnOutput out = testing::Collect(stream);
+      EXPECT_TRUE(out.status.ok()) << out.status;
+      answers.push_back(out.tokens);
+      if (cached != nullptr) cached->push_back(out.result.usage.cached_tokens);
+    }
+    if (batch) {
+      EXPECT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+      EXPECT_EQ(engine->ListSystemPrompts("t").size(), 1u);
+      EXPECT_TRUE(engine->ReleaseBatchPrefix("t", absl::MakeConstSpan(prompts[0]).subspan(0, prefix)));
+      EXPECT_TRUE(engine->ListSystemPrompts("t").empty());
+    }
+    return answers;
+  };
+  const auto alone = run(false, nullptr, nullptr);
+  metrics::Registry registry;
+  std::vector<int64_t> cached;
+  const auto batched = run(true, &registry, &cached);
+  ASSERT_EQ(batched.size(), alone.size());
+  int differing = 0;
+  for (size_t i = 0; i < alone.size(); ++i) {
+    ASSERT_FALSE(batched[i].empty());
+    EXPECT_EQ(batched[i][0], alone[i][0]) << "prompt " << i << ": first token";
+    differing += batched[i] != alone[i];
+    EXPECT_GT(cached[i], 0) << "prompt " << i << " read no shared pages";
+    EXPECT_LE(cached[i], prefix);
+  }
+  EXPECT_LE(differing, 4) << "batch answers off the prompts alone (bf16 near-ties)";
+  EXPECT_EQ(registry.AddCounter("strata_system_prompt_loads_total", "").WithLabels({{"source", "computed"}}).Value(),
+            1);
+}
+
 }  // namespace
 }  // namespace strata::engine
