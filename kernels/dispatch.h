@@ -29,9 +29,11 @@
       break;                                              \
   }
 
-// Query heads per KV head: 1 to 8 (Llama 3 and Mistral 4; Qwen2.5 5, 6 and 7). The decode
-// kernel merges its lane groups' per-head state in static shared memory, which bounds the
-// group at 8 for head_dim 128.
+// Query heads one attention block handles for its KV head: 1 to 8 (Llama 3 and Mistral 4;
+// Qwen2.5 5, 6 and 7). The decode kernel merges its lane groups' per-head state in static
+// shared memory, which bounds this at 8 for head_dim 128. A larger GQA group (up to
+// kMaxGqaGroupSize query heads per KV head) runs as several blocks per KV head, each on a
+// subgroup of GqaSubgroupSize(group) heads (the general path: each block reads the KV head).
 #define STRATA_GQA_CASE(GROUP_SIZE, N, ...)         \
   case N: {                                         \
     [[maybe_unused]] constexpr int GROUP_SIZE = N;  \
@@ -59,11 +61,31 @@ constexpr bool IsDispatchedHeadDim(int head_dim) {
   return false;
 }
 
-// True when STRATA_DISPATCH_GQA_GROUP_SIZE compiles a kernel for group_size.
+inline constexpr int kMaxGqaGroupSize = 64;
+
+// The query heads one block of a GQA group handles: the group itself up to 8, else its
+// largest divisor within 8 (16: 8, 12: 6, 10: 5, 9: 3; a prime such as 11: 1). 0 for a
+// group outside 1..kMaxGqaGroupSize.
+constexpr int GqaSubgroupSize(int group_size) {
+  if (group_size < 1 || group_size > kMaxGqaGroupSize) return 0;
+  for (int s = group_size < 8 ? group_size : 8; s > 1; --s) {
+    if (group_size % s == 0) return s;
+  }
+  return 1;
+}
+
+// True when the attention kernels run GQA groups of group_size (through subgroups of
+// GqaSubgroupSize, which STRATA_DISPATCH_GQA_GROUP_SIZE compiles).
 constexpr bool IsDispatchedGqaGroupSize(int group_size) {
-  STRATA_DISPATCH_GQA_GROUP_SIZE(group_size, kGroup, { return true; })
+  const int subgroup = GqaSubgroupSize(group_size);
+  STRATA_DISPATCH_GQA_GROUP_SIZE(subgroup, kGroup, { return true; })
   return false;
 }
+
+static_assert(GqaSubgroupSize(4) == 4 && GqaSubgroupSize(16) == 8 && GqaSubgroupSize(12) == 6 &&
+              GqaSubgroupSize(9) == 3 && GqaSubgroupSize(11) == 1 && GqaSubgroupSize(0) == 0 &&
+              GqaSubgroupSize(65) == 0);
+static_assert(IsDispatchedGqaGroupSize(16) && IsDispatchedGqaGroupSize(13) && !IsDispatchedGqaGroupSize(0));
 
 // Query heads per KV head: num_heads / kv_heads when kv_heads > 0 divides num_heads,
 // otherwise 0 (which no kernel is compiled for).

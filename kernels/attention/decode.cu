@@ -26,8 +26,9 @@ __device__ __forceinline__ void UnpackBf16x8(const uint4& v, float (&f)[8]) {
   }
 }
 
-// Decode attention, one block per (part, KV head, query row): the group's kGroup query
-// heads against the part's tokens [t0, t1), in one pass over its K and V rows.
+// Decode attention, one block per (part, KV head and subgroup, query row): kGroup query
+// heads of the KV head's group (all of them, or one of group / kGroup subgroups) against
+// the part's tokens [t0, t1), in one pass over its K and V rows.
 //
 // Threads: kLanes = head_dim / 8 lanes share a token, each holding 8 of its dims (one
 // 16-byte chunk of the bf16 row); the block's kRows lane groups take different tokens.
@@ -43,8 +44,8 @@ __global__ void __launch_bounds__(kAttnThreads)
                       const uint16_t* __restrict__ v_pages, int page_size, int kv_heads,
                       const int32_t* __restrict__ indptr, const int32_t* __restrict__ indices,
                       const int32_t* __restrict__ last_page_len, const int32_t* __restrict__ qo_indptr, int batch,
-                      int num_heads, float scale_log2, int split_tokens, float* ws_o, float* ws_lse, float* out,
-                      float* lse) {
+                      int num_heads, int group, float scale_log2, int split_tokens, float* ws_o, float* ws_lse,
+                      float* out, float* lse) {
   constexpr int kLanes = kHeadDim / 8;
   constexpr int kRows = kAttnThreads / kLanes;
   constexpr int kPerThread = 2;  // tokens per thread per stage
@@ -55,7 +56,9 @@ __global__ void __launch_bounds__(kAttnThreads)
   __shared__ __align__(16) unsigned char smem[kStageBytes > kMergeBytes ? kStageBytes : kMergeBytes];
   uint4(*stage)[2][kStageTokens][kLanes] = reinterpret_cast<uint4(*)[2][kStageTokens][kLanes]>(smem);
 
-  const int split = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z, splits = gridDim.x;
+  const int split = blockIdx.x, r = blockIdx.z, splits = gridDim.x;
+  const int subgroups = group / kGroup, kvh = blockIdx.y / subgroups;
+  const int hb = kvh * group + (blockIdx.y % subgroups) * kGroup;  // the block's first query head
   const int tx = threadIdx.x % kLanes, ty = threadIdx.x / kLanes;
   // Query row r belongs to sequence b; with qo_indptr (prefill) it is the j-th of that
   // sequence's new tokens and sees all but the sequence's last (rows - 1 - j) tokens.
@@ -79,14 +82,14 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int len = (pages == 0 ? 0 : (pages - 1) * page_size + last_page_len[b]) - hidden;
   const int t0 = split * split_tokens;
   const int t1 = min(len, t0 + split_tokens);
-  const int64_t head0 = int64_t{r} * num_heads + kvh * kGroup;
+  const int64_t head0 = int64_t{r} * num_heads + hb;
   if (t0 >= t1) {  // an empty part: weight zero in the merge (or, alone, an empty sequence)
-    float* o = splits == 1 ? out + head0 * kHeadDim : ws_o + (int64_t{r} * splits + split) * num_heads * kHeadDim +
-                                                          int64_t{kvh} * kGroup * kHeadDim;
+    float* o = splits == 1 ? out + head0 * kHeadDim
+                           : ws_o + ((int64_t{r} * splits + split) * num_heads + hb) * kHeadDim;
     for (int x = threadIdx.x; x < kGroup * kHeadDim; x += kAttnThreads) o[x] = 0.0f;
     if (threadIdx.x < kGroup) {
       if (splits > 1) {
-        ws_lse[(int64_t{r} * splits + split) * num_heads + kvh * kGroup + threadIdx.x] = -INFINITY;
+        ws_lse[(int64_t{r} * splits + split) * num_heads + hb + threadIdx.x] = -INFINITY;
       } else if (lse != nullptr) {
         lse[head0 + threadIdx.x] = -INFINITY;
       }
@@ -223,7 +226,7 @@ __global__ void __launch_bounds__(kAttnThreads)
       out[(head0 + g) * kHeadDim + d] = o / sum;
       if (d == 0 && lse != nullptr) lse[head0 + g] = part_lse;
     } else {
-      const int64_t part_row = (int64_t{r} * splits + split) * num_heads + kvh * kGroup + g;
+      const int64_t part_row = (int64_t{r} * splits + split) * num_heads + hb + g;
       ws_o[part_row * kHeadDim + d] = o / sum;
       if (d == 0) ws_lse[part_row] = part_lse;
     }
@@ -233,14 +236,16 @@ __global__ void __launch_bounds__(kAttnThreads)
 }  // namespace
 
 cudaError_t PagedDecodeAttentionAsync(const SplitKvArgs& a, cudaStream_t stream) {
-  const dim3 grid(a.splits, a.kv_heads, a.rows);
+  const int group = a.num_heads / a.kv_heads, subgroup = GqaSubgroupSize(group);
+  if (subgroup == 0) return cudaErrorInvalidValue;
+  const dim3 grid(a.splits, a.kv_heads * (group / subgroup), a.rows);
   const float scale_log2 = a.scale * 1.4426950408889634f;
   cudaError_t e = cudaErrorInvalidValue;
   STRATA_DISPATCH_HEAD_DIM(a.head_dim, kHeadDim, {
-    STRATA_DISPATCH_GQA_GROUP_SIZE(a.num_heads / a.kv_heads, kGroup, {
+    STRATA_DISPATCH_GQA_GROUP_SIZE(subgroup, kGroup, {
       PagedDecodeKernel<kHeadDim, kGroup><<<grid, kAttnThreads, 0, stream>>>(
           a.q, a.k_pages, a.v_pages, a.page_size, a.kv_heads, a.indptr, a.indices, a.last_page_len, a.qo_indptr,
-          a.batch, a.num_heads, scale_log2, a.split_tokens, a.ws_o, a.ws_lse, a.out, a.lse);
+          a.batch, a.num_heads, group, scale_log2, a.split_tokens, a.ws_o, a.ws_lse, a.out, a.lse);
       e = cudaGetLastError();
     })
   })

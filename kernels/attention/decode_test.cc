@@ -185,7 +185,7 @@ struct DevicePool {
 
 TEST_F(CudaKernelsTest, PagedDecodeAttentionMatchesCpu) {
   for (int head_dim : {64, 128}) {
-    for (int group : {1, 3, 4, 5, 7, 8}) {
+    for (int group : {1, 3, 4, 5, 7, 8, 9, 11, 12, 16}) {  // past 8: subgroups
       const std::vector<int64_t> lengths = {1, 255, 256, 257, 1000, 4100};
       const int kv_heads = 2, heads = kv_heads * group, page_size = 16;
       const std::string what = "head_dim " + std::to_string(head_dim) + " group " + std::to_string(group);

@@ -49,9 +49,10 @@ constexpr int SmemBytes(int tile_rows, int key_tile) {
   return (tile_rows + 4 * key_tile) * (kHeadDim + 8) * 2;  // Q tile + two K and two V tiles
 }
 
-// One block per (query tile, KV head, sequence). The tile packs the KV head's kGroup query
-// heads into its rows: packed row m is new token m / kGroup of the sequence, query head
-// kvh * kGroup + m % kGroup, so K and V are read once for the whole group. Each warp owns
+// One block per (query tile, KV head and subgroup, sequence). The tile packs kGroup query
+// heads of the KV head's group (all of them, or one of group / kGroup subgroups) into its
+// rows: packed row m is new token m / kGroup of the sequence, query head hb + m % kGroup,
+// so K and V are read once for the whole group (once per subgroup past 8 heads). Each warp owns
 // kMTiles * 16 rows: with two 16-row MMA tiles every K/V fragment read from shared memory
 // feeds twice the MMAs (shared-memory bandwidth, not the tensor cores, bounds the one-tile
 // form), and Q's fragments are re-read from shared memory; with one they stay in
@@ -80,7 +81,9 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
   uint16_t* s_v = s_k + 2 * kKeyTile * kStride;  // [2][kKeyTile][kStride]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int b = blockIdx.z, kvh = blockIdx.y;
+  const int b = blockIdx.z;
+  const int group = p.num_heads / p.kv_heads, subgroups = group / kGroup, kvh = blockIdx.y / subgroups;
+  const int hb = kvh * group + (blockIdx.y % subgroups) * kGroup;  // the block's first query head
   const int split = blockIdx.x % p.key_splits;
   const int tile = gridDim.x / p.key_splits - 1 - blockIdx.x / p.key_splits;
   const int q_begin = p.qo_indptr[b];
@@ -146,7 +149,7 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (token < new_tokens) {
       v = *reinterpret_cast<const float4*>(
-          p.q + ((int64_t{q_begin} + token) * p.num_heads + kvh * kGroup + g) * kHeadDim + col);
+          p.q + ((int64_t{q_begin} + token) * p.num_heads + hb + g) * kHeadDim + col);
     }
     *reinterpret_cast<uint2*>(s_q + row * kStride + col) = make_uint2(PackBf16(v.x, v.y), PackBf16(v.z, v.w));
   }
@@ -298,10 +301,10 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
       const int m = m0 + warp * kWarpRows + mt * 16 + (lane >> 2) + h * 8;
       const int token = m / kGroup, g = m % kGroup;
       if (token >= new_tokens) continue;
-      const int64_t head_row = (int64_t{q_begin} + token) * p.num_heads + kvh * kGroup + g;
+      const int64_t head_row = (int64_t{q_begin} + token) * p.num_heads + hb + g;
       // Into parts: the part's row of the workspace (row, split, head).
       const int64_t part_row =
-          ((int64_t{q_begin} + token) * p.key_splits + split) * p.num_heads + kvh * kGroup + g;
+          ((int64_t{q_begin} + token) * p.key_splits + split) * p.num_heads + hb + g;
       float* dst = (p.ws_o != nullptr ? p.ws_o + part_row * kHeadDim : p.out + head_row * kHeadDim) + (lane & 3) * 2;
       // sum >= 1 when the part has keys (the row's maximum contributes exp2(0)); 0 when empty.
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
@@ -331,7 +334,9 @@ cudaError_t LaunchTiles(const PrefillTcParams& p, cudaStream_t stream) {
     return e;
   }
   const int64_t tiles = (int64_t{p.max_new_tokens} * kGroup + kTileRows - 1) / kTileRows;
-  kernel<<<dim3(static_cast<unsigned>(tiles * p.key_splits), p.kv_heads, p.batch), kWarps * 32, kSmem, stream>>>(p);
+  const int subgroups = p.num_heads / p.kv_heads / kGroup;
+  kernel<<<dim3(static_cast<unsigned>(tiles * p.key_splits), p.kv_heads * subgroups, p.batch), kWarps * 32, kSmem,
+           stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -363,12 +368,14 @@ cudaError_t PagedPrefillAttentionTcAsync(const PrefillTcParams& p, PrefillTcTile
     if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess) {
       return e;
     }
-    const int group = p.num_heads / p.kv_heads;
-    const int64_t blocks = (int64_t{p.max_new_tokens} * group + 127) / 128 * p.kv_heads * p.batch;
+    const int group = p.num_heads / p.kv_heads, subgroup = GqaSubgroupSize(group);
+    if (subgroup == 0) return cudaErrorInvalidValue;
+    const int64_t blocks = (int64_t{p.max_new_tokens} * subgroup + 127) / 128 * p.kv_heads * (group / subgroup) * p.batch;
     tiles = blocks >= 2 * sms ? PrefillTcTiles::k128Rows4Warps : PrefillTcTiles::k64Rows4Warps;
   }
   STRATA_DISPATCH_HEAD_DIM(p.head_dim, kHeadDim, {
-    STRATA_DISPATCH_GQA_GROUP_SIZE(p.num_heads / p.kv_heads, kGroup, { return LaunchGroup<kHeadDim, kGroup>(p, tiles, stream); })
+    STRATA_DISPATCH_GQA_GROUP_SIZE(GqaSubgroupSize(p.num_heads / p.kv_heads), kGroup,
+                                   { return LaunchGroup<kHeadDim, kGroup>(p, tiles, stream); })
   })
   return cudaErrorInvalidValue;
 }

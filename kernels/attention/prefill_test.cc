@@ -173,7 +173,7 @@ class CudaPrefillAttentionTest : public test_support::GpuTest {
 TEST_F(CudaPrefillAttentionTest, CachedHistoryPlusNewRowsMatchesCpu) {
   uint32_t seed = 1;
   for (int head_dim : {64, 128}) {
-    for (int group : {1, 3, 4, 5, 6, 7, 8}) {
+    for (int group : {1, 3, 4, 5, 6, 7, 8, 10, 13, 16}) {  // past 8: subgroups
       // Whole prompts, history + new rows crossing tile boundaries, and one-row sequences.
       Case c{{300, 1000, 77, 1, 513}, {300, 40, 77, 1, 1}, 2, group, head_dim, 16, 1.0f};
       Check(c, seed++);
@@ -221,8 +221,8 @@ TEST_F(CudaPrefillAttentionTest, RejectsShapesItDoesNotTake) {
   test_support::PagedPool pool = test_support::RandomPagedPool({4}, 16, 2, 64, 1);
   EXPECT_TRUE(absl::IsInvalidArgument(  // 3 query heads over 2 KV heads
       LaunchPagedPrefillAttentionTc({nullptr, pool.View(), nullptr, 1, 4, 3, 1.0f, 4, nullptr, nullptr}, stream_)));
-  EXPECT_TRUE(absl::IsInvalidArgument(  // 16 per KV head
-      LaunchPagedPrefillAttentionTc({nullptr, pool.View(), nullptr, 1, 4, 32, 1.0f, 4, nullptr, nullptr}, stream_)));
+  EXPECT_TRUE(absl::IsInvalidArgument(  // 65 per KV head: past kMaxGqaGroupSize
+      LaunchPagedPrefillAttentionTc({nullptr, pool.View(), nullptr, 1, 4, 130, 1.0f, 4, nullptr, nullptr}, stream_)));
   EXPECT_TRUE(absl::IsInvalidArgument(
       LaunchPagedPrefillAttentionTc({nullptr, pool.View(), nullptr, -1, 4, 2, 1.0f, 4, nullptr, nullptr}, stream_)));
   EXPECT_TRUE(LaunchPagedPrefillAttentionTc({nullptr, pool.View(), nullptr, 0, 0, 2, 1.0f, 0, nullptr, nullptr}, stream_)

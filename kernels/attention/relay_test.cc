@@ -161,7 +161,7 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
 TEST_F(CudaRelayAttentionTest, GroupsOnSharedPrefixesMatchPlainDecode) {
   uint32_t seed = 1;
   for (int head_dim : {64, 128}) {
-    for (int gqa : {1, 2, 4, 7, 8}) {
+    for (int gqa : {1, 2, 4, 7, 8, 12, 16}) {  // past 8: subgroups
       for (int page : {16, 32}) {
         RelayCase c{{int64_t{4} * page, int64_t{32} * page}, {3, 5}, {}, 2, gqa, head_dim, page, 1.0f};
         for (int r = 0; r < 8 + 2; ++r) c.contexts.push_back(1 + (r * 37) % 150);  // two rows with no prefix

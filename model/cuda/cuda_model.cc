@@ -57,7 +57,8 @@ absl::Status CudaModel::Impl::Init(int device) {
   }
   const int group = c.num_heads / c.num_kv_heads;
   if (!kernels::IsDispatchedGqaGroupSize(group)) {
-    return absl::InvalidArgumentError(absl::StrCat("the CUDA backend takes 1 to 8 query heads per KV head, not ", group));
+    return absl::InvalidArgumentError(absl::StrCat("the CUDA backend takes 1 to ", kernels::kMaxGqaGroupSize,
+                                                   " query heads per KV head (a divisor of the heads), not ", group));
   }
   if (c.qk_norm && c.qkv_bias) {
     return absl::InvalidArgumentError("the CUDA backend takes q/k norms (Qwen3) without a QKV bias");

@@ -77,6 +77,11 @@ def families(device):
                 hidden_size=896 if device == "cuda" else 112)
     yield "qwen2-gqa7", transformers.Qwen2Config(**gqa7, rope_theta=1000000.0, tie_word_embeddings=True,
                                                  use_sliding_window=False)
+    # GQA past 8 (the CUDA kernels' subgroups): 16 and 12 query heads over one KV head.
+    for group in (16, 12):
+        wide = dict(common, num_attention_heads=group, num_key_value_heads=1,
+                    hidden_size=group * (64 if device == "cuda" else 16))
+        yield f"llama-gqa{group}", transformers.LlamaConfig(**wide, rope_theta=500000.0)
     if hasattr(transformers, "Qwen3Config"):  # per-head q/k norms; head_dim not hidden / heads
         head_dim = 128 if device == "cuda" else 32
         for tied in (False, True):
