@@ -15,6 +15,7 @@ namespace strata::engine {
 namespace {
 
 using testing::Collect;
+using testing::RunAll;
 using testing::HostOnlyStore;
 using testing::SmallConfig;
 using testing::TurnOutput;
@@ -65,16 +66,24 @@ class BatchTurnsTest : public ::testing::Test {
   }
   uint64_t Fingerprint() const { return model::ModelWeights::Random(SmallConfig(), 99, {}).fingerprint(); }
 
-  static std::vector<TurnOutput> RunAll(Engine& engine, const std::vector<TurnRequest>& turns) {
-    std::vector<std::shared_ptr<TurnStream>> streams;
-    for (const TurnRequest& t : turns) {
+  // Queues `n` batch turns of 4 own tokens and `max_new` answers, then a 4-token chat turn.
+  static std::pair<std::vector<std::shared_ptr<TurnStream>>, std::shared_ptr<TurnStream>> BatchThenChat(
+      Engine& engine, int n, int max_new) {
+    std::vector<std::shared_ptr<TurnStream>> batch;
+    for (int i = 0; i < n; ++i) {
+      TurnRequest t = BatchTurn(i, Tokens(20, 3), 4, max_new);
+      t.system_tokens = 0;
       auto s = engine.Submit(t);
       EXPECT_TRUE(s.ok()) << s.status();
-      streams.push_back(*s);
+      batch.push_back(*s);
     }
-    std::vector<TurnOutput> out;
-    for (auto& s : streams) out.push_back(Collect(s));
-    return out;
+    TurnRequest chat = BatchTurn(99, Tokens(20, 4), 4, 4);
+    chat.batch = false;
+    chat.system_tokens = 0;
+    chat.key = {"t", "chat"};
+    auto chat_stream = engine.Submit(chat);
+    EXPECT_TRUE(chat_stream.ok()) << chat_stream.status();
+    return {batch, *chat_stream};
   }
 
   text::ByteTokenizer tokenizer_;
@@ -148,22 +157,9 @@ TEST_F(BatchTurnsTest, ChatTurnsGoAheadOfQueuedBatchTurns) {
   // step waits until all are queued.
   testing::GatedBackend* gate = nullptr;
   auto engine = MakeEngine(nullptr, nullptr, /*max_running=*/2, /*reserved=*/1, /*batch_pool=*/0, &gate);
-  std::vector<std::shared_ptr<TurnStream>> batch;
-  for (int i = 0; i < 6; ++i) {
-    TurnRequest t = BatchTurn(i, Tokens(20, 3), 4, 40);
-    t.system_tokens = 0;
-    auto s = engine->Submit(t);
-    ASSERT_TRUE(s.ok()) << s.status();
-    batch.push_back(*s);
-  }
-  TurnRequest chat = BatchTurn(99, Tokens(20, 4), 4, 4);
-  chat.batch = false;
-  chat.system_tokens = 0;
-  chat.key = {"t", "chat"};
-  auto chat_stream = engine->Submit(chat);
-  ASSERT_TRUE(chat_stream.ok());
+  auto [batch, chat_stream] = BatchThenChat(*engine, 6, 40);
   gate->open.Notify();
-  const TurnOutput chat_out = Collect(*chat_stream);
+  const TurnOutput chat_out = Collect(chat_stream);
   ASSERT_TRUE(chat_out.status.ok()) << chat_out.status;
   // When the chat turn is done, at most the first batch turn can have ended.
   int ended = 0;
@@ -181,21 +177,8 @@ TEST_F(BatchTurnsTest, BatchTurnsInAPoolOfTheirOwnRunBesideChatTurns) {
   // Two chat slots and a batch pool of eight: eight batch turns share one step, and a chat
   // turn still starts at once.
   auto engine = MakeEngine(nullptr, nullptr, /*max_running=*/2, /*reserved=*/1, /*batch_pool=*/8);
-  std::vector<std::shared_ptr<TurnStream>> batch;
-  for (int i = 0; i < 8; ++i) {
-    TurnRequest t = BatchTurn(i, Tokens(20, 3), 4, 24);
-    t.system_tokens = 0;
-    auto s = engine->Submit(t);
-    ASSERT_TRUE(s.ok()) << s.status();
-    batch.push_back(*s);
-  }
-  TurnRequest chat = BatchTurn(99, Tokens(20, 4), 4, 4);
-  chat.batch = false;
-  chat.system_tokens = 0;
-  chat.key = {"t", "chat"};
-  auto chat_stream = engine->Submit(chat);
-  ASSERT_TRUE(chat_stream.ok());
-  EXPECT_TRUE(Collect(*chat_stream).status.ok());
+  auto [batch, chat_stream] = BatchThenChat(*engine, 8, 24);
+  EXPECT_TRUE(Collect(chat_stream).status.ok());
   for (auto& s : batch) EXPECT_TRUE(Collect(s).status.ok());
   EXPECT_GE(engine->Stats().max_batch_turns, 8);
 }

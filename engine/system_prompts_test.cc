@@ -20,6 +20,7 @@ namespace strata::engine {
 namespace {
 
 using testing::Collect;
+using testing::RunAll;
 using testing::HostOnlyStore;
 using testing::SmallConfig;
 using testing::TurnOutput;
@@ -60,19 +61,6 @@ class SystemPromptEngineTest : public ::testing::Test {
     return *std::move(e);
   }
   uint64_t Fingerprint() const { return model::ModelWeights::Random(SmallConfig(), 99, {}).fingerprint(); }
-
-  // Runs the turns concurrently; returns their outputs in order.
-  static std::vector<TurnOutput> RunAll(Engine& engine, const std::vector<TurnRequest>& turns) {
-    std::vector<std::shared_ptr<TurnStream>> streams;
-    for (const TurnRequest& t : turns) {
-      auto s = engine.Submit(t);
-      EXPECT_TRUE(s.ok()) << s.status();
-      streams.push_back(*s);
-    }
-    std::vector<TurnOutput> out;
-    for (auto& s : streams) out.push_back(Collect(s));
-    return out;
-  }
 
   text::ByteTokenizer tokenizer_;
 };

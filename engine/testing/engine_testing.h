@@ -39,6 +39,25 @@ inline TurnOutput Collect(std::shared_ptr<TurnStream> stream) {
   return out;
 }
 
+// Submits the turns (all queued before any ends, when the engine is busy) and collects
+// their outputs in order.
+inline std::vector<TurnOutput> RunAll(Engine& engine, const std::vector<TurnRequest>& turns) {
+  std::vector<std::shared_ptr<TurnStream>> streams;
+  for (const TurnRequest& t : turns) {
+    auto s = engine.Submit(t);
+    if (!s.ok()) {
+      auto failed = std::make_shared<TurnStream>();
+      failed->Fail(s.status());
+      streams.push_back(std::move(failed));
+      continue;
+    }
+    streams.push_back(*s);
+  }
+  std::vector<TurnOutput> out;
+  for (auto& s : streams) out.push_back(Collect(s));
+  return out;
+}
+
 inline model::ModelConfig SmallConfig() {
   model::ModelConfig c = model::ModelConfig::Builtin();
   c.hidden_size = 64;
