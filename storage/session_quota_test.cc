@@ -161,6 +161,31 @@ TEST_F(SsdQuotaTest, APromotionWithinAHostQuotaDemotesOnlyTheTenantsOwnSessions)
   EXPECT_EQ(st.persisted_deleted, 0);
 }
 
+TEST_F(SsdQuotaTest, APrefetchWithinAHostQuotaTakesOnlyTheTenantsOwnRoomAndOnlyWhenItFits) {
+  MakeWithQuota(16, 64, Chunks(2));
+  SaveAndFlush({"a", "a1"}, 8);
+  SaveAndFlush({"b", "b1"}, 8);
+  SaveAndFlush({"a", "a2"}, 8);  // a1 demoted
+  ASSERT_EQ(TierOf({"a", "a1"}), Tier::kSsd);
+  // a1 comes next: a2 (outside the look-ahead) is demoted for it, b1 stays.
+  store_->SetLookAhead({{"a", "a1"}});
+  for (int i = 0; i < 200 && TierOf({"a", "a1"}) != Tier::kHost; ++i) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(TierOf({"a", "a1"}), Tier::kHost);
+  EXPECT_EQ(TierOf({"a", "a2"}), Tier::kSsd);
+  EXPECT_EQ(TierOf({"b", "b1"}), Tier::kHost);
+  // Both of a's queued: a2's prefetch would have to take queued a1 within a's quota, so it
+  // does not start, and nothing of b's is taken instead.
+  store_->SetLookAhead({{"a", "a1"}, {"a", "a2"}});
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(TierOf({"a", "a1"}), Tier::kHost);
+  EXPECT_EQ(TierOf({"a", "a2"}), Tier::kSsd);
+  EXPECT_EQ(TierOf({"b", "b1"}), Tier::kHost);
+  SessionStoreStats st = store_->Stats();
+  EXPECT_EQ(st.prefetches, 1);
+  EXPECT_EQ(st.quota_refused_host, 0) << "a prefetch that does not start is not a refusal";
+  EXPECT_EQ(st.persisted_deleted, 0);
+}
+
 TEST_F(SsdQuotaTest, ATenantOverItsSsdQuotaDeletesOnlyItsOwnSsdOnlySessionsAndSaysSoOnce) {
   MakeWithQuota(16, 64, Chunks(2, 4));
   SaveAndFlush({"a", "a1"}, 8);

@@ -115,13 +115,14 @@ bool SessionStoreImpl::MakeHostQuotaRoomLocked(int64_t blocks, const Session& ke
   TenantCounters& mine = tenant_stats_[keep.tenant];
   if (used - could_free + blocks > quota) {
     // Another tenant's sessions are never taken for it: the save or promotion is refused.
+    // (A prefetch that does not fit just does not start, as in a full tier: not counted.)
+    if (purpose == RoomFor::kHostPrefetch) return false;
     ++stats_.quota_refused_host;
     if (mine.quota_refused_host++ % kLogEvery == 0) {
       LOG(WARNING) << "tenant '" << keep.tenant << "': session '" << keep.session_id << "' needs " << blocks
                    << " more host chunks and the tenant's own sessions cannot make the room within its host quota of "
                    << quota << " chunks (" << used << " in use); it is not cached on host (" << mine.quota_refused_host
-                   << " such refusals so far for this tenant; raise its quota with "
-                   << "--tenant_host_quota_bytes or --tenant_quotas)";
+                   << " such refusals so far for this tenant; a larger host quota would cache it)";
     }
     return false;
   }
@@ -163,7 +164,8 @@ bool SessionStoreImpl::MakeSsdQuotaRoomLocked(Session& s, int64_t blocks,
       LOG(WARNING) << "tenant '" << s.tenant << "': session '" << s.session_id << "' needs " << blocks
                    << " SSD chunks and the tenant's own sessions held only on SSD cannot make the room within its "
                    << "SSD quota of " << quota << " chunks (" << used << " in use); it stays host-only, not persisted ("
-                   << mine.quota_refused_ssd << " such refusals so far for this tenant)";
+                   << mine.quota_refused_ssd << " such refusals so far for this tenant; the SSD quota must hold more "
+                   << "than the tenant's host copies, which are on SSD too)";
     }
     return false;
   }

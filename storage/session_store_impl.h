@@ -187,7 +187,8 @@ class SessionStoreImpl final : public SessionStore {
   int64_t QuotaBlocks(int64_t bytes) const;
   // Makes room for `blocks` more host blocks of `keep` within its tenant's host quota, among
   // the tenant's own sessions (never another's), in the placement policy's order; nothing
-  // moves unless all of it can be made. False (counted, logged) when it cannot.
+  // moves unless all of it can be made. False (counted and logged, but for a prefetch) when
+  // it cannot.
   bool MakeHostQuotaRoomLocked(int64_t blocks, const Session& keep, RoomFor purpose) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // In the write-back of `s` (`blocks` chunks): room within its tenant's SSD quota, from the
   // tenant's own sessions held only on SSD. They leave the store (their persisted copies
