@@ -68,12 +68,15 @@ bool SessionStoreImpl::MakeHostRoomLocked(int64_t blocks, const Session* keep, R
     }
     if (could_free < blocks) return false;
   }
-  if (keep != nullptr && !MakeHostQuotaRoomLocked(blocks, *keep, purpose)) {
+  bool own_only = false;
+  if (keep != nullptr && !MakeHostQuotaRoomLocked(blocks, *keep, purpose, &own_only)) {
     if (over_quota != nullptr) *over_quota = true;
     return false;
   }
   if (host_->free_blocks() >= blocks) return true;
-  for (const std::string& key : HostVictimsLocked(keep, purpose, nullptr)) {
+  // A tenant that had to make room within its quota takes none from another tenant, not
+  // even when blocks it gave up are still held (by a write to SSD in flight).
+  for (const std::string& key : HostVictimsLocked(keep, purpose, own_only ? &keep->tenant : nullptr)) {
     if (host_->free_blocks() >= blocks) break;
     const int64_t free_before = host_->free_blocks();
     if (!TakeHostCopyLocked(key, /*quota=*/false)) continue;
@@ -101,11 +104,13 @@ SessionStoreImpl::TenantBlocks SessionStoreImpl::TenantBlocksLocked(const std::s
   return used;
 }
 
-bool SessionStoreImpl::MakeHostQuotaRoomLocked(int64_t blocks, const Session& keep, RoomFor purpose) {
+bool SessionStoreImpl::MakeHostQuotaRoomLocked(int64_t blocks, const Session& keep, RoomFor purpose, bool* own_only) {
+  *own_only = false;
   const int64_t quota = QuotaBlocks(options_.QuotaOf(keep.tenant).host_bytes);
   if (quota == 0) return true;
   int64_t used = TenantBlocksLocked(keep.tenant).host;  // with `keep`'s kept chunks
   if (used + blocks <= quota) return true;
+  *own_only = true;
   const std::vector<std::string> victims = HostVictimsLocked(&keep, purpose, &keep.tenant);
   int64_t could_free = 0;
   for (const std::string& key : victims) {

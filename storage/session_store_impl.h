@@ -163,8 +163,9 @@ class SessionStoreImpl final : public SessionStore {
   // Makes room for `blocks` more host blocks of `keep`: first within its tenant's host
   // quota, among the tenant's own sessions (MakeHostQuotaRoomLocked; `over_quota`, when
   // given, says whether that failed), then in the tier: demotes or evicts sessions other
-  // than `keep`, in the placement policy's order, until `blocks` host blocks are free. A
-  // prefetch moves nothing unless all of the room can be made.
+  // than `keep` (only the tenant's own when it was at its quota), in the placement
+  // policy's order, until `blocks` host blocks are free. A prefetch moves nothing unless
+  // all of the room can be made.
   bool MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose = RoomFor::kHost,
                           bool* over_quota = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The sessions whose host copies may go for `purpose` (of `tenant` only, when not null),
@@ -188,8 +189,10 @@ class SessionStoreImpl final : public SessionStore {
   // Makes room for `blocks` more host blocks of `keep` within its tenant's host quota, among
   // the tenant's own sessions (never another's), in the placement policy's order; nothing
   // moves unless all of it can be made. False (counted and logged, but for a prefetch) when
-  // it cannot.
-  bool MakeHostQuotaRoomLocked(int64_t blocks, const Session& keep, RoomFor purpose) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // it cannot. `own_only` says whether the blocks would have put the tenant over its quota
+  // (then the tier's room, too, may only come from its own sessions).
+  bool MakeHostQuotaRoomLocked(int64_t blocks, const Session& keep, RoomFor purpose, bool* own_only)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // In the write-back of `s` (`blocks` chunks): room within its tenant's SSD quota, from the
   // tenant's own sessions held only on SSD. They leave the store (their persisted copies
   // deleted: counted and logged) and join `evicted`, whose blocks the caller frees once
