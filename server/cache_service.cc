@@ -117,18 +117,22 @@ grpc::Status CacheServiceImpl::Stats(grpc::ServerContext* context, const v1::Sta
     host->set_capacity_bytes(static_cast<uint64_t>(s.host_capacity_bytes));
     host->set_used_bytes(static_cast<uint64_t>(s.host_used_bytes));
     host->set_sessions(static_cast<uint32_t>(s.host_sessions));
+    host->set_quota_bytes(static_cast<uint64_t>(s.host_quota_bytes));
     if (s.ssd_enabled) {
       v1::TierStats* ssd = response->add_tiers();
       ssd->set_tier(v1::TIER_SSD);
       ssd->set_capacity_bytes(static_cast<uint64_t>(s.ssd_capacity_bytes));
       ssd->set_used_bytes(static_cast<uint64_t>(s.ssd_used_bytes));
       ssd->set_sessions(static_cast<uint32_t>(s.ssd_sessions));
+      ssd->set_quota_bytes(static_cast<uint64_t>(s.ssd_quota_bytes));
     }
     response->set_ssd_degraded(s.ssd_degraded);
     response->set_lookups(static_cast<uint64_t>(s.lookups));
     response->set_hits(static_cast<uint64_t>(s.hits));
     response->set_reused_tokens(static_cast<uint64_t>(s.hit_tokens));
     response->set_evictions(static_cast<uint64_t>(s.evictions));
+    response->set_quota_evictions(static_cast<uint64_t>(s.quota_evictions_host + s.quota_evictions_ssd));
+    response->set_quota_refused(static_cast<uint64_t>(s.quota_refused_host + s.quota_refused_ssd));
   }
   return grpc::Status::OK;
 }

@@ -70,12 +70,31 @@ absl::Status CheckAdminTenantHasAKey(const std::string& admin_tenant, const std:
   return absl::InvalidArgumentError(absl::StrCat("--admin_tenant '", admin_tenant, "' is the tenant of no API key"));
 }
 
+// What the tenant quotas are; a tenant --tenant_quotas names that no API key has is most
+// likely a typo (keys reloaded later may add it, so it is only a warning).
+void LogTenantQuotas(const storage::SessionStoreOptions& so, const std::map<std::string, ApiKey>& keys) {
+  const storage::TenantQuota& q = so.tenant_quota;
+  if (q.host_bytes > 0 || q.ssd_bytes > 0 || !so.tenant_quotas.empty()) {
+    LOG(INFO) << "tenant quotas: every tenant host " << q.host_bytes << " bytes, SSD " << q.ssd_bytes
+              << " bytes (0: none); " << so.tenant_quotas.size() << " tenants with their own (--tenant_quotas)";
+  }
+  for (const auto& [tenant, quota] : so.tenant_quotas) {
+    const bool known = keys.empty() ? tenant == kDefaultTenant
+                                    : std::any_of(keys.begin(), keys.end(),
+                                                  [&](const auto& kv) { return kv.second.tenant == tenant; });
+    if (!known) LOG(WARNING) << "--tenant_quotas names tenant '" << tenant << "', which no API key has";
+  }
+}
+
 }  // namespace
 
 absl::Status ServerOptions::Validate() const {
   if (listen_address.empty()) return absl::InvalidArgumentError("listen address is empty");
   if (store.host_capacity_bytes < 0) return absl::InvalidArgumentError("--host_cache_bytes must be >= 0");
   if (store.ttl <= absl::ZeroDuration()) return absl::InvalidArgumentError("--ttl_seconds must be positive");
+  if (store.tenant_quota.host_bytes < 0 || store.tenant_quota.ssd_bytes < 0) {
+    return absl::InvalidArgumentError("--tenant_host_quota_bytes and --tenant_ssd_quota_bytes must be >= 0");
+  }
   if (store.layout.chunk_tokens <= 0 || store.layout.chunk_tokens > 65536) {
     return absl::InvalidArgumentError("--chunk_tokens must be in 1..65536");
   }
@@ -123,6 +142,7 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
     server->store_ = *std::move(store);
     LOG(INFO) << "session cache on: host tier " << so.host_capacity_bytes << " bytes, chunks of "
               << so.layout.chunk_tokens << " tokens (" << so.layout.BlockBytes() << " bytes)";
+    LogTenantQuotas(so, options.api_keys);
     if (so.ssd_dirs.empty()) {
       LOG(WARNING) << "SSD tier OFF (no --ssd_dirs): sessions live in host memory only and do not "
                       "survive a restart";
@@ -133,7 +153,20 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   } else {
     LOG(WARNING) << "session cache OFF (--cache=off): every turn recomputes its whole prompt";
   }
-  storage::ExportSessionStoreMetrics(server->registry_, server->store_.get(), options.cache_enabled);
+  storage::TenantsFn tenants;
+  if (options.engine.metrics_tenant_label) {
+    // The API keys' tenants (as keys are reloaded): a bounded set, never a client's choice.
+    ApiKeys* keys = &server->api_keys_;
+    tenants = [keys] {
+      std::vector<std::string> t = keys->tenants();
+      if (keys->empty()) t.push_back(kDefaultTenant);
+      std::sort(t.begin(), t.end());
+      t.erase(std::unique(t.begin(), t.end()), t.end());
+      return t;
+    };
+  }
+  storage::ExportSessionStoreMetrics(server->registry_, server->store_.get(), options.cache_enabled,
+                                     std::move(tenants));
   metrics::ExportProcessMetrics(server->registry_);
   engine::EngineOptions engine_options = options.engine;
   if (engine_options.max_running_batch < 0) {

@@ -168,8 +168,11 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
     }
     Session& s = *it->second;
     const int64_t n = static_cast<int64_t>(s.host.size());
+    // Room within the tenant's SSD quota, from its own sessions (session_room.cc).
+    int64_t quota_freeing = 0;
+    if (!MakeSsdQuotaRoomLocked(s, n, &evicted, &quota_freeing)) return;  // stays host-only
     // Room on SSD: sessions that live only there leave the store, in the policy's order.
-    if (ssd_->free_blocks() < n) {
+    if (ssd_->free_blocks() + quota_freeing < n) {
       std::vector<PlacementCandidate> candidates;
       for (auto& [k, v] : sessions_) {
         if (v.get() == &s || !v->host.empty() || !v->persisted || v->readers > 0) continue;
@@ -177,7 +180,7 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
       }
       placement_.OrderVictims(candidates, RoomFor::kLeaveStore);
       std::vector<std::string> victims;
-      int64_t could_free = ssd_->free_blocks();
+      int64_t could_free = ssd_->free_blocks() + quota_freeing;
       for (const PlacementCandidate& c : candidates) {
         victims.emplace_back(c.key);
         could_free += static_cast<int64_t>(sessions_.at(c.key)->ssd.size());
@@ -185,7 +188,7 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
       // Only when the room can be made: evicting for a write that still does not fit
       // would delete persisted sessions for nothing.
       if (could_free < n) victims.clear();
-      int64_t freeing = 0;
+      int64_t freeing = quota_freeing;
       for (const std::string& victim_key : victims) {
         if (ssd_->free_blocks() + freeing >= n) break;
         Session& victim = *sessions_.at(victim_key);
@@ -415,7 +418,8 @@ absl::Status SessionStoreImpl::Flush(const SessionKey& key, absl::Duration timeo
   MutexLock lock(&mu_);
   auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = sessions_.find(map_key);
-    return it == sessions_.end() || it->second->persisted || it->second->dropped_newer != nullptr || degraded_;
+    return it == sessions_.end() || it->second->persisted || it->second->dropped_newer != nullptr || degraded_ ||
+           it->second->over_ssd_quota;
   };
   bool done = mu_.AwaitWithTimeout(settled, timeout);
   auto it = sessions_.find(map_key);
@@ -429,6 +433,10 @@ absl::Status SessionStoreImpl::Flush(const SessionKey& key, absl::Duration timeo
         "); it holds its persisted ", s.tokens.size(), " tokens"));
   }
   if (s.persisted) return absl::OkStatus();
+  if (s.over_ssd_quota) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("session '", key.session_id, "' does not fit its tenant's SSD quota: it stays host-only"));
+  }
   if (degraded_) return absl::FailedPreconditionError("the SSD tier is degraded: nothing can be persisted");
   (void)done;
   return absl::DeadlineExceededError("the session was not persisted in time");

@@ -35,7 +35,27 @@ absl::Status SessionStoreOptions::Validate() const {
   if (ssd_read_bytes_per_second < 0 || ssd_probe_bytes < 0) {
     return absl::InvalidArgumentError("the SSD read speed and probe size cannot be negative");
   }
-  return layout.Validate();
+  if (absl::Status s = layout.Validate(); !s.ok()) return s;
+  auto check_quota = [&](const std::string& who, const TenantQuota& q) -> absl::Status {
+    for (const auto& [tier, bytes] : {std::pair<const char*, int64_t>{"host", q.host_bytes}, {"SSD", q.ssd_bytes}}) {
+      if (bytes < 0 || (bytes > 0 && bytes < layout.BlockBytes())) {
+        return absl::InvalidArgumentError(absl::StrCat("the ", tier, " quota of ", who, " (", bytes,
+                                                       " bytes) must be 0 (none) or hold a chunk of ",
+                                                       layout.BlockBytes(), " bytes"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = check_quota("every tenant", tenant_quota); !s.ok()) return s;
+  for (const auto& [tenant, quota] : tenant_quotas) {
+    if (absl::Status s = check_quota(absl::StrCat("tenant '", tenant, "'"), quota); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+const TenantQuota& SessionStoreOptions::QuotaOf(const std::string& tenant) const {
+  auto it = tenant_quotas.find(tenant);
+  return it == tenant_quotas.end() ? tenant_quota : it->second;
 }
 
 absl::StatusOr<std::unique_ptr<SessionStore>> SessionStore::Create(
@@ -467,56 +487,6 @@ void SessionStoreImpl::UseCommittedLocked(Session& s) {
   s.version = ++versions_;
 }
 
-bool SessionStoreImpl::MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose) {
-  if (host_->free_blocks() >= blocks) return true;
-  std::vector<PlacementCandidate> candidates;
-  for (auto& [k, s] : sessions_) {
-    // A leased session's blocks would not come free: taking it would only cost its host copy.
-    if (s.get() == keep || s->host.empty() || s->readers > 0 || LeasedLocked(*s)) continue;
-    candidates.push_back({k, s->last_use, s->inserted});
-  }
-  placement_.OrderVictims(candidates, purpose);
-  std::vector<std::string> victims;
-  for (const PlacementCandidate& c : candidates) {
-    // A prefetch only demotes (copies that stay on SSD); it never makes anything a miss.
-    if (purpose == RoomFor::kHostPrefetch && !sessions_.at(c.key)->persisted) continue;
-    victims.emplace_back(c.key);
-  }
-  if (purpose == RoomFor::kHostPrefetch) {
-    // All or nothing: a prefetch that cannot fit moves nothing.
-    int64_t could_free = host_->free_blocks();
-    for (const std::string& key : victims) could_free += static_cast<int64_t>(sessions_.at(key)->host.size());
-    if (could_free < blocks) return false;
-  }
-  for (const std::string& key : victims) {
-    if (host_->free_blocks() >= blocks) break;
-    Session& victim = *sessions_.at(key);
-    const int64_t free_before = host_->free_blocks();
-    if (victim.persisted) {
-      if (victim.prefetched) ++stats_.prefetch_wasted;
-      victim.prefetched = false;
-      DropHostLocked(victim, 0);  // the SSD copy stays: a demotion
-      ++stats_.demotions;
-    } else if (placement_.MayLeaveStore(key)) {
-      // Not yet on SSD: this version goes; an older persisted one stays.
-      if (victim.ssd.empty()) {
-        ++stats_.evictions;
-        ++stats_.evictions_host_full;
-        ++tenant_stats_[victim.tenant].evictions;
-      }
-      DropNewerVersionLocked(key, "the host tier needed its room");
-    } else {
-      continue;  // queued within the eviction window: it stays
-    }
-    if (host_->free_blocks() == free_before) {
-      // Its blocks are still being written to SSD; they come back when the write ends.
-      // Taking more victims for them would empty the tier, so give up for now.
-      return false;
-    }
-  }
-  return host_->free_blocks() >= blocks;
-}
-
 absl::Status SessionStoreImpl::Save(const SessionKey& key, absl::Span<const int32_t> tokens,
                                 int64_t keep_tokens, FillFn fill, std::string_view base) {
   MutexLock lock(&mu_);
@@ -588,9 +558,17 @@ absl::Status SessionStoreImpl::SaveLocked(const SessionKey& key, absl::Span<cons
   DropHostLocked(s, keep_chunks);
   s.checksums.resize(keep_chunks);
   const int64_t needed = total_chunks - static_cast<int64_t>(keep_chunks);
-  if (!MakeHostRoomLocked(needed, &s)) {
-    DropNewerVersionLocked(map_key, "it does not fit the host tier");
+  bool over_quota = false;
+  if (!MakeHostRoomLocked(needed, &s, RoomFor::kHost, &over_quota)) {
+    DropNewerVersionLocked(map_key,
+                           over_quota ? "it does not fit its tenant's host quota" : "it does not fit the host tier");
     ++stats_.save_rejected;
+    if (over_quota) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("session of ", tokens.size(), " tokens needs ", total_chunks, " chunks; tenant '", key.tenant,
+                       "' may hold ", QuotaBlocks(options_.QuotaOf(key.tenant).host_bytes),
+                       " in the host tier (its host quota) and its own sessions cannot make the room"));
+    }
     return absl::ResourceExhaustedError(absl::StrCat(
         "session of ", tokens.size(), " tokens needs ", total_chunks, " chunks; the host tier holds ",
         host_->total_blocks(), " (", host_->free_blocks(), " free)"));
@@ -625,6 +603,7 @@ absl::Status SessionStoreImpl::SaveLocked(const SessionKey& key, absl::Span<cons
   s.tokens.assign(tokens.begin(), tokens.end());
   s.base = std::string(base);
   s.dropped_newer = nullptr;
+  s.over_ssd_quota = false;
   // The SSD copy (if any) now holds an older version; it stays named by the committed
   // record until the write-back of this version replaces it.
   s.persisted = false;
@@ -706,7 +685,13 @@ SessionStoreStats SessionStoreImpl::TenantStats(const std::string& tenant) const
     s.hits = it->second.hits;
     s.hit_tokens = it->second.hit_tokens;
     s.evictions = it->second.evictions;
+    s.quota_evictions_host = it->second.quota_evictions_host;
+    s.quota_evictions_ssd = it->second.quota_evictions_ssd;
+    s.quota_refused_host = it->second.quota_refused_host;
+    s.quota_refused_ssd = it->second.quota_refused_ssd;
   }
+  s.host_quota_bytes = options_.QuotaOf(tenant).host_bytes;
+  s.ssd_quota_bytes = options_.QuotaOf(tenant).ssd_bytes;
   s.host_capacity_bytes = host_->capacity_bytes();
   const int64_t block = options_.layout.BlockBytes();
   for (const auto& [k, session] : sessions_) {

@@ -33,6 +33,9 @@
 // session (the checksums the index record commits) and only then writes the chunk to SSD.
 // Without an SSD tier no payload is ever hashed.
 //
+// Tenant quotas (tenant_quota.h). A tenant may be held to a number of bytes in each tier:
+// room within its quota is made among its own sessions only, never another tenant's.
+//
 // Faults. An SSD write error (ENOSPC, EIO) switches the store to host-only caching
 // (degraded(), logged once) and nothing is lost that was acknowledged as persisted.
 //
@@ -52,6 +55,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -66,6 +70,7 @@
 #include "storage/chunk_format.h"
 #include "storage/placement.h"
 #include "storage/session_key.h"
+#include "storage/tenant_quota.h"
 
 namespace strata::storage {
 
@@ -95,7 +100,14 @@ struct SessionStoreOptions {
   bool lock_host_memory = false;
   // Which sessions leave a tier, which stay, what is prefetched (placement.h).
   PlacementPolicy placement = PlacementPolicy::kSchedulerAware;
+  // Per-tenant quotas of host and SSD bytes (tenant_quota.h): `tenant_quota` for every
+  // tenant, `tenant_quotas` in its place for the tenants it names. Each quota is 0 (none)
+  // or holds at least one chunk (layout.BlockBytes()); it is counted in whole chunks.
+  TenantQuota tenant_quota;
+  std::map<std::string, TenantQuota> tenant_quotas;
 
+  // The quotas of `tenant`.
+  const TenantQuota& QuotaOf(const std::string& tenant) const;
   absl::Status Validate() const;
 };
 
@@ -125,9 +137,21 @@ struct SessionStoreStats {
   int64_t lookups = 0;
   int64_t hits = 0;            // lookups that matched at least one token
   int64_t hit_tokens = 0;      // tokens matched by those lookups
-  int64_t evictions = 0;       // sessions that left the store for room (both reasons below)
+  int64_t evictions = 0;       // sessions that left the store for room (the four reasons below)
   int64_t evictions_host_full = 0;  // not yet on SSD, pushed out of a full host tier
   int64_t evictions_ssd_full = 0;   // held only on SSD, pushed out of a full SSD tier
+  int64_t evictions_host_quota = 0;  // not yet on SSD, pushed out for its tenant's host quota
+  int64_t evictions_ssd_quota = 0;   // held only on SSD, pushed out for its tenant's SSD quota
+  // Tenant quotas (tenant_quota.h): host copies dropped (demoted, or evicted as above) and
+  // SSD copies deleted to keep a tenant within its quota; saves and promotions (host) and
+  // write-backs (SSD) refused because the tenant's own sessions could not make the room.
+  int64_t quota_evictions_host = 0;
+  int64_t quota_evictions_ssd = 0;
+  int64_t quota_refused_host = 0;
+  int64_t quota_refused_ssd = 0;
+  // TenantStats only: the tenant's quotas in bytes (0: none).
+  int64_t host_quota_bytes = 0;
+  int64_t ssd_quota_bytes = 0;
   int64_t demotions = 0;       // host copies dropped because an SSD copy exists
   int64_t promotions = 0;      // sessions read back from SSD into host memory
   int64_t promotion_failures = 0;
@@ -286,9 +310,10 @@ class SessionStore {
   // thread when there is nothing to do) with OK once the session has a verified host
   // copy. OK at once when it already has one; NotFound when it is not stored (or has no
   // persisted copy); ResourceExhausted when the host tier has no room that eviction can
-  // make; DataLoss when no chunk survived verification (the session is dropped); Aborted
-  // when the session was saved or dropped meanwhile. Concurrent calls for one session
-  // share one promotion. `done` must not call back into the store synchronously.
+  // make, or the tenant's own sessions none within its host quota; DataLoss when no chunk
+  // survived verification (the session is dropped); Aborted when the session was saved or
+  // dropped meanwhile. Concurrent calls for one session share one promotion. `done` must
+  // not call back into the store synchronously.
   using PromoteDone = std::function<void(absl::Status)>;
   virtual void Promote(const SessionKey& key, PromoteDone done) = 0;
 
@@ -310,9 +335,12 @@ class SessionStore {
   // opaque to the store, kept and persisted with the session, and Match serves the
   // session only to a caller naming the same base. keep_tokens must be 0 when the base
   // changes (InvalidArgument).
-  // Other sessions are demoted or evicted (least recently used first) to make room.
-  // Returns ResourceExhausted, with the session dropped, when it cannot fit even in an
-  // empty tier; InvalidArgument when keep_tokens exceeds what is stored. With an SSD tier
+  // Other sessions are demoted or evicted (least recently used first) to make room; with
+  // a host quota for the tenant (tenant_quota.h), room within it is made among the
+  // tenant's own sessions only. Returns ResourceExhausted, with the session dropped (an
+  // older persisted version stays), when it cannot fit even in an empty tier, or when the
+  // tenant's own sessions cannot make room for it within its host quota (the message names
+  // the quota); InvalidArgument when keep_tokens exceeds what is stored. With an SSD tier
   // the write-back starts in the background.
   virtual absl::Status Save(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t keep_tokens,
                             FillFn fill, std::string_view base = {}) = 0;
@@ -333,6 +361,8 @@ class SessionStore {
   // version saved was dropped before it was persisted (it did not fit the host tier, or
   // its copy failed): the session then holds its older persisted version, if any — a
   // persisted version is deleted only by Drop, TTL, corruption or the SSD tier's room.
+  // ResourceExhausted when the tenant's own sessions could not make room for it within its
+  // SSD quota (it stays host-only, not persisted, until saved again).
   virtual absl::Status Flush(const SessionKey& key, absl::Duration timeout) = 0;
   // Blocks until every write-back queued so far has run (sessions written to SSD, records
   // committed or deletions done), or `timeout` passes (DeadlineExceeded). For a graceful
@@ -345,9 +375,9 @@ class SessionStore {
   virtual absl::Status Drop(const SessionKey& key) = 0;
   virtual std::vector<SessionInfo> List(const std::string& tenant) const = 0;
   virtual SessionStoreStats Stats() const = 0;
-  // The same, seen by one tenant: its own lookups, hits, reused tokens and evictions, and
-  // its own sessions and the bytes they hold in each tier (capacities and the degraded
-  // state are the store's).
+  // The same, seen by one tenant: its own lookups, hits, reused tokens, evictions and quota
+  // counters, its quotas, and its own sessions and the bytes they hold in each tier
+  // (capacities and the degraded state are the store's).
   virtual SessionStoreStats TenantStats(const std::string& tenant) const = 0;
   // Latency samples since the last call (bounded; the oldest are dropped).
   virtual std::vector<TierIoSample> TakeIoSamples() = 0;

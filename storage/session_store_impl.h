@@ -2,10 +2,11 @@
 // for storage/ only. One mutex guards the in-memory state; copies through Save()'s fill
 // run under it, reads of leased chunks (Lease(), Read()'s visit) outside it, and so does
 // every pass over a payload (sealing and checks in the write-back, checks of promoted
-// chunks). The work is spread over three files:
-//   session_store.cc        match, lease and read, save, room-making, info and stats
+// chunks). The work is spread over four files:
+//   session_store.cc        match, lease and read, save, info and stats
 //   session_persistence.cc  recovery, write-back to SSD, flush, TTL, degraded mode
 //   session_prefetch.cc     promotion from SSD, the look-ahead and prefetch, hints
+//   session_room.cc         room in the host tier, and within tenants' quotas (their own sessions)
 #ifndef STRATA_STORAGE_SESSION_STORE_IMPL_H_
 #define STRATA_STORAGE_SESSION_STORE_IMPL_H_
 
@@ -14,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -93,6 +95,9 @@ class SessionStoreImpl final : public SessionStore {
     // Set when the last version saved was dropped before it was persisted (why), so that
     // Flush does not report it persisted; cleared by the next save.
     const char* dropped_newer = nullptr;
+    // Set when the write-back of the last version saved was refused for the tenant's SSD
+    // quota (it stays host-only), so that Flush says so; cleared by the next save.
+    bool over_ssd_quota = false;
     // Payload checksum of each chunk: set when the write-back sealed it or the index
     // record named it, nullopt while unsealed. Binds the record to the bytes: every chunk
     // of a persisted session has one, and it is the one its record and header hold.
@@ -155,9 +160,46 @@ class SessionStoreImpl final : public SessionStore {
   // host copy, if any, must already be gone): persisted, and a new version, so that a
   // fill, write-back or promotion of what it held before is not applied.
   void UseCommittedLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Demotes or evicts sessions other than `keep`, in the placement policy's order, until `blocks` host
-  // blocks are free.
-  bool MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose = RoomFor::kHost)
+  // Makes room for `blocks` more host blocks of `keep`: first within its tenant's host
+  // quota, among the tenant's own sessions (MakeHostQuotaRoomLocked; `over_quota`, when
+  // given, says whether that failed), then in the tier: demotes or evicts sessions other
+  // than `keep` (only the tenant's own when it was at its quota), in the placement
+  // policy's order, until `blocks` host blocks are free. A prefetch moves nothing unless
+  // all of the room can be made.
+  bool MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose = RoomFor::kHost,
+                          bool* over_quota = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sessions whose host copies may go for `purpose` (of `tenant` only, when not null),
+  // first to go first.
+  std::vector<std::string> HostVictimsLocked(const Session* keep, RoomFor purpose, const std::string* tenant)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the host copy of the session: demoted when persisted, else its version evicted
+  // when it may leave the store (counted under the host tier's or, with `quota`, the host
+  // quota's reason). False when it had to stay (queued within the eviction window). The
+  // session may be gone afterwards.
+  bool TakeHostCopyLocked(const std::string& key, bool quota) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Tenant quotas (session_room.cc).
+  struct TenantBlocks {
+    int64_t host = 0;  // host copies, and promotions in flight to host
+    int64_t ssd = 0;   // SSD copies named by committed records
+  };
+  TenantBlocks TenantBlocksLocked(const std::string& tenant) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A quota in bytes as whole blocks; 0: none.
+  int64_t QuotaBlocks(int64_t bytes) const;
+  // Makes room for `blocks` more host blocks of `keep` within its tenant's host quota, among
+  // the tenant's own sessions (never another's), in the placement policy's order; nothing
+  // moves unless all of it can be made. False (counted and logged, but for a prefetch) when
+  // it cannot. `own_only` says whether the blocks would have put the tenant over its quota
+  // (then the tier's room, too, may only come from its own sessions).
+  bool MakeHostQuotaRoomLocked(int64_t blocks, const Session& keep, RoomFor purpose, bool* own_only)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // In the write-back of `s` (`blocks` chunks): room within its tenant's SSD quota, from the
+  // tenant's own sessions held only on SSD. They leave the store (their persisted copies
+  // deleted: counted and logged) and join `evicted`, whose blocks the caller frees once
+  // their records are deleted; `freeing` grows by those blocks. Nothing moves unless all
+  // of the room can be made; false (counted, logged, `s.over_ssd_quota` set) when it cannot.
+  bool MakeSsdQuotaRoomLocked(Session& s, int64_t blocks,
+                              std::vector<std::pair<SessionKey, std::vector<SsdLocation>>>* evicted, int64_t* freeing)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts (or joins) the promotion of a session held only on SSD; see Promote().
   void PromoteFor(const SessionKey& key, PromoteDone done, bool prefetch);
@@ -197,6 +239,7 @@ class SessionStoreImpl final : public SessionStore {
   // What each tenant's own Stats report of the traffic (TenantStats counts the rest).
   struct TenantCounters {
     int64_t lookups = 0, hits = 0, hit_tokens = 0, evictions = 0;
+    int64_t quota_evictions_host = 0, quota_evictions_ssd = 0, quota_refused_host = 0, quota_refused_ssd = 0;
   };
   absl::flat_hash_map<std::string, TenantCounters> tenant_stats_ ABSL_GUARDED_BY(mu_);
   bool degraded_ ABSL_GUARDED_BY(mu_) = false;

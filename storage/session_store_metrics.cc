@@ -2,14 +2,72 @@
 
 namespace strata::storage {
 
+namespace {
+
+void Sync(metrics::Counter& c, int64_t total) {
+  const double delta = static_cast<double>(total) - c.Value();
+  if (delta > 0) c.Increment(delta);
+}
+
+// Tenant quotas: the quota reasons of strata_cache_evictions_total, the store-wide quota
+// counters, and with `tenants` the per-tenant series (see the header), filled at each
+// scrape from Stats and TenantStats.
+void ExportQuotaMetrics(metrics::Registry& r, SessionStore* store, TenantsFn tenants) {
+  auto& evictions = r.AddCounter("strata_cache_evictions_total", "");  // registered by the caller
+  auto& quota_evictions = r.AddCounter("strata_cache_quota_evictions_total",
+                                       "Copies taken to keep a tenant within its quota of a tier, from its own "
+                                       "sessions: host copies demoted or evicted, SSD copies deleted.");
+  auto& quota_refused = r.AddCounter("strata_cache_quota_refused_total",
+                                     "Saves or promotions (host) and write-backs (ssd) refused because the tenant's "
+                                     "own sessions could not make room within its quota of the tier.");
+  r.AddCollector([=, &evictions, &quota_evictions, &quota_refused] {
+    SessionStoreStats s;
+    if (store != nullptr) s = store->Stats();
+    Sync(evictions.WithLabels({{"reason", "host_quota"}}), s.evictions_host_quota);
+    Sync(evictions.WithLabels({{"reason", "ssd_quota"}}), s.evictions_ssd_quota);
+    Sync(quota_evictions.WithLabels({{"tier", "host"}}), s.quota_evictions_host);
+    Sync(quota_evictions.WithLabels({{"tier", "ssd"}}), s.quota_evictions_ssd);
+    Sync(quota_refused.WithLabels({{"tier", "host"}}), s.quota_refused_host);
+    Sync(quota_refused.WithLabels({{"tier", "ssd"}}), s.quota_refused_ssd);
+  });
+  if (tenants == nullptr) return;
+  auto& bytes = r.AddGauge("strata_tenant_cache_bytes", "Bytes each tenant's sessions hold in each tier.");
+  auto& quota = r.AddGauge("strata_tenant_cache_quota_bytes", "Each tenant's quota of each tier (0: none).");
+  auto& tenant_evictions = r.AddCounter("strata_tenant_cache_quota_evictions_total",
+                                        "Copies taken from each tenant's own sessions to keep it within its quota.");
+  auto& tenant_refused =
+      r.AddCounter("strata_tenant_cache_quota_refused_total",
+                   "Each tenant's saves, promotions (host) and write-backs (ssd) refused for its quota.");
+  r.AddCollector([=, &bytes, &quota, &tenant_evictions, &tenant_refused] {
+    if (store == nullptr) return;
+    for (const std::string& tenant : tenants()) {
+      const SessionStoreStats s = store->TenantStats(tenant);
+      const metrics::Labels host{{"tenant", tenant}, {"tier", "host"}};
+      const metrics::Labels ssd{{"tenant", tenant}, {"tier", "ssd"}};
+      bytes.WithLabels(host).Set(static_cast<double>(s.host_used_bytes));
+      bytes.WithLabels(ssd).Set(static_cast<double>(s.ssd_used_bytes));
+      quota.WithLabels(host).Set(static_cast<double>(s.host_quota_bytes));
+      quota.WithLabels(ssd).Set(static_cast<double>(s.ssd_quota_bytes));
+      Sync(tenant_evictions.WithLabels(host), s.quota_evictions_host);
+      Sync(tenant_evictions.WithLabels(ssd), s.quota_evictions_ssd);
+      Sync(tenant_refused.WithLabels(host), s.quota_refused_host);
+      Sync(tenant_refused.WithLabels(ssd), s.quota_refused_ssd);
+    }
+  });
+}
+
+}  // namespace
+
 // Mirrors the session store's own statistics into gauges and counters at scrape time.
-void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool cache_enabled) {
+void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool cache_enabled, TenantsFn tenants) {
   auto& tier_bytes = r.AddGauge("strata_tier_bytes", "Bytes held in each tier.");
   auto& tier_capacity = r.AddGauge("strata_tier_capacity_bytes", "Capacity of each tier (0: off).");
   auto& sessions = r.AddGauge("strata_sessions", "Sessions with KV held in each tier.");
   auto& evictions = r.AddCounter("strata_cache_evictions_total",
                                  "Sessions that left the store for room, by reason (host_full: not yet on SSD; "
-                                 "ssd_full: held only on SSD).");
+                                 "ssd_full: held only on SSD; host_quota, ssd_quota: the same, for their "
+                                 "tenant's quota).");
+  ExportQuotaMetrics(r, store, std::move(tenants));
   auto& prefetches = r.AddCounter("strata_prefetches_total",
                                   "Look-ahead prefetches (SSD to host) by outcome: started, in_time (on host when "
                                   "the turn came), late (the turn waited for it), wasted (left host unused).");

@@ -19,6 +19,7 @@
 #include "server/cli/shared_flags.h"
 #include "server/cli/version.h"
 #include "server/strata_server.h"
+#include "storage/tenant_quota.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address to listen on");
 ABSL_FLAG(int, metrics_port, 9464,
@@ -26,8 +27,9 @@ ABSL_FLAG(int, metrics_port, 9464,
 ABSL_FLAG(double, status_sample_seconds, 5,
           "serve: how often the status page's plots sample the metrics (it keeps the last 180 samples)");
 ABSL_FLAG(bool, metrics_tenant_label, false,
-          "serve: also count turns and tokens per tenant (strata_tenant_*_total{tenant}): one series per tenant "
-          "of the API keys, so off by default");
+          "serve: also count turns and tokens per tenant (strata_tenant_*_total{tenant}) and show each tenant's "
+          "cache bytes, quotas and quota evictions (strata_tenant_cache_*): one series per tenant of the API keys, "
+          "so off by default");
 ABSL_FLAG(std::string, cache, "on", "serve: session KV cache, on or off");
 ABSL_FLAG(int64_t, host_cache_bytes, int64_t{1} << 30, "serve: capacity of the host-memory tier");
 ABSL_FLAG(bool, pin_host_memory, true,
@@ -41,6 +43,16 @@ ABSL_FLAG(double, ssd_read_bytes_per_second, 0,
           "serve: the SSD tier's read speed to assume for fetch-or-recompute (0: probe it at start)");
 ABSL_FLAG(int64_t, ssd_probe_bytes, int64_t{64} << 20,
           "serve: bytes written to and read back from the SSD tier at start to measure its read speed (0: off)");
+ABSL_FLAG(int64_t, tenant_host_quota_bytes, 0,
+          "serve: host-tier bytes each tenant's sessions may hold; a tenant past it makes room among its own "
+          "sessions only, or its save is not cached (0: no quota; whole chunks)");
+ABSL_FLAG(int64_t, tenant_ssd_quota_bytes, 0,
+          "serve: SSD-tier bytes each tenant's sessions may hold; a tenant past it makes room among its own sessions "
+          "held only on SSD, or its session stays host-only (0: no quota; whole chunks)");
+ABSL_FLAG(std::string, tenant_quotas, "",
+          "serve: quotas of single tenants in place of --tenant_host_quota_bytes / --tenant_ssd_quota_bytes: "
+          "'acme:host=8GiB,ssd=64GiB;globex:host=0' (a field left out keeps the default; 0: no quota; bytes, or "
+          "KiB, MiB, GiB, TiB)");
 ABSL_FLAG(int64_t, ttl_seconds, 86400, "serve: sessions unused this long are dropped from every tier");
 ABSL_FLAG(std::string, placement, "scheduler-aware",
           "serve: placement policy: scheduler-aware (prefetch from the queue, never evict it), lru, fifo");
@@ -159,6 +171,14 @@ bool OptionsFromFlags(ServerOptions& o) {
   o.store.ssd_probe_bytes = absl::GetFlag(FLAGS_ssd_probe_bytes);
   o.store.index_dir = absl::GetFlag(FLAGS_index_dir);
   o.store.ttl = absl::Seconds(absl::GetFlag(FLAGS_ttl_seconds));
+  o.store.tenant_quota.host_bytes = absl::GetFlag(FLAGS_tenant_host_quota_bytes);
+  o.store.tenant_quota.ssd_bytes = absl::GetFlag(FLAGS_tenant_ssd_quota_bytes);
+  auto quotas = storage::ParseTenantQuotas(absl::GetFlag(FLAGS_tenant_quotas), o.store.tenant_quota);
+  if (!quotas.ok()) {
+    std::fprintf(stderr, "--tenant_quotas: %s\n", std::string(quotas.status().message()).c_str());
+    return false;
+  }
+  o.store.tenant_quotas = *std::move(quotas);
   auto placement = storage::ParsePlacementPolicy(absl::GetFlag(FLAGS_placement));
   if (!placement.ok() || *placement == storage::PlacementPolicy::kBelady) {
     std::fprintf(stderr, "--placement: %s\n",
