@@ -125,6 +125,11 @@ SessionStoreImpl::SessionStoreImpl(const SessionStoreOptions& options, std::uniq
 
 absl::Status SessionStoreImpl::Start() {
   if (ssd_ == nullptr) return absl::OkStatus();
+  if (options_.layout.chunk_tokens > MaxDescribedChunkTokens(0)) {
+    LOG(WARNING) << "chunks of " << options_.layout.chunk_tokens << " tokens cannot carry their descriptor (at most "
+                 << MaxDescribedChunkTokens(0) << " tokens' IDs fit a chunk's header page): should the session index "
+                 << "be lost, it cannot be rebuilt from the SSD data file";
+  }
   if (absl::Status s = Recover(); !s.ok()) return s;
   if (index_->read_only()) {
     MutexLock lock(&mu_);
