@@ -103,25 +103,29 @@ std::string Bytes(int64_t bytes) {
   return absl::StrCat(bytes, " bytes");
 }
 
+// "1 session", "2 sessions".
+std::string Count(int64_t n, const char* what) { return absl::StrCat(n, " ", what, n == 1 ? "" : "s"); }
+
 }  // namespace
 
 std::string IndexRebuild::Summary() const {
-  std::string out =
-      absl::StrCat("the index is rebuilt from the chunk headers of ", blocks_scanned, " SSD blocks: ", records.size(),
-                   " sessions (", chunks_rebuilt, " chunks, ", Bytes(bytes_rebuilt), ")");
+  std::string out = absl::StrCat("the index is rebuilt from the chunk headers of ", Count(blocks_scanned, "SSD block"),
+                                 ": ", Count(static_cast<int64_t>(records.size()), "session"), " (",
+                                 Count(chunks_rebuilt, "chunk"), ", ", Bytes(bytes_rebuilt), ")");
   if (sessions_not_rebuilt + sessions_expired > 0) {
-    absl::StrAppend(&out, "; not rebuilt: ", sessions_not_rebuilt, " sessions with no complete, verified version, ",
-                    sessions_expired, " past their TTL");
+    absl::StrAppend(&out, "; not rebuilt: ", Count(sessions_not_rebuilt, "session"),
+                    " with no complete, verified version, ", sessions_expired, " past their TTL");
   }
   if (superseded_versions + incomplete_versions + corrupt_versions > 0) {
-    absl::StrAppend(&out, "; passed over: ", superseded_versions, " older versions, ", incomplete_versions,
+    absl::StrAppend(&out, "; passed over: ", Count(superseded_versions, "older version"), ", ", incomplete_versions,
                     " incomplete (half written or overwritten), ", corrupt_versions, " failing a checksum");
   }
   if (damaged_chunks + foreign_chunks + undescribed_chunks > 0) {
-    absl::StrAppend(&out, "; unusable: ", foreign_chunks, " chunks of another model, layout or format, ",
+    absl::StrAppend(&out, "; unusable: ", Count(foreign_chunks, "chunk"), " of another model, layout or format, ",
                     undescribed_chunks, " without a descriptor, ", damaged_chunks, " with a damaged header");
   }
-  if (!erase.empty()) absl::StrAppend(&out, " (", erase.size(), " unused chunk headers are erased)");
+  if (!erase.empty())
+    absl::StrAppend(&out, " (", Count(static_cast<int64_t>(erase.size()), "unused chunk header"), " erased)");
   return out;
 }
 

@@ -113,7 +113,9 @@ bool SessionStoreImpl::RebuildIndexIfLost() {
   bool quiet = false;      // nothing to say when the data file holds no chunk either
   if (index_->lost_writes() > 0) {
     std::vector<std::string> names;
-    for (const LostWrite& w : index_->lost_named()) names.push_back(absl::StrCat(w.tenant, "/", w.session_id));
+    for (const LostWrite& w : index_->lost_named()) {
+      names.push_back(absl::StrCat(w.tenant, "/", w.session_id, w.deleted ? " (a deletion)" : ""));
+    }
     absl::StrAppend(&why, why.empty() ? "" : "; ", "the session index opened without ", index_->lost_writes(),
                     " acknowledged writes (", names.empty() ? "none named" : absl::StrJoin(names, ", "), ")");
     set_aside = index_->damage_note().empty();
