@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -110,7 +111,7 @@ std::string Count(int64_t n, const char* what) { return absl::StrCat(n, " ", wha
 
 std::string IndexRebuild::Summary() const {
   std::string out = absl::StrCat("the index is rebuilt from the chunk headers of ", Count(blocks_scanned, "SSD block"),
-                                 ": ", Count(static_cast<int64_t>(records.size()), "session"), " (",
+                                 ": ", Count(static_cast<int64_t>(records.size()) - kept_records, "session"), " (",
                                  Count(chunks_rebuilt, "chunk"), ", ", Bytes(bytes_rebuilt), ")");
   if (sessions_not_rebuilt + sessions_expired > 0) {
     absl::StrAppend(&out, "; not rebuilt: ", Count(sessions_not_rebuilt, "session"),
@@ -120,9 +121,14 @@ std::string IndexRebuild::Summary() const {
     absl::StrAppend(&out, "; passed over: ", Count(superseded_versions, "older version"), ", ", incomplete_versions,
                     " incomplete (half written or overwritten), ", corrupt_versions, " failing a checksum");
   }
-  if (damaged_chunks + foreign_chunks + undescribed_chunks > 0) {
+  if (kept_records > 0) {
+    absl::StrAppend(&out, "; kept ", Count(kept_records, "record"),
+                    " of the index as found whose chunks carry no descriptor (format 1)");
+  }
+  const int64_t unnamed = undescribed_chunks - kept_chunks;
+  if (damaged_chunks + foreign_chunks + unnamed > 0) {
     absl::StrAppend(&out, "; unusable: ", Count(foreign_chunks, "chunk"), " of another model, layout or format, ",
-                    undescribed_chunks, " without a descriptor, ", damaged_chunks, " with a damaged header");
+                    unnamed, " without a descriptor, ", damaged_chunks, " with a damaged header");
   }
   if (!erase.empty())
     absl::StrAppend(&out, " (", Count(static_cast<int64_t>(erase.size()), "unused chunk header"), " erased)");
@@ -157,6 +163,7 @@ absl::StatusOr<IndexRebuild> PlanIndexRebuild(SsdTier& ssd, const IndexRebuildOp
       if (!read.ok() || !read->descriptor.has_value()) {
         if (read.ok()) {
           ++plan.undescribed_chunks;
+          plan.undescribed.push_back(blocks[first + i]);
         } else if (absl::IsFailedPrecondition(read.status())) {
           ++plan.foreign_chunks;
         } else {
@@ -210,6 +217,27 @@ absl::StatusOr<IndexRebuild> PlanIndexRebuild(SsdTier& ssd, const IndexRebuildOp
   }
   plan.bytes_rebuilt = plan.chunks_rebuilt * ssd.block_bytes();
   return plan;
+}
+
+void KeepIndexedUndescribed(const std::vector<SessionRecord>& surviving, IndexRebuild* plan) {
+  auto key = [](const SsdLocation& l) { return std::make_pair(l.file, l.offset); };
+  std::set<std::pair<uint32_t, uint64_t>> undescribed, kept;
+  for (const SsdLocation& l : plan->undescribed) undescribed.insert(key(l));
+  std::set<std::pair<std::string, std::string>> rebuilt;
+  for (const SessionRecord& r : plan->records) rebuilt.insert({r.tenant, r.session_id});
+  for (const SessionRecord& r : surviving) {
+    if (r.chunks.empty() || rebuilt.contains({r.tenant, r.session_id})) continue;
+    bool all = true;
+    for (const IndexedChunk& c : r.chunks) {
+      all = all && undescribed.contains({c.file, c.offset}) && !kept.contains({c.file, c.offset});
+    }
+    if (!all) continue;
+    for (const IndexedChunk& c : r.chunks) kept.insert({c.file, c.offset});
+    plan->records.push_back(r);
+    ++plan->kept_records;
+    plan->kept_chunks += static_cast<int64_t>(r.chunks.size());
+  }
+  std::erase_if(plan->erase, [&](const SsdLocation& l) { return kept.contains(key(l)); });
 }
 
 absl::Status EraseChunkHeaders(SsdTier& ssd, absl::Span<const SsdLocation> blocks) {

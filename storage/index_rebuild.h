@@ -33,6 +33,12 @@
 // so a power cut may leave the older version on disk: the rebuild passes it over for the
 // newer (a higher generation), and falls back to it only if the newer fails its checksum.
 //
+// Chunks that cannot speak for themselves. Chunks written before the descriptor (format
+// 1) or whose descriptor did not fit carry no identity: a record the index as found still
+// holds for such chunks (a repaired or partly replayed index) is kept as it is, its chunks
+// checked at their first promotion as at any start (KeepIndexedUndescribed); such chunks
+// no record names are lost, as before the descriptor existed.
+//
 // Cost. The scan reads one 4 KiB header page per block the data file held at open, then
 // the whole of each chosen version (what a first promotion would read anyway).
 #ifndef STRATA_STORAGE_INDEX_REBUILD_H_
@@ -63,12 +69,18 @@ struct IndexRebuildOptions {
 
 // What a scan of the data file found and chose.
 struct IndexRebuild {
-  std::vector<SessionRecord> records;  // one per session rebuilt: its chosen version
+  // One per session rebuilt (its chosen version), then those KeepIndexedUndescribed kept.
+  std::vector<SessionRecord> records;
   // Blocks holding a chunk header that no record uses (older, incomplete, failing or
   // expired versions, another model's or format's chunks, damaged headers): to be erased
   // before they are reused.
   std::vector<SsdLocation> erase;
+  // Blocks holding a verified header of this model and layout but no descriptor (format 1,
+  // or one that did not fit): in `erase` too, unless KeepIndexedUndescribed keeps them.
+  std::vector<SsdLocation> undescribed;
   uint64_t max_generation = 0;  // the highest generation any descriptor carries
+  int64_t kept_records = 0;     // records of the index as found kept by KeepIndexedUndescribed
+  int64_t kept_chunks = 0;      // and the chunks they name
 
   int64_t blocks_scanned = 0;
   int64_t chunks_found = 0;  // blocks holding a chunk header of any kind
@@ -95,6 +107,11 @@ struct IndexRebuild {
 // read correctly is not an error, it is counted.
 absl::StatusOr<IndexRebuild> PlanIndexRebuild(SsdTier& ssd, const IndexRebuildOptions& options,
                                               absl::Span<const absl::Span<std::byte>> scratch);
+
+// Adds to `plan` the records of the index as found (`surviving`) that name only chunks
+// without a descriptor (plan->undescribed) of a session the plan did not rebuild, and takes
+// their blocks out of plan->erase.
+void KeepIndexedUndescribed(const std::vector<SessionRecord>& surviving, IndexRebuild* plan);
 
 // Overwrites the header page of each block with zeros, so that no rebuild takes what it
 // held for a chunk, and waits for the writes (not synced: the caller syncs when the

@@ -89,6 +89,20 @@ class DataFile {
     return -1;
   }
 
+  // Rewrites the block's header as format 1 wrote it: no descriptor, the checksum over
+  // the header alone.
+  void MakeFormatOne(int64_t block) const {
+    std::vector<std::byte> bytes = Read(block);
+    ChunkHeader h;
+    std::memcpy(&h, bytes.data(), sizeof(h));
+    h.version = 1;
+    h.descriptor_bytes = 0;
+    std::memset(bytes.data(), 0, kChunkHeaderBytes);
+    h.header_checksum = XXH3_64bits(&h, offsetof(ChunkHeader, header_checksum));
+    std::memcpy(bytes.data(), &h, sizeof(h));
+    Write(block, bytes);
+  }
+
   void FlipPayloadByte(int64_t block) const {
     std::vector<std::byte> bytes = Read(block);
     bytes[kChunkHeaderBytes + 3] ^= std::byte{0x40};
@@ -413,18 +427,7 @@ TEST_F(IndexRebuildTest, ChunksOfAnotherModelOrTheOldFormatAreNotRebuilt) {
   DataFile data = Data();
   const auto versions = data.VersionsOf(old_format);
   ASSERT_EQ(versions.size(), 1u);
-  for (int64_t block : versions.begin()->second) {
-    // Back to format 1: no descriptor, the checksum over the header alone.
-    std::vector<std::byte> bytes = data.Read(block);
-    ChunkHeader h;
-    std::memcpy(&h, bytes.data(), sizeof(h));
-    h.version = 1;
-    h.descriptor_bytes = 0;
-    std::memset(bytes.data(), 0, kChunkHeaderBytes);
-    h.header_checksum = XXH3_64bits(&h, offsetof(ChunkHeader, header_checksum));
-    std::memcpy(bytes.data(), &h, sizeof(h));
-    data.Write(block, bytes);
-  }
+  for (int64_t block : versions.begin()->second) data.MakeFormatOne(block);
   testing::DamageIndex(IndexDir(), IndexDamage::kDeletedDirectory);
   Start();
   EXPECT_EQ(store_->Stats().index_rebuilt_sessions, 0);
@@ -433,6 +436,27 @@ TEST_F(IndexRebuildTest, ChunksOfAnotherModelOrTheOldFormatAreNotRebuilt) {
   EXPECT_EQ(SsdBlocksUsed(), 0);
   store_.reset();
   EXPECT_EQ(Data().ChunkHeaders(), 0) << "unusable chunk headers were left for the next start";
+}
+
+// Chunks of format 1 cannot speak for themselves: what the damaged index still says of them
+// (here, all of it: RocksDB repairs a flipped MANIFEST byte) is kept, the rest rebuilt.
+TEST_F(IndexRebuildTest, RecordsOfFormatOneChunksTheDamagedIndexStillHoldsAreKept) {
+  Start();
+  const SessionKey old_format{"t", "old-format"}, current{"t", "current"};
+  Persist(old_format, Iota(6), 0, 3);
+  Persist(current, Iota(5, 300), 0, 4);
+  store_.reset();
+  DataFile data = Data();
+  const auto versions = data.VersionsOf(old_format);
+  ASSERT_EQ(versions.size(), 1u);
+  for (int64_t block : versions.begin()->second) data.MakeFormatOne(block);
+  testing::DamageIndex(IndexDir(), IndexDamage::kFlippedManifestByte);
+  Start();
+  EXPECT_TRUE(store_->Stats().index_damaged);
+  EXPECT_EQ(store_->Stats().index_rebuilt_sessions, 1);
+  ExpectSession(current, Iota(5, 300), 4);
+  ExpectSession(old_format, Iota(6), 3);
+  EXPECT_EQ(SsdBlocksUsed(), 4);
 }
 
 // An empty store starts without a rebuild: its data file holds no chunk header.

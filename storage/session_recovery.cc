@@ -158,6 +158,15 @@ bool SessionStoreImpl::RebuildIndexIfLost() {
     return true;
   }
   if (quiet && plan->chunks_found == 0) return false;  // an empty store: nothing was lost
+  // What the index as found still says of chunks that cannot say it themselves (format 1).
+  std::vector<SessionRecord> surviving;
+  absl::Status read = index_->ForEach(
+      [&](const SessionRecord& r) {
+        if (r.model_fingerprint == options_.model_fingerprint) surviving.push_back(r);
+      },
+      [](std::string_view, const absl::Status&) {});
+  if (!read.ok()) LOG(WARNING) << "cannot read what the session index as found still holds: " << read;
+  KeepIndexedUndescribed(surviving, &*plan);
   // The headers no record uses go before anything can reuse their blocks (and before the
   // new index names the rest): a later rebuild must not take them up.
   absl::Status erased = EraseChunkHeaders(*ssd_, plan->erase);
@@ -177,7 +186,7 @@ bool SessionStoreImpl::RebuildIndexIfLost() {
     LOG(ERROR) << line;
   }
   MutexLock lock(&mu_);
-  stats_.index_rebuilt_sessions = static_cast<int64_t>(plan->records.size());
+  stats_.index_rebuilt_sessions = static_cast<int64_t>(plan->records.size()) - plan->kept_records;
   stats_.index_rebuild_skipped_sessions = plan->sessions_not_rebuilt;
   last_generation_ = std::max(last_generation_, plan->max_generation);
   return true;
