@@ -691,7 +691,9 @@ SessionStoreStats SessionStoreImpl::Stats() const {
   }
   s.ssd_enabled = ssd_ != nullptr;
   s.ssd_degraded = degraded_;
-  s.persist_queue = static_cast<int64_t>(persist_queue_.size());
+  // Saves and drops waiting; retiring freed blocks is the queue's own housekeeping.
+  s.persist_queue =
+      std::count_if(persist_queue_.begin(), persist_queue_.end(), [](const PersistJob& j) { return !j.retire; });
   if (ssd_ != nullptr) {
     s.ssd_capacity_bytes = ssd_->capacity_bytes();
     s.ssd_used_bytes = ssd_->used_bytes();
