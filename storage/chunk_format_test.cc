@@ -1,9 +1,11 @@
 #include "storage/chunk_format.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "xxhash.h"
 
 namespace strata::storage {
 namespace {
@@ -113,15 +115,14 @@ TEST(ChunkFormatTest, UnsealedChunkPassesTheHeaderCheckOnlyUntilSealed) {
   EXPECT_EQ(facts.payload_checksum, checksum);
 }
 
-TEST(ChunkFormatTest, SealedChunkIsTheVersionOneFormatWithFlagsZero) {
-  // Chunks on disk from before the unsealed flag had a zero reserved field here; a sealed
-  // chunk must be byte for byte what that writer wrote.
+TEST(ChunkFormatTest, SealedChunkIsVersionTwoWithFlagsZeroAndNoDescriptor) {
   ChunkLayout layout = SmallLayout();
   auto block = FilledBlock(layout, 42, 7);
   ChunkHeader h;
   std::memcpy(&h, block.data(), sizeof(h));
-  EXPECT_EQ(h.version, 1);
+  EXPECT_EQ(h.version, 2);
   EXPECT_EQ(h.flags, 0);
+  EXPECT_EQ(h.descriptor_bytes, 0u);
   EXPECT_EQ(h.payload_checksum, ChunkPayloadChecksum(layout, block));
   // Sealing two-step gives the same bytes as SealChunk.
   std::vector<std::byte> two_step = block;
@@ -129,6 +130,120 @@ TEST(ChunkFormatTest, SealedChunkIsTheVersionOneFormatWithFlagsZero) {
   WriteChunkHeader(layout, 42, 7, absl::Span<std::byte>(two_step));
   SealChunkHeader(absl::Span<std::byte>(two_step), ChunkPayloadChecksum(layout, two_step));
   EXPECT_TRUE(two_step == block);
+}
+
+// Chunks on disk from before the descriptor (format 1: the reserved field zero, the
+// checksum over the header alone) are still served through the index; they carry nothing
+// to rebuild it from.
+TEST(ChunkFormatTest, VersionOneChunksStillVerifyButCarryNoDescriptor) {
+  ChunkLayout layout = SmallLayout();
+  auto block = FilledBlock(layout, 42, 7);
+  ChunkHeader h;
+  std::memcpy(&h, block.data(), sizeof(h));
+  h.version = 1;
+  h.header_checksum = XXH3_64bits(&h, offsetof(ChunkHeader, header_checksum));
+  std::memcpy(block.data(), &h, sizeof(h));
+  int tokens = 0;
+  ASSERT_TRUE(VerifyChunk(layout, 42, block, &tokens).ok());
+  EXPECT_EQ(tokens, 7);
+  auto page = ReadChunkHeaderPage(layout, 42, absl::Span<const std::byte>(block).subspan(0, kChunkHeaderBytes));
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_FALSE(page->descriptor.has_value());
+}
+
+ChunkDescriptor DescriptorOf(int chunk_tokens, int session_tokens, int chunk_index) {
+  ChunkDescriptor d;
+  d.tenant = "tenant";
+  d.session_id = "session-7";
+  d.base = "sp:1234";
+  d.generation = 1700000000123456;
+  d.last_access_unix_ms = 1700000000123;
+  d.session_tokens = static_cast<uint32_t>(session_tokens);
+  d.chunk_index = static_cast<uint32_t>(chunk_index);
+  d.chunk_count = static_cast<uint32_t>((session_tokens + chunk_tokens - 1) / chunk_tokens);
+  const int first = chunk_index * chunk_tokens;
+  for (int t = first; t < std::min(session_tokens, first + chunk_tokens); ++t) d.tokens.push_back(t * 31 - 5);
+  return d;
+}
+
+absl::Span<const std::byte> Page(const std::vector<std::byte>& block) {
+  return absl::Span<const std::byte>(block).subspan(0, kChunkHeaderBytes);
+}
+
+TEST(ChunkFormatTest, ADescriptorRoundTripsThroughTheHeaderPage) {
+  ChunkLayout layout = SmallLayout();       // 16 tokens a chunk
+  auto block = FilledBlock(layout, 42, 9);  // the last chunk of a 41-token version
+  const ChunkDescriptor d = DescriptorOf(16, 41, 2);
+  const uint64_t checksum = ChunkPayloadChecksum(layout, block);
+  ASSERT_TRUE(SealChunkHeader(absl::Span<std::byte>(block), checksum, d));
+  ASSERT_TRUE(VerifyChunk(layout, 42, block, nullptr).ok());
+  auto page = ReadChunkHeaderPage(layout, 42, Page(block));
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_TRUE(page->descriptor.has_value());
+  EXPECT_EQ(*page->descriptor, d);
+  EXPECT_EQ(page->facts.tokens, 9);
+  EXPECT_EQ(page->facts.payload_checksum, checksum);
+  // Sealed again (a kept chunk's checksum recorded anew), it keeps its descriptor.
+  SealChunkHeader(absl::Span<std::byte>(block), checksum);
+  EXPECT_EQ(ReadChunkHeaderPage(layout, 42, Page(block))->descriptor, d);
+  // A later version's descriptor replaces it whole: the page holds nothing of the old one.
+  ChunkDescriptor shorter = DescriptorOf(16, 41, 2);
+  shorter.tenant = "t";
+  shorter.base.clear();
+  ASSERT_TRUE(SealChunkHeader(absl::Span<std::byte>(block), checksum, shorter));
+  EXPECT_EQ(ReadChunkHeaderPage(layout, 42, Page(block))->descriptor, shorter);
+  const int64_t used = static_cast<int64_t>(sizeof(ChunkHeader)) + ChunkDescriptorBytes(shorter);
+  for (int64_t i = used; i < kChunkHeaderBytes; ++i) ASSERT_EQ(block[i], std::byte{0}) << "byte " << i;
+}
+
+TEST(ChunkFormatTest, EveryFlippedByteOfADescriptorIsDataLoss) {
+  ChunkLayout layout = SmallLayout();
+  auto block = FilledBlock(layout, 42, 16);
+  const ChunkDescriptor d = DescriptorOf(16, 40, 1);
+  ASSERT_TRUE(SealChunkHeader(absl::Span<std::byte>(block), ChunkPayloadChecksum(layout, block), d));
+  const size_t end = sizeof(ChunkHeader) + static_cast<size_t>(ChunkDescriptorBytes(d));
+  for (size_t i = sizeof(ChunkHeader); i < end; ++i) {
+    std::vector<std::byte> bad = block;
+    bad[i] ^= std::byte{0x10};
+    EXPECT_TRUE(absl::IsDataLoss(ReadChunkHeaderPage(layout, 42, Page(bad)).status())) << "byte " << i;
+    EXPECT_TRUE(absl::IsDataLoss(VerifyChunkHeader(layout, 42, bad, nullptr))) << "byte " << i;
+  }
+}
+
+TEST(ChunkFormatTest, ADescriptorThatDisagreesWithItsHeaderIsDataLoss) {
+  ChunkLayout layout = SmallLayout();
+  auto block = FilledBlock(layout, 42, 16);
+  ChunkDescriptor d = DescriptorOf(16, 40, 1);
+  d.chunk_count = 2;  // 40 tokens make 3 chunks
+  ASSERT_TRUE(SealChunkHeader(absl::Span<std::byte>(block), ChunkPayloadChecksum(layout, block), d));
+  EXPECT_TRUE(absl::IsDataLoss(ReadChunkHeaderPage(layout, 42, Page(block)).status()));
+  d = DescriptorOf(16, 40, 2);  // the last chunk holds 8 tokens, the header says 16
+  d.tokens.resize(16);
+  ASSERT_TRUE(SealChunkHeader(absl::Span<std::byte>(block), ChunkPayloadChecksum(layout, block), d));
+  EXPECT_TRUE(absl::IsDataLoss(ReadChunkHeaderPage(layout, 42, Page(block)).status()));
+}
+
+TEST(ChunkFormatTest, ADescriptorThatDoesNotFitThePageIsLeftOut) {
+  EXPECT_EQ(MaxDescribedChunkTokens(0), (kChunkHeaderBytes - 56 - 36) / 4);
+  ChunkLayout layout{.layers = 1, .chunk_tokens = 1500, .row_bytes = 4};
+  auto block = FilledBlock(layout, 42, 1500);
+  const ChunkDescriptor d = DescriptorOf(1500, 3000, 0);
+  EXPECT_GT(ChunkDescriptorBytes(d), kChunkDescriptorMaxBytes);
+  EXPECT_FALSE(SealChunkHeader(absl::Span<std::byte>(block), ChunkPayloadChecksum(layout, block), d));
+  ASSERT_TRUE(VerifyChunk(layout, 42, block, nullptr).ok()) << "a chunk without a descriptor is still a chunk";
+  auto page = ReadChunkHeaderPage(layout, 42, Page(block));
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_FALSE(page->descriptor.has_value());
+}
+
+TEST(ChunkFormatTest, APageWithoutAChunkIsNotFoundAndAnUnsealedOneIsDataLoss) {
+  ChunkLayout layout = SmallLayout();
+  std::vector<std::byte> block(static_cast<size_t>(layout.BlockBytes()), std::byte{0});
+  EXPECT_TRUE(absl::IsNotFound(ReadChunkHeaderPage(layout, 42, Page(block)).status()));
+  EXPECT_TRUE(absl::IsDataLoss(VerifyChunkHeader(layout, 42, block, nullptr))) << "where a chunk was expected";
+  WriteChunkHeader(layout, 42, 5, absl::Span<std::byte>(block));
+  EXPECT_TRUE(absl::IsDataLoss(ReadChunkHeaderPage(layout, 42, Page(block)).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(ReadChunkHeaderPage(layout, 43, Page(block)).status()));
 }
 
 TEST(ChunkFormatTest, UnknownFlagsAreRefused) {

@@ -64,32 +64,40 @@ TEST_F(TieredStoreTest, AFallbackToThePersistedVersionTakesItsBase) {
   EXPECT_EQ(store_->Match(key, Iota(8), 100, "new").tokens, 0);
 }
 
-TEST(SessionRecordTest, RecordsOfVersionOneStillDecodeWithNoBase) {
+TEST(SessionRecordTest, RecordsOfVersionsOneAndTwoStillDecode) {
   SessionRecord r;
   r.tenant = "t";
   r.session_id = "s";
   r.model_fingerprint = 7;
   r.tokens = {1, 2, 3};
   r.base = "sp:9";
+  r.generation = 42;
   r.chunks = {IndexedChunk{0, 4096, 3, 11}};
   auto back = DecodeSessionRecord(EncodeSessionRecord(r));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, r);
-  // Version 1 (before bases): magic, version, tenant, id, fingerprint, access, expiry,
-  // tokens, chunks, checksum — what a store of the previous release wrote.
-  r.base.clear();
-  std::string v2 = EncodeSessionRecord(r);
-  // The version 2 encoding of an empty base is its 4-byte length after the tokens; take it
-  // out, set the version to 1, and re-seal.
+  // Earlier versions, as stores of earlier releases wrote them: version 1 (before bases)
+  // is magic, version, tenant, id, fingerprint, access, expiry, tokens, chunks, checksum;
+  // version 2 adds the base after the tokens; version 3 the generation after the base.
+  r.generation = 0;
+  const std::string v3 = EncodeSessionRecord(r);
   const size_t tokens_end = 4 + 4 + (4 + 1) + (4 + 1) + 8 + 8 + 8 + 4 + 3 * 4;
-  std::string v1 = v2.substr(0, tokens_end) + v2.substr(tokens_end + 4, v2.size() - tokens_end - 4 - 8);
-  const uint32_t one = 1;
-  v1.replace(4, 4, reinterpret_cast<const char*>(&one), 4);
-  const uint64_t sum = XXH3_64bits(v1.data(), v1.size());
-  v1.append(reinterpret_cast<const char*>(&sum), 8);
-  auto old = DecodeSessionRecord(v1);
-  ASSERT_TRUE(old.ok()) << old.status();
-  EXPECT_EQ(*old, r);
+  const size_t base_end = tokens_end + 4 + r.base.size();
+  // Takes `cut` bytes out at `at`, sets the version and re-seals.
+  auto older = [&](uint32_t version, size_t at, size_t cut) {
+    std::string out = v3.substr(0, at) + v3.substr(at + cut, v3.size() - at - cut - 8);
+    out.replace(4, 4, reinterpret_cast<const char*>(&version), 4);
+    const uint64_t sum = XXH3_64bits(out.data(), out.size());
+    out.append(reinterpret_cast<const char*>(&sum), 8);
+    return out;
+  };
+  auto v2 = DecodeSessionRecord(older(2, base_end, 8));
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(*v2, r);
+  r.base.clear();
+  auto v1 = DecodeSessionRecord(older(1, tokens_end, 4 + 4 + 8));
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(*v1, r);
 }
 
 }  // namespace

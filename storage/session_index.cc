@@ -14,6 +14,7 @@
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
 #include "rocksdb/options.h"
+#include "rocksdb/write_batch.h"
 #include "base/log.h"
 #include "storage/acked_writes.h"
 #include "storage/write_journal.h"
@@ -23,8 +24,9 @@ namespace strata::storage {
 namespace {
 
 constexpr uint32_t kMagic = 0x53535231;  // "SSR1"
-// Version 2 adds the base after the tokens; version 1 records (no base) still decode.
-constexpr uint32_t kVersion = 2;
+// Version 2 adds the base after the tokens, version 3 the generation after the base;
+// older records still decode (generation 0, no base).
+constexpr uint32_t kVersion = 3;
 // No record is larger than this: a bigger length field is damage.
 constexpr uint64_t kMaxField = uint64_t{1} << 28;
 
@@ -92,6 +94,7 @@ std::string EncodeSessionRecord(const SessionRecord& r) {
   w.Put(static_cast<uint32_t>(r.tokens.size()));
   w.out().append(reinterpret_cast<const char*>(r.tokens.data()), r.tokens.size() * sizeof(int32_t));
   w.PutString(r.base);
+  w.Put(r.generation);
   w.Put(static_cast<uint32_t>(r.chunks.size()));
   for (const IndexedChunk& c : r.chunks) {
     w.Put(c.file);
@@ -126,6 +129,7 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(std::string_view bytes) {
     for (uint32_t i = 0; ok && i < n_tokens; ++i) ok = in.Get(&r.tokens[i]);
   }
   if (ok && version >= 2) ok = in.GetString(&r.base);
+  if (ok && version >= 3) ok = in.Get(&r.generation);
   ok = ok && in.Get(&n_chunks) && n_chunks < kMaxField;
   if (ok) {
     r.chunks.resize(n_chunks);
@@ -155,16 +159,30 @@ rocksdb::Options IndexOptions(rocksdb::Env* env) {
   return options;
 }
 
+// Copies the index in `dir` to `<dir>.damaged-<time>` (a new name each time) for
+// inspection; returns the copy's path, or "" (and why in `*error`) when it could not be made.
+std::string CopyAside(const std::string& dir, std::string* error) {
+  const std::string stem =
+      absl::StrCat(dir, ".damaged-", absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::UTCTimeZone()));
+  std::string aside = stem;
+  std::error_code ec;
+  for (int n = 2; std::filesystem::exists(aside, ec); ++n) aside = absl::StrCat(stem, "-", n);
+  std::filesystem::copy(dir, aside, std::filesystem::copy_options::recursive, ec);
+  if (!ec) return aside;
+  *error = ec.message();
+  return "";
+}
+
 // The database in `dir` failed to open with `why` (not for lack of room): copies it aside,
 // then replays the log skipping damaged records, or repairs it, or starts it empty.
 // Returns the database and says what was done in `note`.
 absl::StatusOr<rocksdb::DB*> OpenDamaged(const std::string& dir, const rocksdb::Status& why, std::string* note,
                                          rocksdb::Env* env) {
-  const std::string aside = absl::StrCat(dir, ".damaged-", absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::UTCTimeZone()));
+  std::string error;
+  const std::string aside = CopyAside(dir, &error);
   std::error_code ec;
-  std::filesystem::copy(dir, aside, std::filesystem::copy_options::recursive, ec);
-  const std::string kept = ec ? absl::StrCat("(it could not be copied aside: ", ec.message(), ")")
-                              : absl::StrCat("(the damaged index is kept in ", aside, ")");
+  const std::string kept = aside.empty() ? absl::StrCat("(it could not be copied aside: ", error, ")")
+                                         : absl::StrCat("(the damaged index is kept in ", aside, ")");
   rocksdb::Options skip = IndexOptions(env);
   skip.wal_recovery_mode = rocksdb::WALRecoveryMode::kSkipAnyCorruptedRecords;
   rocksdb::DB* db = nullptr;
@@ -245,9 +263,14 @@ absl::StatusOr<std::unique_ptr<SessionIndex>> SessionIndex::Open(const std::stri
       why = WriteProbe(dir);
     }
     if (why.empty()) {
+      const bool existed = std::filesystem::exists(std::filesystem::path(dir) / "CURRENT", ec);
       rocksdb::DB* db = nullptr;
       rocksdb::Status s = rocksdb::DB::Open(IndexOptions(env.get()), dir, &db);
-      if (s.ok()) return make(std::unique_ptr<rocksdb::DB>(db), "");
+      if (s.ok()) {
+        std::unique_ptr<SessionIndex> index = make(std::unique_ptr<rocksdb::DB>(db), "");
+        index->created_at_open_ = !existed;
+        return index;
+      }
       // The file system takes writes: the database itself is damaged.
       std::string note;
       absl::StatusOr<rocksdb::DB*> repaired = OpenDamaged(dir, s, &note, env.get());
@@ -414,6 +437,47 @@ absl::Status SessionIndex::DeleteKey(std::string_view key) {
       Written(FromRocks(db_->Delete(wo, rocksdb::Slice(key.data(), key.size())), "session index delete"));
   if (s.ok()) Acknowledge(/*deleted=*/true, key);
   return s;
+}
+
+bool SessionIndex::Empty() const {
+  if (db_ == nullptr) return true;  // read-only, and no database yet
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  it->SeekToFirst();
+  return !it->Valid();
+}
+
+absl::Status SessionIndex::StartOver(const std::vector<SessionRecord>& records, bool set_aside, std::string* aside) {
+  if (absl::Status r = Refuse(); !r.ok()) return r;
+  MutexLock lock(&write_mu_);
+  if (set_aside) {
+    std::string error;
+    *aside = CopyAside(dir_, &error);
+    if (aside->empty()) LOG(WARNING) << "session index: cannot copy " << dir_ << " aside: " << error;
+  }
+  db_->Close().PermitUncheckedError();
+  db_.reset();
+  // DestroyDB removes the database's own files (through the journal's file system in
+  // crash tests) and leaves the record of acknowledged writes, whose file acked_ holds open.
+  const rocksdb::Options options = IndexOptions(env_.get());
+  rocksdb::Status s = rocksdb::DestroyDB(dir_, options);
+  rocksdb::DB* db = nullptr;
+  if (s.ok()) s = rocksdb::DB::Open(options, dir_, &db);
+  if (!s.ok()) {
+    if (OpenReadOnly(dir_, env_.get(), &db).ok()) db_.reset(db);
+    return Written(FromRocks(s, absl::StrCat("cannot start the session index in ", dir_, " over")));
+  }
+  db_.reset(db);
+  rocksdb::WriteBatch batch;
+  for (const SessionRecord& r : records) batch.Put(Key(r.tenant, r.session_id), EncodeSessionRecord(r));
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  if (absl::Status w = Written(FromRocks(db_->Write(wo, &batch), "session index rebuild")); !w.ok()) return w;
+  if (acked_ != nullptr) {
+    if (absl::Status a = acked_->Reset(db_->GetLatestSequenceNumber()); !a.ok()) {
+      LOG(WARNING) << "session index: cannot start the record of acknowledged writes over: " << a;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SessionRecord> SessionIndex::Get(const std::string& tenant,

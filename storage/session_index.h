@@ -51,6 +51,10 @@ struct SessionRecord {
   std::vector<IndexedChunk> chunks;
   int64_t last_access_unix_ms = 0;
   int64_t expires_unix_ms = 0;
+  // The write-back that wrote these chunks (their descriptors carry it too, chunk_format.h):
+  // grows across restarts, so the newest version of a session on disk is the one with the
+  // highest. 0 in records written before it was kept.
+  uint64_t generation = 0;
   bool operator==(const SessionRecord&) const = default;
 };
 
@@ -116,6 +120,21 @@ class SessionIndex {
   // One line saying what was lost and what to do, "" when nothing (or why the check could
   // not be made).
   const std::string& lost_note() const { return lost_note_; }
+  // Whether there was no database in the directory when it was opened (a first start, or
+  // the directory was deleted): a new, empty one was created.
+  bool created_at_open() const { return created_at_open_; }
+  // Whether the index holds no record at all (decodable or not).
+  bool Empty() const;
+
+  // Replaces everything the index holds with `records` (an index rebuilt from the SSD data
+  // file, index_rebuild.h): the database is removed — copied aside first when `set_aside`,
+  // as a damaged one is at open, the copy's path then in `*aside` — and a new one is
+  // created holding the records, written in one synced batch; the record of acknowledged
+  // writes starts over at its sequence number. Returns FailedPrecondition when the index
+  // is read-only; RocksDB's error otherwise, after which the index is read-only (writes
+  // refused until ReopenWritable succeeds). Not concurrent with other calls (the store
+  // calls it once, at recovery, before anything else uses the index).
+  absl::Status StartOver(const std::vector<SessionRecord>& records, bool set_aside, std::string* aside);
 
   // Whether writes are refused: opened read-only (no room, read-only file system), or a
   // write failed (RocksDB must not be written again through that handle).
@@ -143,6 +162,7 @@ class SessionIndex {
   // After a write that left the database durable: records it in acked_.
   void Acknowledge(bool deleted, std::string_view key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   const std::string dir_;
+  bool created_at_open_ = false;
   std::string damage_note_;
   int64_t lost_writes_ = 0;
   std::vector<LostWrite> lost_named_;

@@ -211,6 +211,51 @@ TEST_F(DamagedIndexTest, AFlippedByteInTheManifestIsRepaired) {
   EXPECT_EQ(All(*idx).size(), 10u);
 }
 
+// An index rebuilt from the data file replaces everything the index held, in one synced
+// batch; the index as found is kept when asked; nothing is reported lost afterwards.
+TEST_F(DamagedIndexTest, StartOverReplacesEveryRecord) {
+  Fill();
+  std::vector<SessionRecord> rebuilt = {Record("t", "s1", 12), Record("u", "new", 5), Record("t", "s9", 41)};
+  rebuilt[0].generation = 7;
+  {
+    auto idx = Open();
+    ASSERT_NE(idx, nullptr);
+    EXPECT_FALSE(idx->created_at_open());
+    EXPECT_FALSE(idx->Empty());
+    std::string aside;
+    ASSERT_TRUE(idx->StartOver(rebuilt, /*set_aside=*/true, &aside).ok());
+    EXPECT_FALSE(aside.empty());
+    EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(aside) / "CURRENT")) << aside;
+    EXPECT_EQ(SetAside(), 1);
+    auto all = All(*idx);
+    ASSERT_EQ(all.size(), 3u);
+    EXPECT_EQ(all["t/s1"], rebuilt[0]);
+    EXPECT_TRUE(idx->Put(Record("t", "after", 4)).ok()) << "the index must be writable";
+  }
+  auto idx = Open();
+  ASSERT_NE(idx, nullptr);
+  EXPECT_EQ(idx->lost_writes(), 0) << idx->lost_note();
+  EXPECT_EQ(idx->damage_note(), "");
+  auto all = All(*idx);
+  EXPECT_EQ(all.size(), 4u);
+  EXPECT_EQ(all["u/new"], rebuilt[1]);
+  EXPECT_EQ(all.count("t/s0"), 0u) << "a record the rebuild did not name survived it";
+}
+
+TEST_F(SessionIndexTest, AMissingIndexIsCreatedAndSaysSo) {
+  {
+    auto idx = Open();
+    ASSERT_NE(idx, nullptr);
+    EXPECT_TRUE(idx->created_at_open());
+    EXPECT_TRUE(idx->Empty());
+    ASSERT_TRUE(idx->Put(Record("t", "s", 4)).ok());
+    EXPECT_FALSE(idx->Empty());
+  }
+  auto idx = Open();
+  ASSERT_NE(idx, nullptr);
+  EXPECT_FALSE(idx->created_at_open());
+}
+
 TEST(AckedWritesTest, SlotsRoundTripAndDamageIsDataLoss) {
   AckedWrites::State state;
   state.generation = 7;

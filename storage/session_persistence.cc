@@ -1,5 +1,5 @@
-// SessionStoreImpl, the SSD half: recovery, write-back and index commits, flush, TTL sweeps,
-// degraded mode.
+// SessionStoreImpl, the SSD half: write-back and index commits, retiring freed blocks,
+// flush, TTL sweeps, degraded mode.
 #include <algorithm>
 #include <optional>
 
@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "base/log.h"
 #include "base/mutex.h"
+#include "storage/index_rebuild.h"
 #include "storage/io_batch.h"
 #include "storage/session_store_impl.h"
 
@@ -15,89 +16,23 @@ namespace {
 
 constexpr absl::Duration kSweepInterval = absl::Seconds(10);
 
-}  // namespace
-
-absl::Status SessionStoreImpl::Recover() {
-  std::vector<SessionRecord> stale;
-  std::vector<std::string> bad_keys;
-  int recovered = 0, unbacked = 0;
-  if (!index_->damage_note().empty()) {
-    LOG(ERROR) << index_->damage_note();
-    MutexLock lock(&mu_);
-    stats_.index_damaged = true;
-  }
-  if (!index_->lost_note().empty()) {
-    LOG(ERROR) << index_->lost_note();
-    MutexLock lock(&mu_);
-    stats_.index_lost_writes = index_->lost_writes();
-  }
-  absl::Status scan = index_->ForEach(
-      [&](const SessionRecord& r) {
-        bool usable = r.model_fingerprint == options_.model_fingerprint && !r.chunks.empty() &&
-                      !r.tokens.empty() &&
-                      absl::FromUnixMillis(r.last_access_unix_ms) + options_.ttl >= absl::Now();
-        const int64_t chunk_tokens = options_.layout.chunk_tokens;
-        usable = usable && static_cast<int64_t>(r.chunks.size()) ==
-                               (static_cast<int64_t>(r.tokens.size()) + chunk_tokens - 1) / chunk_tokens;
-        for (const IndexedChunk& c : r.chunks) usable = usable && ssd_->IsValidLocation({c.file, c.offset});
-        if (usable) {
-          for (const IndexedChunk& c : r.chunks) {
-            if (ssd_->FoundAtOpen({c.file, c.offset})) continue;
-            usable = false;
-            ++unbacked;
-            break;
-          }
-        }
-        if (!usable) {
-          stale.push_back(r);
-          return;
-        }
-        auto s = std::make_unique<Session>();
-        s->tenant = r.tenant;
-        s->session_id = r.session_id;
-        s->tokens = r.tokens;
-        s->base = r.base;
-        for (const IndexedChunk& c : r.chunks) {
-          SsdLocation loc{c.file, c.offset};
-          ssd_->MarkAllocated(loc);
-          s->ssd.push_back(loc);
-          s->checksums.push_back(c.checksum);  // checked against the chunk at its first promotion
-          s->committed_checksums.push_back(c.checksum);
-        }
-        s->committed_tokens = r.tokens;
-        s->committed_base = r.base;
-        s->persisted = true;
-        s->last_access_unix_ms = r.last_access_unix_ms;
-        MutexLock lock(&mu_);
-        s->last_use = ++clock_;
-        s->inserted = s->last_use;
-        sessions_[SessionMapKey({r.tenant, r.session_id})] = std::move(s);
-        ++recovered;
-      },
-      [&](std::string_view key, const absl::Status& why) {
-        LOG(WARNING) << "index record is unreadable and is dropped: " << why;
-        bad_keys.emplace_back(key);
-      });
-  if (!scan.ok()) return scan;
-  // A read-only index keeps them (not recovered, so never served) until a later start.
-  for (const SessionRecord& r : stale) {
-    if (index_->read_only()) break;
-    if (absl::Status s = index_->Delete(r.tenant, r.session_id); !s.ok() && !absl::IsNotFound(s)) return s;
-  }
-  for (const std::string& key : bad_keys) {
-    if (index_->read_only()) break;
-    if (absl::Status s = index_->DeleteKey(key); !s.ok() && !absl::IsNotFound(s)) return s;
-  }
-  if (unbacked > 0) {
-    LOG(ERROR) << "session index: " << unbacked << " records name SSD blocks their data file no longer holds "
-               << "(the file is missing or shorter than when they were written); they are dropped";
-    MutexLock lock(&mu_);
-    stats_.unbacked_records = unbacked;
-  }
-  LOG(INFO) << "session index: recovered " << recovered << " persisted sessions, dropped "
-            << stale.size() + bad_keys.size() << " stale or unreadable records";
-  return absl::OkStatus();
+// What chunk `c` of the version `record` names says about itself on disk (index_rebuild.h).
+ChunkDescriptor DescriptorOf(const SessionRecord& record, size_t c, int64_t chunk_tokens) {
+  ChunkDescriptor d;
+  d.tenant = record.tenant;
+  d.session_id = record.session_id;
+  d.base = record.base;
+  d.generation = record.generation;
+  d.last_access_unix_ms = record.last_access_unix_ms;
+  d.session_tokens = static_cast<uint32_t>(record.tokens.size());
+  d.chunk_index = static_cast<uint32_t>(c);
+  d.chunk_count = static_cast<uint32_t>(record.chunks.size());
+  const auto first = record.tokens.begin() + static_cast<int64_t>(c) * chunk_tokens;
+  d.tokens.assign(first, first + record.chunks[c].tokens);
+  return d;
 }
+
+}  // namespace
 
 void SessionStoreImpl::PersistLoop() {
   for (;;) {
@@ -130,6 +65,10 @@ void SessionStoreImpl::PersistLoop() {
 }
 
 void SessionStoreImpl::RunPersistJob(PersistJob job) {
+  if (job.retire) {
+    RetireSsdBlocks(job.free_after, job.sync);
+    return;
+  }
   if (!job.drop) {
     WriteBack(job.map_key, job.version);
     return;
@@ -147,7 +86,41 @@ void SessionStoreImpl::RunPersistJob(PersistJob job) {
     LOG(ERROR) << "cannot delete index record of session '" << job.session_id << "': " << s;
     return;
   }
-  for (const SsdLocation& loc : job.free_after) ssd_->Free(loc);
+  // Synced: a session that left the store must not come back from a rebuild after a power cut.
+  RetireSsdBlocks(job.free_after, /*sync=*/true);
+}
+
+void SessionStoreImpl::RetireLocked(std::vector<SsdLocation> blocks, bool sync) {
+  if (blocks.empty()) return;
+  PersistJob job;
+  job.retire = true;
+  job.sync = sync;
+  job.free_after = std::move(blocks);
+  // At the front: the blocks come free before the next write-back looks for room.
+  persist_queue_.push_front(std::move(job));
+}
+
+void SessionStoreImpl::RetireSsdBlocks(const std::vector<SsdLocation>& blocks, bool sync) {
+  if (blocks.empty()) return;
+  absl::Status s = EraseChunkHeaders(*ssd_, blocks);
+  if (s.ok() && sync) s = ssd_->Sync();
+  if (!s.ok()) {
+    // The index still says what is live; only a rebuild could take these up again.
+    MutexLock lock(&mu_);
+    if (retire_failures_++ % 1000 == 0) {
+      LOG(WARNING) << "cannot erase the chunk headers of freed SSD blocks (" << retire_failures_
+                   << " failures so far): should the index be lost, a rebuild may bring back what they held: " << s;
+    }
+  }
+  for (const SsdLocation& loc : blocks) ssd_->Free(loc);
+}
+
+uint64_t SessionStoreImpl::NextGenerationLocked() {
+  // The clock keeps generations above those of earlier runs whose records are gone; the
+  // floor (records and data file, at recovery) keeps them above a clock set back.
+  const uint64_t now_us = static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMicros(absl::Now())));
+  last_generation_ = std::max(last_generation_ + 1, now_us);
+  return last_generation_;
 }
 
 void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
@@ -211,7 +184,10 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
         absl::Status d = index_->Delete(key.tenant, key.session_id);
         if (d.ok() || absl::IsNotFound(d)) freeable.insert(freeable.end(), blocks.begin(), blocks.end());
       }
-      for (const SsdLocation& loc : freeable) ssd_->Free(loc);
+      // Not synced here: the sync of the chunks written below covers the erasures (a
+      // session evicted for room that comes back from a rebuild after a power cut is only
+      // a cache entry back).
+      RetireSsdBlocks(freeable, /*sync=*/false);
       mu_.Lock();
       it = sessions_.find(map_key);
       if (it == sessions_.end() || it->second->version != version || it->second->host.empty()) return;
@@ -229,6 +205,7 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
     }
     record.tenant = cur.tenant;
     record.session_id = cur.session_id;
+    record.generation = NextGenerationLocked();
     born = cur.born;
     record.model_fingerprint = options_.model_fingerprint;
     record.tokens = cur.tokens;
@@ -271,11 +248,25 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
     MutexLock lock(&mu_);
     auto it = sessions_.find(map_key);
     Session* s = it == sessions_.end() ? nullptr : it->second.get();
-    // Seal the headers before the blocks go to SSD (under the lock: Lease reads headers).
+    // Seal the headers before the blocks go to SSD (under the lock: Lease reads headers),
+    // each with the descriptor of the version written, so that the data file alone can
+    // rebuild its record (index_rebuild.h). A chunk kept from an earlier version gets this
+    // version's descriptor; its payload checksum does not change.
+    bool described = true;
     for (size_t c = 0; c < bad; ++c) {
+      if (bad == blocks.size()) {
+        described = SealChunkHeader(blocks[c], checksums[c], DescriptorOf(record, c, layout.chunk_tokens)) && described;
+      } else if (!sealed[c].has_value()) {
+        SealChunkHeader(blocks[c], checksums[c]);
+      }
       if (sealed[c].has_value()) continue;
-      SealChunkHeader(blocks[c], checksums[c]);
       if (s != nullptr && c < s->host.size() && s->host[c] == host_blocks[c]) s->checksums[c] = checksums[c];
+    }
+    if (!described && undescribed_writes_++ % 1000 == 0) {
+      LOG(WARNING) << "session '" << record.session_id << "' of tenant '" << record.tenant
+                   << "' is persisted without chunk descriptors (its names and a chunk's token IDs do not fit a "
+                   << kChunkHeaderBytes << "-byte header page; " << undescribed_writes_
+                   << " versions so far): should the index be lost, it cannot be rebuilt from the data file";
     }
     if (bad < blocks.size()) {
       // Cut the session there if it still holds those bytes; a newer version holding
@@ -302,7 +293,7 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
     auto it = sessions_.find(map_key);
     if (it == sessions_.end() || it->second->born != born) {
       for (uint32_t b : host_blocks) host_->Free(b);
-      for (const SsdLocation& loc : targets) ssd_->Free(loc);
+      RetireLocked(std::move(targets), /*sync=*/true);  // a complete version of a session that left
       return;
     }
   }
@@ -311,7 +302,7 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
   MutexLock lock(&mu_);
   for (uint32_t b : host_blocks) host_->Free(b);
   if (!status.ok()) {
-    for (const SsdLocation& loc : targets) ssd_->Free(loc);
+    RetireLocked(std::move(targets), /*sync=*/false);  // some may be written
     EnterDegradedLocked(status);
     return;
   }
@@ -343,7 +334,9 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
   if (s.promotion != nullptr) {
     s.promotion->free_after.insert(s.promotion->free_after.end(), s.ssd.begin(), s.ssd.end());
   } else {
-    for (const SsdLocation& loc : s.ssd) ssd_->Free(loc);
+    // Not synced: the next write-back's sync covers it, and should a power cut come first,
+    // a rebuild prefers this newer version anyway.
+    RetireLocked(std::move(s.ssd), /*sync=*/false);
   }
   s.ssd = std::move(targets);
   s.committed_tokens = record.tokens;
@@ -366,7 +359,7 @@ void SessionStoreImpl::EnterDegradedLocked(const absl::Status& why) {
   LOG(ERROR) << "SSD tier write failed (" << why
              << "); continuing with host-only caching. Sessions persisted before this stay "
                 "readable; persisting resumes by itself once the SSD's file systems have room again.";
-  std::erase_if(persist_queue_, [](const PersistJob& j) { return !j.drop; });
+  std::erase_if(persist_queue_, [](const PersistJob& j) { return !j.drop && !j.retire; });
 }
 
 void SessionStoreImpl::TryLeaveDegraded() {
@@ -441,9 +434,5 @@ absl::Status SessionStoreImpl::Flush(const SessionKey& key, absl::Duration timeo
   (void)done;
   return absl::DeadlineExceededError("the session was not persisted in time");
 }
-
-}  // namespace strata::storage
-
-namespace strata::storage {
 
 }  // namespace strata::storage

@@ -127,7 +127,7 @@ void SessionStoreImpl::FinishPromotion(const std::string& map_key, const std::sh
       --s->readers;
       s->promotion.reset();
     }
-    for (const SsdLocation& loc : promotion->free_after) ssd_->Free(loc);
+    RetireLocked(std::move(promotion->free_after), /*sync=*/false);  // a record replaced during the reads
     promotion->free_after.clear();
     std::vector<uint32_t> blocks = std::move(promotion->blocks);
     if (!io.ok() || s == nullptr || s->version != promotion->version) {

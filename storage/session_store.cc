@@ -145,6 +145,11 @@ SessionStoreImpl::SessionStoreImpl(const SessionStoreOptions& options, std::uniq
 
 absl::Status SessionStoreImpl::Start() {
   if (ssd_ == nullptr) return absl::OkStatus();
+  if (options_.layout.chunk_tokens > MaxDescribedChunkTokens(0)) {
+    LOG(WARNING) << "chunks of " << options_.layout.chunk_tokens << " tokens cannot carry their descriptor (at most "
+                 << MaxDescribedChunkTokens(0) << " tokens' IDs fit a chunk's header page): should the session index "
+                 << "be lost, it cannot be rebuilt from the SSD data file";
+  }
   if (absl::Status s = Recover(); !s.ok()) return s;
   if (index_->read_only()) {
     MutexLock lock(&mu_);
@@ -665,7 +670,9 @@ SessionStoreStats SessionStoreImpl::Stats() const {
   }
   s.ssd_enabled = ssd_ != nullptr;
   s.ssd_degraded = degraded_;
-  s.persist_queue = static_cast<int64_t>(persist_queue_.size());
+  // Saves and drops waiting; retiring freed blocks is the queue's own housekeeping.
+  s.persist_queue =
+      std::count_if(persist_queue_.begin(), persist_queue_.end(), [](const PersistJob& j) { return !j.retire; });
   if (ssd_ != nullptr) {
     s.ssd_capacity_bytes = ssd_->capacity_bytes();
     s.ssd_used_bytes = ssd_->used_bytes();

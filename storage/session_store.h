@@ -37,7 +37,10 @@
 // room within its quota is made among its own sessions only, never another tenant's.
 //
 // Faults. An SSD write error (ENOSPC, EIO) switches the store to host-only caching
-// (degraded(), logged once) and nothing is lost that was acknowledged as persisted.
+// (degraded(), logged once) and nothing is lost that was acknowledged as persisted. An
+// index found damaged, behind, or missing while the SSD data file holds chunks is rebuilt
+// at start from the chunks' own descriptors (index_rebuild.h says which versions come
+// back).
 //
 // Thread-safety: every method may be called from any thread. Save() runs the caller's
 // `fill` under the store's lock; it must only copy bytes. Lease() hands out pinned chunk
@@ -175,6 +178,12 @@ struct SessionStoreStats {
   // At the last start: acknowledged index writes the index did not give back (a log cut
   // short at its end; SessionIndex::lost_writes).
   int64_t index_lost_writes = 0;
+  // At the last start, when the index was rebuilt from the SSD data file's chunk headers
+  // (it was damaged, behind, or missing or empty while the file held chunks;
+  // index_rebuild.h): the sessions rebuilt, and those found there that were not (no
+  // complete, verified version).
+  int64_t index_rebuilt_sessions = 0;
+  int64_t index_rebuild_skipped_sessions = 0;
   int64_t persisted_saves = 0; // write-backs that committed an index record
   int64_t ssd_write_errors = 0;
   int64_t ssd_bytes_written = 0;

@@ -2,9 +2,10 @@
 // for storage/ only. One mutex guards the in-memory state; copies through Save()'s fill
 // run under it, reads of leased chunks (Lease(), Read()'s visit) outside it, and so does
 // every pass over a payload (sealing and checks in the write-back, checks of promoted
-// chunks). The work is spread over four files:
+// chunks). The work is spread over five files:
 //   session_store.cc        match, lease and read, save, info and stats
-//   session_persistence.cc  recovery, write-back to SSD, flush, TTL, degraded mode
+//   session_recovery.cc     recovery at start, from the index or rebuilt from the data file
+//   session_persistence.cc  write-back to SSD, retiring freed blocks, flush, TTL, degraded mode
 //   session_prefetch.cc     promotion from SSD, the look-ahead and prefetch, hints
 //   session_room.cc         room in the host tier, and within tenants' quotas (their own sessions)
 #ifndef STRATA_STORAGE_SESSION_STORE_IMPL_H_
@@ -130,7 +131,9 @@ class SessionStoreImpl final : public SessionStore {
   struct PersistJob {
     std::string map_key;
     uint64_t version = 0;
-    bool drop = false;                 // delete the record, then free `free_after`
+    bool drop = false;    // delete the record, then retire `free_after`
+    bool retire = false;  // retire `free_after` (no record to delete)
+    bool sync = false;    // retire: sync the erasures before the blocks come free
     std::string tenant, session_id;
     std::vector<SsdLocation> free_after;
   };
@@ -210,12 +213,29 @@ class SessionStoreImpl final : public SessionStore {
   // the session its host copy, then tells the waiters.
   void FinishPromotion(const std::string& map_key, const std::shared_ptr<Promotion>& promotion, absl::Status io);
 
-  // Persistence (session_persistence.cc): recovery, write-back, TTL, degraded mode.
+  // Recovery (session_recovery.cc): the persisted sessions from the index, which is first
+  // rebuilt from the SSD data file when it was lost (RebuildIndexIfLost).
   absl::Status Recover();
+  // When the index was found damaged, behind its record of acknowledged writes, or missing
+  // or empty while the data file holds chunks: rebuilds it from the data file's chunk
+  // headers (index_rebuild.h), erases the headers it does not use, and logs one line.
+  // Returns whether it logged (the damage and loss notes then need no line of their own).
+  bool RebuildIndexIfLost();
+
+  // Persistence (session_persistence.cc): write-back, TTL, degraded mode.
   void PersistLoop();
   void RunPersistJob(PersistJob job);
   void WriteBack(const std::string& map_key, uint64_t version);
   void EnterDegradedLocked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SSD blocks that may hold a chunk go back to the free list only retired: their chunk
+  // headers erased first, so that no index rebuild takes up what they held (synced first
+  // with `sync`, for a session that left the store). RetireLocked queues that at the front
+  // of the persist queue; RetireSsdBlocks does it (persist thread, unlocked, blocking).
+  void RetireLocked(std::vector<SsdLocation> blocks, bool sync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RetireSsdBlocks(const std::vector<SsdLocation>& blocks, bool sync);
+  // The generation of the next write-back: above every one before it, in this process or
+  // (through the index records and the data file) an earlier one.
+  uint64_t NextGenerationLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // While degraded, at most every sweep interval: when the SSD and index file systems
   // have room again, reopens the index for writing and resumes persisting (the sessions
   // waiting for it and the deferred drops). Called by the persist thread, unlocked.
@@ -235,6 +255,9 @@ class SessionStoreImpl final : public SessionStore {
   absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t versions_ ABSL_GUARDED_BY(mu_) = 0;  // the last session version handed out
+  uint64_t last_generation_ ABSL_GUARDED_BY(mu_) = 0;    // the last write-back generation handed out
+  int64_t undescribed_writes_ ABSL_GUARDED_BY(mu_) = 0;  // versions persisted without chunk descriptors
+  int64_t retire_failures_ ABSL_GUARDED_BY(mu_) = 0;     // erasures of freed blocks that failed
   SessionStoreStats stats_ ABSL_GUARDED_BY(mu_);
   // What each tenant's own Stats report of the traffic (TenantStats counts the rest).
   struct TenantCounters {

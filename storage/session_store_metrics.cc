@@ -100,6 +100,14 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
       "strata_index_lost_writes_at_start",
       "Acknowledged session index writes missing when the index was opened at start (its log cut short at "
       "its end, or lost with damage); the log names the sessions.");
+  auto& rebuilt = r.AddGauge(
+      "strata_index_rebuilt_sessions_at_start",
+      "Sessions rebuilt at start from the SSD data file's chunk headers because the session index was damaged, "
+      "behind its acknowledged writes, or missing or empty while the data file held chunks (0: no rebuild); the "
+      "log says what was rebuilt and what was not.");
+  auto& rebuild_skipped = r.AddGauge(
+      "strata_index_rebuild_skipped_sessions_at_start",
+      "Sessions found in the SSD data file by that rebuild with no complete, verified version (not rebuilt).");
   auto& unbacked = r.AddGauge("strata_index_unbacked_records_at_start",
                               "Index records dropped at start because the SSD data file (missing or cut short) "
                               "cannot back them.");
@@ -117,9 +125,10 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
     double delta = static_cast<double>(total) - c.Value();
     if (delta > 0) c.Increment(delta);
   };
-  r.AddCollector([=, &tier_bytes, &tier_capacity, &sessions, &evictions, &prefetches, &lookahead, &persist_queue, &demotions,
-                  &promotions,
-                  &moved, &persisted, &ssd_errors, &degraded, &rejected, &corrupt, &expired, &reverted, &persisted_deleted, &index_damaged, &lost_writes, &unbacked, &io_seconds] {
+  r.AddCollector([=, &tier_bytes, &tier_capacity, &sessions, &evictions, &prefetches, &lookahead, &persist_queue,
+                  &demotions, &promotions, &moved, &persisted, &ssd_errors, &degraded, &rejected, &corrupt, &expired,
+                  &reverted, &persisted_deleted, &index_damaged, &lost_writes, &rebuilt, &rebuild_skipped, &unbacked,
+                  &io_seconds] {
     SessionStoreStats s;
     if (store != nullptr) {
       s = store->Stats();
@@ -159,6 +168,8 @@ void ExportSessionStoreMetrics(metrics::Registry& r, SessionStore* store, bool c
     index_damaged.WithLabels({}).Set(s.index_damaged ? 1 : 0);
     lost_writes.WithLabels({}).Set(static_cast<double>(s.index_lost_writes));
     unbacked.WithLabels({}).Set(static_cast<double>(s.unbacked_records));
+    rebuilt.WithLabels({}).Set(static_cast<double>(s.index_rebuilt_sessions));
+    rebuild_skipped.WithLabels({}).Set(static_cast<double>(s.index_rebuild_skipped_sessions));
   });
 }
 

@@ -52,6 +52,7 @@ class SsdTier::Impl {
     int fd = -1;
     std::byte* buf = nullptr;
     uint64_t offset = 0;
+    int64_t bytes = 0;  // block_bytes, or a header page's
     absl::Time start;
   };
 
@@ -208,15 +209,31 @@ class SsdTier::Impl {
     return static_cast<int64_t>(loc.offset) + options_.block_bytes <= files_[loc.file].found_bytes;
   }
 
-  void Submit(bool write, const SsdLocation& loc, std::byte* buf, Callback done) {
+  std::vector<SsdLocation> LocationsFoundAtOpen() const {
+    std::vector<SsdLocation> out;
+    const uint64_t bb = static_cast<uint64_t>(options_.block_bytes);
+    for (uint32_t f = 0; f < files_.size(); ++f) {
+      const uint64_t found = std::min<uint64_t>(files_[f].blocks, static_cast<uint64_t>(files_[f].found_bytes) / bb);
+      for (uint64_t b = 0; b < found; ++b) out.push_back(SsdLocation{f, b * bb});
+    }
+    return out;
+  }
+
+  void Submit(bool write, const SsdLocation& loc, std::byte* buf, int64_t bytes, Callback done) {
     if (!IsValidLocation(loc) || reinterpret_cast<uintptr_t>(buf) % kAlign != 0) {
       done(absl::InvalidArgumentError("SSD I/O with a bad location or an unaligned buffer"));
       return;
     }
+    if (bytes <= 0 || bytes % kAlign != 0 || bytes > options_.block_bytes) {
+      done(absl::InvalidArgumentError(absl::StrCat("SSD I/O of ", bytes, " bytes is not whole pages of a block")));
+      return;
+    }
     if (write && options_.journal != nullptr) {
+      // The whole block's old bytes, also for a partial write: a later whole-block write
+      // before the next sync finds its pre-image already taken.
       options_.journal->BeforeBlockWrite(files_[loc.file].path, loc.offset, options_.block_bytes);
     }
-    auto* req = new Request{std::move(done), write, files_[loc.file].fd, buf, loc.offset, absl::Now()};
+    auto* req = new Request{std::move(done), write, files_[loc.file].fd, buf, loc.offset, bytes, absl::Now()};
     MutexLock lock(&sub_mu_);
     // Past queue_depth the request waits in line; the completion thread starts it when a
     // slot frees, so the caller never waits, for the disk or for a slot.
@@ -265,7 +282,7 @@ class SsdTier::Impl {
   // Fills one SQE for `req`; SubmitLocked() hands the prepared ones to the kernel.
   void PrepareLocked(Request* req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sub_mu_) {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);  // never null: at most queue_depth in flight
-    const unsigned len = static_cast<unsigned>(options_.block_bytes);
+    const unsigned len = static_cast<unsigned>(req->bytes);
     const int index = RegisteredIndexLocked(req->buf);
     if (index >= 0) {
       if (req->write) {
@@ -330,16 +347,16 @@ class SsdTier::Impl {
         MutexLock lock(&sample_mu_);
         for (const auto& [req, res] : done) {
           if (samples_.size() >= kMaxSamples) samples_.pop_front();
-          samples_.push_back(SsdIoSample{req->write, options_.block_bytes, absl::ToDoubleSeconds(now - req->start)});
+          samples_.push_back(SsdIoSample{req->write, req->bytes, absl::ToDoubleSeconds(now - req->start)});
         }
       }
       for (const auto& [req, res] : done) {
         absl::Status status;
         if (res < 0) {
           status = ErrnoStatus(-res, req->write ? "SSD write" : "SSD read");
-        } else if (res != options_.block_bytes) {
-          status = absl::DataLossError(absl::StrCat(req->write ? "short SSD write: " : "short SSD read: ", res,
-                                                    " of ", options_.block_bytes, " bytes"));
+        } else if (res != req->bytes) {
+          status = absl::DataLossError(
+              absl::StrCat(req->write ? "short SSD write: " : "short SSD read: ", res, " of ", req->bytes, " bytes"));
         }
         req->done(std::move(status));
         delete req;
@@ -380,11 +397,18 @@ void SsdTier::Free(const SsdLocation& loc) { impl_->Free(loc); }
 bool SsdTier::MarkAllocated(const SsdLocation& loc) { return impl_->MarkAllocated(loc); }
 bool SsdTier::IsValidLocation(const SsdLocation& loc) const { return impl_->IsValidLocation(loc); }
 bool SsdTier::FoundAtOpen(const SsdLocation& loc) const { return impl_->FoundAtOpen(loc); }
+std::vector<SsdLocation> SsdTier::LocationsFoundAtOpen() const { return impl_->LocationsFoundAtOpen(); }
 void SsdTier::Write(const SsdLocation& loc, const std::byte* src, Callback done) {
-  impl_->Submit(true, loc, const_cast<std::byte*>(src), std::move(done));
+  impl_->Submit(true, loc, const_cast<std::byte*>(src), block_bytes(), std::move(done));
 }
 void SsdTier::Read(const SsdLocation& loc, std::byte* dst, Callback done) {
-  impl_->Submit(false, loc, dst, std::move(done));
+  impl_->Submit(false, loc, dst, block_bytes(), std::move(done));
+}
+void SsdTier::Write(const SsdLocation& loc, const std::byte* src, int64_t bytes, Callback done) {
+  impl_->Submit(true, loc, const_cast<std::byte*>(src), bytes, std::move(done));
+}
+void SsdTier::Read(const SsdLocation& loc, std::byte* dst, int64_t bytes, Callback done) {
+  impl_->Submit(false, loc, dst, bytes, std::move(done));
 }
 absl::Status SsdTier::Sync() { return impl_->Sync(); }
 std::vector<SsdIoSample> SsdTier::TakeIoSamples() { return impl_->TakeIoSamples(); }

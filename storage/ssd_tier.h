@@ -82,12 +82,19 @@ class SsdTier {
   // file created at open (the old one deleted) or cut short since cannot hold what an
   // index record says it holds.
   bool FoundAtOpen(const SsdLocation& loc) const;
+  // Every block for which FoundAtOpen() holds, file by file, in offset order (what a
+  // rebuild of the index scans).
+  std::vector<SsdLocation> LocationsFoundAtOpen() const;
 
   // Queue a block write from `src` / a block read into `dst` (block_bytes, 4096-aligned).
   // `done` runs on the completion thread with OK, or the error (a short transfer is
   // DataLoss; ENOSPC is ResourceExhausted; other errors are Internal with errno's text).
   void Write(const SsdLocation& loc, const std::byte* src, Callback done);
   void Read(const SsdLocation& loc, std::byte* dst, Callback done);
+  // The same for the block's first `bytes` only (a positive multiple of 4096, at most
+  // block_bytes): a chunk's header page. InvalidArgument for another size.
+  void Write(const SsdLocation& loc, const std::byte* src, int64_t bytes, Callback done);
+  void Read(const SsdLocation& loc, std::byte* dst, int64_t bytes, Callback done);
   // Makes every completed write durable (fdatasync of each file). Blocking.
   absl::Status Sync();
 

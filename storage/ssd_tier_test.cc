@@ -94,6 +94,58 @@ TEST_F(SsdTierTest, MarkAllocatedRejectsBadAndTakenLocations) {
   for (int i = 0; i < 3; ++i) EXPECT_NE(tier->Allocate()->offset, uint64_t{2 * kBlock});
 }
 
+// A chunk's header page is read and written on its own (an index rebuild reads headers
+// only; retiring a block erases its header only), and nothing else of the block changes.
+TEST_F(SsdTierTest, AHeaderPageIsReadAndWrittenOnItsOwn) {
+  auto tier = Open(1, 4);
+  ASSERT_NE(tier, nullptr);
+  const SsdLocation loc{0, kBlock};
+  Buffer block = Aligned(kBlock);
+  for (int64_t i = 0; i < kBlock; ++i) block[i] = static_cast<std::byte>(i % 251 + 1);
+  IoBatch write;
+  tier->Write(loc, block.get(), write.Callback());
+  ASSERT_TRUE(write.Wait().ok());
+  Buffer zeros = Aligned(4096);
+  std::memset(zeros.get(), 0, 4096);
+  IoBatch erase;
+  tier->Write(loc, zeros.get(), 4096, erase.Callback());
+  ASSERT_TRUE(erase.Wait().ok());
+  Buffer back = Aligned(kBlock);
+  IoBatch read;
+  tier->Read(loc, back.get(), read.Callback());
+  ASSERT_TRUE(read.Wait().ok());
+  for (int64_t i = 0; i < 4096; ++i) ASSERT_EQ(back[i], std::byte{0}) << "byte " << i;
+  for (int64_t i = 4096; i < kBlock; ++i) ASSERT_EQ(back[i], block[i]) << "byte " << i << " past the page changed";
+  Buffer page = Aligned(4096);
+  std::memset(page.get(), 0x77, 4096);
+  IoBatch read_page;
+  tier->Read(SsdLocation{0, kBlock}, page.get(), 4096, read_page.Callback());
+  ASSERT_TRUE(read_page.Wait().ok());
+  EXPECT_EQ(page[4095], std::byte{0});
+  // Only whole pages of a block.
+  for (int64_t bad : {int64_t{0}, int64_t{100}, 2 * kBlock}) {
+    IoBatch refused;
+    tier->Read(loc, back.get(), bad, refused.Callback());
+    EXPECT_TRUE(absl::IsInvalidArgument(refused.Wait())) << bad << " bytes";
+  }
+}
+
+// The blocks a rebuild scans: those the files held when the tier was opened.
+TEST_F(SsdTierTest, LocationsFoundAtOpenAreTheBlocksTheFilesHeld) {
+  {
+    auto tier = Open(2, 3);
+    ASSERT_NE(tier, nullptr);
+    EXPECT_TRUE(tier->LocationsFoundAtOpen().empty()) << "new files hold nothing";
+  }
+  auto tier = Open(2, 3);
+  ASSERT_NE(tier, nullptr);
+  const std::vector<SsdLocation> found = tier->LocationsFoundAtOpen();
+  ASSERT_EQ(found.size(), 6u);
+  EXPECT_EQ(found[0], (SsdLocation{0, 0}));
+  EXPECT_EQ(found[2], (SsdLocation{0, 2 * kBlock}));
+  EXPECT_EQ(found[5], (SsdLocation{1, 2 * kBlock}));
+}
+
 TEST_F(SsdTierTest, WritesAndReadsBackThroughRegisteredAndPlainBuffers) {
   auto tier = Open(2, 16, /*queue_depth=*/4);  // more requests than ring slots
   ASSERT_NE(tier, nullptr);
