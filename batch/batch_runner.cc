@@ -38,12 +38,12 @@ RunSummary BatchRunner::Run(std::vector<engine::TurnRequest> items, const std::f
   };
 
   // The plan, over the prompts that can be planned.
-  std::vector<int> planned;
+  std::vector<int> planned, empty;
   std::vector<PlanPrompt> view;
   for (int i = 0; i < static_cast<int>(items.size()); ++i) {
     const engine::TurnRequest& t = items[static_cast<size_t>(i)];
     if (t.prompt.empty()) {
-      report(ItemResult{.index = i, .status = absl::InvalidArgumentError("the prompt is empty")});
+      empty.push_back(i);
       continue;
     }
     planned.push_back(i);
@@ -57,6 +57,7 @@ RunSummary BatchRunner::Run(std::vector<engine::TurnRequest> items, const std::f
   if (!model.shares_prefixes()) plan_options.min_prefix_tokens = std::numeric_limits<int64_t>::max();
   summary.plan = MakePlan(view, plan_options);
   if (on_plan) on_plan(summary.plan);
+  for (int i : empty) report(ItemResult{.index = i, .status = absl::InvalidArgumentError("the prompt is empty")});
 
   struct Group {
     int64_t prefix = 0;

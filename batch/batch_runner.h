@@ -59,8 +59,8 @@ class BatchRunner {
   // and batch flag are the runner's), hands the plan to `on_plan` (when given), and runs
   // them, calling `on_result` on this thread as each ends, in the order they end.
   // `stop()` is polled: when it says true, prompts not yet ended are cancelled and
-  // reported as Cancelled. An item whose prompt is empty is reported at once
-  // (InvalidArgument, before the plan) and not planned. Blocks until every item has a
+  // reported as Cancelled. An item whose prompt is empty is reported right
+  // after the plan (InvalidArgument) and not planned. Blocks until every item has a
   // result.
   RunSummary Run(std::vector<engine::TurnRequest> items, const std::function<void(ItemResult)>& on_result,
                  const std::function<bool()>& stop = [] { return false; },

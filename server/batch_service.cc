@@ -140,7 +140,6 @@ grpc::Status BatchServiceImpl::BatchGenerate(grpc::ServerContext* context,
   runner_options.planning = FromProto(options.planning());
   const size_t planned_prompts = items.size();
   bool client_gone = false;
-  bool planned = false;
   auto write = [&](const v1::BatchEvent& e) {
     if (!client_gone && !stream->Write(e)) client_gone = true;
   };
@@ -158,10 +157,8 @@ grpc::Status BatchServiceImpl::BatchGenerate(grpc::ServerContext* context,
     info->set_ideal_token_saving_ratio(plan.ideal_saving_ratio());
     write(e);
     for (const v1::BatchEvent& r : refused) write(r);
-    planned = true;
   };
   auto on_result = [&](batch::ItemResult r) {
-    if (!planned) return;  // only the runner's own refusals come before the plan (none here)
     const int index = index_of[static_cast<size_t>(r.index)];
     const std::string& id = prompts[static_cast<size_t>(index)].id();
     if (!r.status.ok()) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "storage/testing/index_damage.h"
 #include "rocksdb/db.h"
 #include "storage/acked_writes.h"
 #include "storage/testing/temp_dir.h"
@@ -143,20 +144,7 @@ class DamagedIndexTest : public SessionIndexTest {
     }
     return {};
   }
-  static void FlipBytes(const std::filesystem::path& p, double where, int n) {
-    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(0, std::ios::end);
-    const auto size = static_cast<int64_t>(f.tellg());
-    for (int i = 0; i < n; ++i) {
-      const int64_t at = static_cast<int64_t>(static_cast<double>(size) * where) + i;
-      f.seekg(at);
-      char c = 0;
-      f.read(&c, 1);
-      c = static_cast<char>(c ^ 0x5a);
-      f.seekp(at);
-      f.write(&c, 1);
-    }
-  }
+  static void FlipBytes(const std::filesystem::path& p, double where, int n) { testing::FlipFileBytes(p, where, n); }
   int SetAside() {
     int n = 0;
     for (const auto& e : std::filesystem::directory_iterator(dir_.path())) {
