@@ -14,17 +14,19 @@
 #ifndef STRATA_KERNELS_DISPATCH_H_
 #define STRATA_KERNELS_DISPATCH_H_
 
-// Head dims: 64 and 128.
+// Head dims: 64 and 128 (Llama, Mistral, Qwen), 80 and 96 (Phi), 256 (Gemma, some Qwen3).
+#define STRATA_HEAD_DIM_CASE(HEAD_DIM, N, ...)    \
+  case N: {                                       \
+    [[maybe_unused]] constexpr int HEAD_DIM = N;  \
+    __VA_ARGS__                                   \
+  } break;
 #define STRATA_DISPATCH_HEAD_DIM(head_dim, HEAD_DIM, ...) \
   switch (head_dim) {                                     \
-    case 64: {                                            \
-      [[maybe_unused]] constexpr int HEAD_DIM = 64;       \
-      __VA_ARGS__                                         \
-    } break;                                              \
-    case 128: {                                           \
-      [[maybe_unused]] constexpr int HEAD_DIM = 128;      \
-      __VA_ARGS__                                         \
-    } break;                                              \
+    STRATA_HEAD_DIM_CASE(HEAD_DIM, 64, __VA_ARGS__)       \
+    STRATA_HEAD_DIM_CASE(HEAD_DIM, 80, __VA_ARGS__)       \
+    STRATA_HEAD_DIM_CASE(HEAD_DIM, 96, __VA_ARGS__)       \
+    STRATA_HEAD_DIM_CASE(HEAD_DIM, 128, __VA_ARGS__)      \
+    STRATA_HEAD_DIM_CASE(HEAD_DIM, 256, __VA_ARGS__)      \
     default:                                              \
       break;                                              \
   }
@@ -85,6 +87,8 @@ constexpr bool IsDispatchedGqaGroupSize(int group_size) {
 static_assert(GqaSubgroupSize(4) == 4 && GqaSubgroupSize(16) == 8 && GqaSubgroupSize(12) == 6 &&
               GqaSubgroupSize(9) == 3 && GqaSubgroupSize(11) == 1 && GqaSubgroupSize(0) == 0 &&
               GqaSubgroupSize(65) == 0);
+static_assert(IsDispatchedHeadDim(80) && IsDispatchedHeadDim(256) && !IsDispatchedHeadDim(32) &&
+              !IsDispatchedHeadDim(192));
 static_assert(IsDispatchedGqaGroupSize(16) && IsDispatchedGqaGroupSize(13) && !IsDispatchedGqaGroupSize(0));
 
 // Query heads per KV head: num_heads / kv_heads when kv_heads > 0 divides num_heads,

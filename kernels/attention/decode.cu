@@ -30,8 +30,10 @@ __device__ __forceinline__ void UnpackBf16x8(const uint4& v, float (&f)[8]) {
 // heads of the KV head's group (all of them, or one of group / kGroup subgroups) against
 // the part's tokens [t0, t1), in one pass over its K and V rows.
 //
-// Threads: kLanes = head_dim / 8 lanes share a token, each holding 8 of its dims (one
-// 16-byte chunk of the bf16 row); the block's kRows lane groups take different tokens.
+// Threads: kLanes lanes share a token, each holding 8 of its dims (one 16-byte chunk of the
+// bf16 row): head_dim / 8 rounded up to a power of two, so a lane group is a shuffle
+// group within a warp (head_dim 80 and 96 leave lanes 10..15 and 12..15 idle, holding zeros);
+// the block's kRows lane groups take different tokens.
 // Every thread copies, with cp.async, exactly the chunks it later reads, so the
 // kStages-deep pipeline needs no barrier: each thread waits only on its own copies. Each
 // lane group keeps its own online softmax (max, sum, output) per head, in log2 units
@@ -46,12 +48,14 @@ __global__ void __launch_bounds__(kAttnThreads)
                       const int32_t* __restrict__ last_page_len, const int32_t* __restrict__ qo_indptr, int batch,
                       int num_heads, int group, float scale_log2, int split_tokens, float* ws_o, float* ws_lse,
                       float* out, float* lse) {
-  constexpr int kLanes = kHeadDim / 8;
+  constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks of a row
+  constexpr int kLanes = kChunks <= 8 ? 8 : kChunks <= 16 ? 16 : 32;
+  static_assert(kHeadDim % 8 == 0 && kChunks <= kLanes && kLanes <= 32);
   constexpr int kRows = kAttnThreads / kLanes;
   constexpr int kPerThread = 2;  // tokens per thread per stage
   constexpr int kStageTokens = kRows * kPerThread;
   constexpr int kStages = 4;
-  constexpr int kStageBytes = kStages * 2 * kStageTokens * kHeadDim * 2;
+  constexpr int kStageBytes = kStages * 2 * kStageTokens * kLanes * 16;
   constexpr int kMergeBytes = kRows * kGroup * (kHeadDim + 2) * 4;
   __shared__ __align__(16) unsigned char smem[kStageBytes > kMergeBytes ? kStageBytes : kMergeBytes];
   uint4(*stage)[2][kStageTokens][kLanes] = reinterpret_cast<uint4(*)[2][kStageTokens][kLanes]>(smem);
@@ -60,6 +64,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int subgroups = group / kGroup, kvh = blockIdx.y / subgroups;
   const int hb = kvh * group + (blockIdx.y % subgroups) * kGroup;  // the block's first query head
   const int tx = threadIdx.x % kLanes, ty = threadIdx.x / kLanes;
+  const bool lane_active = tx < kChunks;  // idle lanes copy nothing and hold zeros
+  const int chunk = lane_active ? tx : 0;
   // Query row r belongs to sequence b; with qo_indptr (prefill) it is the j-th of that
   // sequence's new tokens and sees all but the sequence's last (rows - 1 - j) tokens.
   int b = r;
@@ -113,9 +119,9 @@ __global__ void __launch_bounds__(kAttnThreads)
       const bool valid = t < t1;
       const int tt = valid ? t : t0;
       const int64_t page = indices[first_page + tt / page_size];
-      const int64_t at = (page * page_size + tt % page_size) * row_elems + int64_t{kvh} * kHeadDim + tx * 8;
-      CpAsync16(&stage[buf][0][i][tx], k_pages + at, valid);
-      CpAsync16(&stage[buf][1][i][tx], v_pages + at, valid);
+      const int64_t at = (page * page_size + tt % page_size) * row_elems + int64_t{kvh} * kHeadDim + chunk * 8;
+      CpAsync16(&stage[buf][0][i][tx], k_pages + at, valid && lane_active);
+      CpAsync16(&stage[buf][1][i][tx], v_pages + at, valid && lane_active);
     }
     CpAsyncCommit();
   };
@@ -125,8 +131,9 @@ __global__ void __launch_bounds__(kAttnThreads)
   float qr[kGroup][8];
 #pragma unroll
   for (int g = 0; g < kGroup; ++g) {
-    const float4* qg = reinterpret_cast<const float4*>(q + (head0 + g) * kHeadDim + tx * 8);
-    const float4 a = qg[0], c = qg[1];
+    const float4* qg = reinterpret_cast<const float4*>(q + (head0 + g) * kHeadDim + chunk * 8);
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float4 a = lane_active ? qg[0] : zero, c = lane_active ? qg[1] : zero;
     const float v[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
 #pragma unroll
     for (int e = 0; e < 8; ++e) qr[g][e] = v[e] * scale_log2;
@@ -199,9 +206,11 @@ __global__ void __launch_bounds__(kAttnThreads)
   float* merge_l = merge_m + kRows * kGroup;                      // [kRows][kGroup]
 #pragma unroll
   for (int g = 0; g < kGroup; ++g) {
-    float4* dst = reinterpret_cast<float4*>(merge_acc + (ty * kGroup + g) * kHeadDim + tx * 8);
-    dst[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
-    dst[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
+    if (lane_active) {
+      float4* dst = reinterpret_cast<float4*>(merge_acc + (ty * kGroup + g) * kHeadDim + tx * 8);
+      dst[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
+      dst[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
+    }
     if (tx == 0) {
       merge_m[ty * kGroup + g] = m[g];
       merge_l[ty * kGroup + g] = l[g];

@@ -36,8 +36,8 @@ namespace strata::kernels {
 // when one part suffices). q, k_pages and v_pages must be 16-byte aligned (cudaMalloc'd
 // buffers are).
 //
-// Errors: InvalidArgument (nothing launched) for negative sizes, unless head_dim is 64 or
-// 128 and there are 1 to 8 query heads per KV head (dispatch.h) and page_size > 0,
+// Errors: InvalidArgument (nothing launched) for negative sizes, unless head_dim is 64, 80,
+// 96, 128 or 256, there are 1 to 64 query heads per KV head (dispatch.h) and page_size > 0,
 // for misaligned q, k_pages or v_pages, and for max_tokens beyond int32.
 //
 // Numerics: within 1e-5 of the CPU; but the split depends on the batch size and
@@ -45,6 +45,20 @@ namespace strata::kernels {
 // different shapes (the same call on the same device gives the same bits).
 constexpr int kDecodeBlocksPerSm = 2;
 constexpr int kDecodePartAlign = 32;
+
+// Which kernel runs a decode: the CUDA-core kernel above, or the tensor-core prefill kernel
+// with one 16-row tile per (part, KV head and subgroup, sequence) — the subgroup's query
+// heads as the tile's rows (FlashInfer's use_tensor_cores for GQA decode). On CUDA cores
+// every head's scores take their own shuffle reduction and exponentials per token, so past
+// about 4 heads per KV head the kernel stops being bound by the KV it reads; on tensor
+// cores a block is one warp and its 16 rows cost the same for any group. kAuto: tensor
+// cores from kTensorCoreDecodeMinGroup heads per block (head_dim up to 128), where
+// decode_attention_bench measured them faster from batch 8 (up to 1.8x at GQA 16), slower
+// only at batch 1 x 8K (1.2x); at GQA 5-7 neither wins everywhere (docs/BENCHMARKS.md). The
+// tensor-core decode rounds q to bf16: its results are within bf16 tolerance of the
+// CUDA-core kernel's, not bit-equal.
+enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };
+constexpr int kTensorCoreDecodeMinGroup = 8;
 
 struct DecodeAttentionParams {
   const float* q;
@@ -55,6 +69,7 @@ struct DecodeAttentionParams {
   float* workspace;
   float* out;
   float* lse;  // may be null
+  DecodeKernel kernel = DecodeKernel::kAuto;
 };
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream);
 

@@ -184,7 +184,7 @@ struct DevicePool {
 };
 
 TEST_F(CudaKernelsTest, PagedDecodeAttentionMatchesCpu) {
-  for (int head_dim : {64, 128}) {
+  for (int head_dim : {64, 80, 96, 128, 256}) {
     for (int group : {1, 3, 4, 5, 7, 8, 9, 11, 12, 16}) {  // past 8: subgroups
       const std::vector<int64_t> lengths = {1, 255, 256, 257, 1000, 4100};
       const int kv_heads = 2, heads = kv_heads * group, page_size = 16;
@@ -199,8 +199,10 @@ TEST_F(CudaKernelsTest, PagedDecodeAttentionMatchesCpu) {
       DeviceVector<float> dq(q), dout{std::vector<float>(q.size(), std::nanf(""))},
           dlse{std::vector<float>(want_lse.size(), std::nanf(""))},
           ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(batch, heads, head_dim, 4100)))};
+      // The CUDA-core kernel, exact to fp32 rounding (the tensor-core decode, bf16 Q, is
+      // checked in prefill_test.cc to bf16 tolerances).
       ASSERT_TRUE(LaunchPagedDecodeAttention({dq.get(), dp.view, batch, heads, scale, 4100, ws.get(), dout.get(),
-                                             dlse.get()}, stream_)
+                                             dlse.get(), DecodeKernel::kCudaCores}, stream_)
                       .ok());
       Sync();
       ExpectClose(dout.ToHost(), want, what + " out");

@@ -54,10 +54,10 @@ absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& param
     return absl::InvalidArgumentError("negative prefill attention size");
   }
   if (!IsDispatchedHeadDim(kv.head_dim)) {
-    return absl::InvalidArgumentError("prefill attention takes head_dim 64 or 128");
+    return absl::InvalidArgumentError("prefill attention takes head_dim 64, 80, 96, 128 or 256");
   }
   if (!IsDispatchedGqaGroupSize(GqaGroupSize(num_heads, kv.kv_heads))) {
-    return absl::InvalidArgumentError("prefill attention needs 1 to 8 query heads per KV head");
+    return absl::InvalidArgumentError("prefill attention needs 1 to 64 query heads per KV head (a divisor of the heads)");
   }
   if (kv.page_size <= 0) return absl::InvalidArgumentError("prefill attention needs page_size > 0");
   if (!(scale > 0.0f) || std::isinf(scale)) return absl::InvalidArgumentError("prefill attention needs 0 < scale < inf");

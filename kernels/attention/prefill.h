@@ -41,8 +41,8 @@ absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams& p, cudaSt
 // would not be computed). A sequence may have no new tokens. q, k_pages and v_pages must be
 // 16-byte aligned and out 8-byte aligned (cudaMalloc'd buffers are).
 //
-// Errors: InvalidArgument (nothing launched) unless head_dim is 64 or 128, there are 1, 2,
-// 4 or 8 query heads per KV head (dispatch.h), page_size > 0, 0 < scale < inf (the running
+// Errors: InvalidArgument (nothing launched) unless head_dim is 64, 80, 96, 128 or
+// 256, there are 1 to 64 query heads per KV head (dispatch.h), page_size > 0, 0 < scale < inf (the running
 // maximum is taken over unscaled scores), sizes are non-negative, batch and kv_heads are at
 // most 65535 and the pointers are aligned as above.
 //

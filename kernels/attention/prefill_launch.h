@@ -18,7 +18,7 @@ struct PrefillTcParams {
   const int32_t* indptr;      // [batch + 1]
   const int32_t* indices;
   const int32_t* last_page_len;
-  const int32_t* qo_indptr;   // [batch + 1]
+  const int32_t* qo_indptr;   // [batch + 1]; null: decode, row b is sequence b's last token
   int page_size, kv_heads, head_dim, num_heads, batch, max_new_tokens;
   float scale;
   float* out;                 // [rows][num_heads][head_dim]
@@ -36,9 +36,11 @@ struct PrefillTcParams {
 
 // The kernel's query tile: rows per block and warps (each warp takes 16 or 32 rows), with
 // 64-key K/V tiles except k128Rows4Warps at head_dim 128 (32 keys; the 64-key form spills
-// registers and is kept for the benchmark's comparison). kAuto chooses from the problem
-// size and the SM count.
-enum class PrefillTcTiles { kAuto, k64Rows4Warps, k128Rows8Warps, k128Rows4Warps, k128Rows4Warps64Keys };
+// registers and is kept for the benchmark's comparison). k16Rows1Warp (one warp, 32-key
+// tiles; head_dim up to 128, else the 64-row form) is the decode form: one query row per
+// sequence packs only the group's heads. kAuto chooses from the problem size and the SM
+// count.
+enum class PrefillTcTiles { kAuto, k64Rows4Warps, k128Rows8Warps, k128Rows4Warps, k128Rows4Warps64Keys, k16Rows1Warp };
 
 cudaError_t PagedPrefillAttentionTcAsync(const PrefillTcParams& p, PrefillTcTiles tiles, cudaStream_t stream);
 

@@ -1,8 +1,9 @@
 // The tensor-core prefill attention against its CPU specification (PagedPrefillAttention),
-// on random inputs over a grid of shapes: head_dim 64/128, 1/2/4/8 query heads per KV head,
-// page sizes 16/32/64, sequences with cached history and new rows, one-row sequences and
+// on random inputs over a grid of shapes: head_dim 64/80/96/128/256, 1 to 16 query heads per
+// KV head, page sizes 16/32/64, sequences with cached history and new rows, one-row sequences and
 // sequences with no new rows. Each case runs through the entry point and through every
-// query-tile form of the kernel (prefill_launch.h).
+// query-tile form of the kernel (prefill_launch.h); cases of one new row per sequence also
+// run as decodes, on CUDA cores and on tensor cores (decode.h's DecodeKernel).
 //
 // Tolerances (bf16 operands: Q and P are rounded to bf16 on the device, sums in fp32):
 //   out: ||got - want|| / ||want|| <= 1e-2 over the call, and <= 2e-2 for each (row, head);
@@ -110,7 +111,7 @@ class CudaPrefillAttentionTest : public test_support::GpuTest {
     DeviceVector<float> dq(q);
     using Tiles = internal::PrefillTcTiles;
     for (Tiles tiles : {Tiles::kAuto, Tiles::k64Rows4Warps, Tiles::k128Rows8Warps, Tiles::k128Rows4Warps,
-                        Tiles::k128Rows4Warps64Keys}) {
+                        Tiles::k128Rows4Warps64Keys, Tiles::k16Rows1Warp}) {
       const std::string form = what + " tiles " + std::to_string(static_cast<int>(tiles));
       DeviceVector<float> dout{std::vector<float>(q.size(), std::nanf(""))},
           dlse{std::vector<float>(want_lse.size(), std::nanf(""))};
@@ -126,6 +127,22 @@ class CudaPrefillAttentionTest : public test_support::GpuTest {
       }
       ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
       Compare(dout.ToHost(), dlse.ToHost(), want, want_lse, lse_tol, rows, heads, d, form);
+    }
+    // One new row per sequence is a decode: both decode kernels, to the same tolerances.
+    if (std::all_of(c.new_tokens.begin(), c.new_tokens.end(), [](int32_t n) { return n == 1; })) {
+      int64_t max_tokens = 0;
+      for (int64_t n : c.lengths) max_tokens = std::max(max_tokens, n);
+      DeviceVector<float> ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(batch, heads, d, max_tokens)))};
+      for (DecodeKernel kernel : {DecodeKernel::kAuto, DecodeKernel::kCudaCores, DecodeKernel::kTensorCores}) {
+        const std::string form = what + " decode kernel " + std::to_string(static_cast<int>(kernel));
+        DeviceVector<float> dout{std::vector<float>(q.size(), std::nanf(""))},
+            dlse{std::vector<float>(want_lse.size(), std::nanf(""))};
+        const absl::Status s = LaunchPagedDecodeAttention(
+            {dq.get(), dp.view, batch, heads, scale, max_tokens, ws.get(), dout.get(), dlse.get(), kernel}, stream_);
+        ASSERT_TRUE(s.ok()) << form << ": " << s;
+        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
+        Compare(dout.ToHost(), dlse.ToHost(), want, want_lse, lse_tol, rows, heads, d, form);
+      }
     }
   }
 
@@ -172,7 +189,7 @@ class CudaPrefillAttentionTest : public test_support::GpuTest {
 
 TEST_F(CudaPrefillAttentionTest, CachedHistoryPlusNewRowsMatchesCpu) {
   uint32_t seed = 1;
-  for (int head_dim : {64, 128}) {
+  for (int head_dim : {64, 80, 96, 128, 256}) {
     for (int group : {1, 3, 4, 5, 6, 7, 8, 10, 13, 16}) {  // past 8: subgroups
       // Whole prompts, history + new rows crossing tile boundaries, and one-row sequences.
       Case c{{300, 1000, 77, 1, 513}, {300, 40, 77, 1, 1}, 2, group, head_dim, 16, 1.0f};
@@ -184,7 +201,7 @@ TEST_F(CudaPrefillAttentionTest, CachedHistoryPlusNewRowsMatchesCpu) {
 TEST_F(CudaPrefillAttentionTest, GroupOfTwoAndLargerPagesMatchCpu) {
   uint32_t seed = 100;
   for (int page_size : {32, 64}) {
-    for (int head_dim : {64, 128}) {
+    for (int head_dim : {64, 80, 96, 128, 256}) {
       Case c{{129, 700, 64}, {129, 190, 63}, 3, 2, head_dim, page_size, 1.0f};
       Check(c, seed++);
     }
@@ -198,6 +215,22 @@ TEST_F(CudaPrefillAttentionTest, OneRowSequencesMatchCpu) {
     Case c{{1, 2, 64, 65, 300, 1025}, {1, 1, 1, 1, 1, 1}, 2, group, 128, 16, 1.0f};
     Check(c, seed++);
   }
+}
+
+TEST_F(CudaPrefillAttentionTest, DecodeOnTensorCoresMatchesCpu) {
+  // Decode rows over every head dim and GQA group (subgroups past 8), parts of one 32-key
+  // tile to whole sequences, pages of 16 and 64 tokens.
+  uint32_t seed = 500;
+  for (int head_dim : {64, 80, 96, 128, 256}) {
+    for (int group : {1, 4, 5, 7, 8, 12, 16}) {
+      for (int page_size : {16, 64}) {
+        Case c{{1, 31, 32, 33, 1000, 4100}, {1, 1, 1, 1, 1, 1}, 2, group, head_dim, page_size, 1.0f};
+        Check(c, seed++);
+      }
+    }
+  }
+  Case sharp{{700, 5, 2048}, {1, 1, 1}, 4, 7, 128, 16, 4.0f};
+  Check(sharp, seed++);
 }
 
 TEST_F(CudaPrefillAttentionTest, SharpSoftmaxAndEmptySequencesMatchCpu) {

@@ -1,7 +1,7 @@
 // Relay decode attention on the device (relay.h) against the CPU specification of decode
 // attention over each row's whole sequence (PagedDecodeAttention: the shared prefix's pages
 // then the row's own), and against the device's plain decode over the same pages, on random
-// pools over a grid: head_dim 64/128, 1/2/4/8 query heads per KV head, pages of 16/32
+// pools over a grid: head_dim 64/80/96/128/256, 1 to 16 query heads per KV head, pages of 16/32
 // tokens, prefixes of 1 page to 8K tokens, groups of 1 to 64 rows, rows with no prefix
 // mixed in, contexts of 1 to 2K tokens, and a sharp softmax.
 //
@@ -160,7 +160,7 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
 
 TEST_F(CudaRelayAttentionTest, GroupsOnSharedPrefixesMatchPlainDecode) {
   uint32_t seed = 1;
-  for (int head_dim : {64, 128}) {
+  for (int head_dim : {64, 80, 96, 128, 256}) {
     for (int gqa : {1, 2, 4, 7, 8, 12, 16}) {  // past 8: subgroups
       for (int page : {16, 32}) {
         RelayCase c{{int64_t{4} * page, int64_t{32} * page}, {3, 5}, {}, 2, gqa, head_dim, page, 1.0f};

@@ -3,6 +3,7 @@
 // (decode.h) and the CUDA-core LaunchPagedPrefillAttention (prefill.h), which run the same
 // kernel (one query row per sequence, or qo_indptr's rows).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -12,6 +13,8 @@
 
 #if defined(STRATA_WITH_CUDA)
 #include "kernels/attention/decode_launch.h"
+#include "kernels/attention/merge_launch.h"
+#include "kernels/attention/prefill_launch.h"
 #include "kernels/cuda_check.h"
 #include "kernels/dispatch.h"
 #endif
@@ -29,13 +32,19 @@ struct DecodeSplit {
   int part_tokens;
 };
 
-// Parts per sequence for `blocks_per_part` blocks (rows x KV heads) of one part each:
-// enough parts that the launch has kDecodeBlocksPerSm blocks per SM, none shorter than
-// kDecodePartAlign tokens, each a multiple of it. Fewer rows or KV heads never give fewer
-// parts, so the workspace bound (KV heads = 1) holds for every launch.
-DecodeSplit ChooseDecodeSplit(int64_t blocks_per_part, int64_t max_tokens, int sm_count) {
+// The tensor-core decode's blocks are one warp (the CUDA-core kernel's four), so it wants
+// more of them: as many as fit an SM at once (its 39 KB of shared memory at head_dim 128).
+constexpr int kTensorCoreDecodeBlocksPerSm = 5;
+
+// Parts per sequence for `blocks_per_part` blocks (rows x KV heads and subgroups) of one
+// part each: enough parts that the launch has blocks_per_sm blocks per SM, none shorter
+// than kDecodePartAlign tokens, each a multiple of it. Fewer rows or KV heads never give
+// fewer parts, so the workspace bound (KV heads = 1, the tensor-core count) holds for every
+// launch.
+DecodeSplit ChooseDecodeSplit(int64_t blocks_per_part, int64_t max_tokens, int sm_count,
+                              int blocks_per_sm = kDecodeBlocksPerSm) {
   const int64_t tokens = std::max<int64_t>(1, max_tokens);
-  const int64_t want_blocks = int64_t{kDecodeBlocksPerSm} * sm_count;
+  const int64_t want_blocks = int64_t{blocks_per_sm} * sm_count;
   int64_t parts = (want_blocks + blocks_per_part - 1) / std::max<int64_t>(1, blocks_per_part);
   parts = std::clamp<int64_t>(parts, 1, (tokens + kDecodePartAlign - 1) / kDecodePartAlign);
   int64_t part_tokens = (tokens + parts - 1) / parts;
@@ -45,22 +54,66 @@ DecodeSplit ChooseDecodeSplit(int64_t blocks_per_part, int64_t max_tokens, int s
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+bool UseTensorCores(DecodeKernel kernel, int head_dim, int subgroup) {
+  switch (kernel) {
+    case DecodeKernel::kCudaCores:
+      return false;
+    case DecodeKernel::kTensorCores:
+      return true;
+    case DecodeKernel::kAuto:
+      break;
+  }
+  return head_dim <= 128 && subgroup >= kTensorCoreDecodeMinGroup;
+}
+
+// A decode on the tensor-core prefill kernel: one 16-row tile (the subgroup's heads) per
+// (part, KV head and subgroup, sequence), parts in whole 32-key tiles.
+absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch, int num_heads, float scale,
+                                    int64_t max_tokens, float* workspace, float* out, float* lse,
+                                    cudaStream_t stream) {
+  const int group = num_heads / kv.kv_heads, subgroups = group / GqaSubgroupSize(group);
+  const DecodeSplit split = ChooseDecodeSplit(int64_t{batch} * kv.kv_heads * subgroups, max_tokens,
+                                              CurrentDeviceSmCount(), kTensorCoreDecodeBlocksPerSm);
+  internal::PrefillTcParams p{q,         kv.k_pages,  kv.v_pages, kv.indptr, kv.indices, kv.last_page_len,
+                              nullptr,   kv.page_size, kv.kv_heads, kv.head_dim, num_heads, batch,
+                              1,         scale,        out,         lse};
+  p.key_splits = split.parts;
+  if (split.parts > 1) {
+    p.ws_o = workspace;
+    p.ws_lse = workspace + int64_t{split.parts} * batch * num_heads * kv.head_dim;
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(
+      internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::k16Rows1Warp, stream));
+  if (split.parts > 1) {
+    STRATA_CUDA_RETURN_IF_ERROR(internal::MergeStatesAsync(p.ws_o, p.ws_lse, split.parts, batch, num_heads,
+                                                           kv.head_dim, out, lse, stream));
+  }
+  return absl::OkStatus();
+}
+
 // Decode is the case qo_indptr == nullptr, rows == batch.
 absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32_t* qo_indptr, int batch, int rows,
                                   int num_heads, float scale, int64_t max_tokens, float* workspace, float* out,
-                                  float* lse, cudaStream_t stream) {
+                                  float* lse, cudaStream_t stream, DecodeKernel kernel = DecodeKernel::kCudaCores) {
   if (absl::Status s = CheckSizes(batch, rows, max_tokens); !s.ok()) return s;
   if (!IsDispatchedHeadDim(kv.head_dim)) {
-    return absl::InvalidArgumentError("paged attention takes head_dim 64 or 128");
+    return absl::InvalidArgumentError("paged attention takes head_dim 64, 80, 96, 128 or 256");
   }
   if (!IsDispatchedGqaGroupSize(GqaGroupSize(num_heads, kv.kv_heads)) || kv.page_size <= 0) {
-    return absl::InvalidArgumentError("paged attention needs 1 to 8 query heads per KV head");
+    return absl::InvalidArgumentError("paged attention needs 1 to 64 query heads per KV head (a divisor of the heads)");
   }
   if (!Aligned16(q) || !Aligned16(kv.k_pages) || !Aligned16(kv.v_pages)) {
     return absl::InvalidArgumentError("paged attention needs q, k_pages and v_pages 16-byte aligned");
   }
   if (batch == 0 || rows == 0 || num_heads == 0) return absl::OkStatus();
   if (max_tokens > std::numeric_limits<int32_t>::max()) return absl::InvalidArgumentError("max_tokens too large");
+  if (qo_indptr == nullptr &&
+      UseTensorCores(kernel, kv.head_dim, GqaSubgroupSize(GqaGroupSize(num_heads, kv.kv_heads)))) {
+    if (!(scale > 0.0f) || std::isinf(scale)) {  // the tensor-core kernel's running max is of unscaled scores
+      return absl::InvalidArgumentError("tensor-core decode needs 0 < scale < inf");
+    }
+    return LaunchTensorCoreDecode(q, kv, batch, num_heads, scale, max_tokens, workspace, out, lse, stream);
+  }
   const DecodeSplit split = ChooseDecodeSplit(int64_t{rows} * kv.kv_heads, max_tokens, CurrentDeviceSmCount());
   float* ws_o = workspace;
   float* ws_lse = workspace + int64_t{split.parts} * rows * num_heads * kv.head_dim;
@@ -76,13 +129,14 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
 
 int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t max_tokens) {
   if (batch <= 0 || num_heads <= 0 || head_dim <= 0) return 0;
-  const DecodeSplit split = ChooseDecodeSplit(batch, max_tokens, CurrentDeviceSmCount());
+  // The tensor-core decode's parts, which are at least the CUDA-core kernel's.
+  const DecodeSplit split = ChooseDecodeSplit(batch, max_tokens, CurrentDeviceSmCount(), kTensorCoreDecodeBlocksPerSm);
   return int64_t{split.parts} * batch * num_heads * (int64_t{head_dim} + 1);
 }
 
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream) {
   return LaunchPagedAttention(p.q, p.kv, nullptr, p.batch, p.batch, p.num_heads, p.scale, p.max_tokens, p.workspace,
-                              p.out, p.lse, stream);
+                              p.out, p.lse, stream, p.kernel);
 }
 
 absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {

@@ -52,8 +52,9 @@ absl::Status CudaModel::Impl::Init(int device) {
     return s;
   }
   const ModelConfig& c = config;
-  if (c.head_dim != 64 && c.head_dim != 128) {
-    return absl::InvalidArgumentError(absl::StrCat("the CUDA backend takes head_dim 64 or 128, not ", c.head_dim));
+  if (!kernels::IsDispatchedHeadDim(c.head_dim)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the CUDA backend takes head_dim 64, 80, 96, 128 or 256, not ", c.head_dim));
   }
   const int group = c.num_heads / c.num_kv_heads;
   if (!kernels::IsDispatchedGqaGroupSize(group)) {

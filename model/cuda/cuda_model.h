@@ -64,7 +64,7 @@ class CudaModel final : public ModelBackend {
 
   // Uploads `weights` (converted to bf16). FailedPrecondition without a GPU (naming
   // why); ResourceExhausted when they do not fit; InvalidArgument for a head_dim the
-  // attention kernels do not take (64 or 128) or a GQA group outside 1 to 8.
+  // attention kernels do not take or a GQA group outside 1 to 64 (kernels/dispatch.h).
   static absl::StatusOr<std::unique_ptr<CudaModel>> Create(const ModelWeights& weights,
                                                            const CudaModelOptions& options);
   // A model of `config`'s shapes with deterministic random bf16 weights made on the GPU

@@ -93,6 +93,39 @@ TEST_F(CudaModelTest, LogitsMatchTheCpuBackendWithinBf16) {
   }
 }
 
+TEST_F(CudaModelTest, EveryDispatchedHeadSizeAndLargeGroupsMatchTheCpuBackend) {
+  // head_dim 80, 96 and 256, and GQA 7 and 16 (decodes on the tensor cores), prefill + decode.
+  struct Shape {
+    int heads, kv_heads, head_dim;
+  };
+  for (const Shape& shape : {Shape{4, 2, 80}, Shape{4, 2, 96}, Shape{4, 2, 256}, Shape{14, 2, 64}, Shape{16, 1, 64}}) {
+    ModelConfig c = Config();
+    c.num_heads = shape.heads;
+    c.num_kv_heads = shape.kv_heads;
+    c.head_dim = shape.head_dim;
+    ASSERT_TRUE(c.Validate().ok()) << c.Validate();
+    ModelWeights weights = ModelWeights::Random(c, 7, {});
+    auto cuda = CudaModel::Create(weights, SmallPool());
+    ASSERT_TRUE(cuda.ok()) << cuda.status();
+    CpuModel cpu(std::move(weights));
+    const std::vector<int32_t> tokens = Tokens(80, shape.head_dim);
+    auto want = StepLogits(cpu, tokens, 50);
+    auto got = StepLogits(**cuda, tokens, 50);
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0;
+    int agree = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, RelativeError(got[i], want[i]));
+      agree += Argmax(got[i]) == Argmax(want[i]);
+    }
+    const std::string what = std::to_string(shape.heads) + ":" + std::to_string(shape.kv_heads) + " heads of " +
+                             std::to_string(shape.head_dim);
+    EXPECT_LT(worst, 3e-2) << what;
+    EXPECT_GE(agree, static_cast<int>(got.size()) - 2) << what << ": top-1 agreement " << agree << "/" << got.size();
+    std::printf("%s: worst relative error %.3g, top-1 agreement %d/%zu\n", what.c_str(), worst, agree, got.size());
+  }
+}
+
 TEST_F(CudaModelTest, LoadedKvGivesTheSameLogitsAsComputedKv) {
   ModelConfig c = Config();
   auto model = CudaModel::Create(ModelWeights::Random(c, 9, {}), SmallPool());

@@ -2,7 +2,8 @@
 """strata's forward pass vs Hugging Face transformers, on random-weight models.
 
 For each family (Llama with GQA and llama3 RoPE scaling, Llama with tied embeddings,
-Mistral, Qwen2 with QKV bias, Qwen2 with GQA 7, Qwen3 with its q/k norms, tied and not)
+Mistral, Qwen2 with QKV bias, Qwen2 with GQA 7, Llama with GQA 3, 5, 6, 12 and 16 and
+with head_dim 80, 96 and 256, Qwen3 with its q/k norms, tied and not)
 this builds a small random model with transformers, saves
 it with save_pretrained (safetensors, fp32), runs `strata logits` on the directory, and
 compares strata's logits with HF's for the same token sequences:
@@ -12,7 +13,7 @@ compares strata's logits with HF's for the same token sequences:
 The CPU backend must match HF fp32 within 1e-4 max abs (the weights are initialised at
 a scale that gives logits of order 1-10, so this is a relative check too).
 
-With --device cuda the models have head_dim 64 (Qwen3: 128; what the CUDA kernels take) and are
+With --device cuda the models have head_dim 64 (Qwen3: 128; llama-hd*: 80, 96, 256) and are
 saved in bf16; the reference is HF in fp32 on those same bf16 weights. The CUDA backend
 (bf16 operands and KV, fp32 accumulation) must keep its relative error
 ||strata - ref|| / ||ref|| within 2x that of HF itself run in bf16 on the same weights
@@ -82,6 +83,18 @@ def families(device):
         wide = dict(common, num_attention_heads=group, num_key_value_heads=1,
                     hidden_size=group * (64 if device == "cuda" else 16))
         yield f"llama-gqa{group}", transformers.LlamaConfig(**wide, rope_theta=500000.0)
+    # GQA 3, 5 and 6 (Qwen2.5-1.5B: 6; -14B and -32B: 5) over two KV heads.
+    for group in (3, 5, 6):
+        gqa = dict(common, num_attention_heads=2 * group, num_key_value_heads=2,
+                   hidden_size=2 * group * (64 if device == "cuda" else 16))
+        yield f"llama-gqa{group}", transformers.LlamaConfig(**gqa, rope_theta=500000.0)
+    # The other head sizes the CUDA kernels take: 80 and 96 (Phi), 256 (Gemma).
+    for head_dim in (80, 96, 256):
+        heads = 8 if device == "cuda" else 4
+        sized = dict(common, num_attention_heads=heads, num_key_value_heads=2, hidden_size=heads * head_dim)
+        if device == "cpu":  # keep the activations (and fp32 rounding) of the narrower models
+            sized.update(initializer_range=common["initializer_range"] * (128 / sized["hidden_size"]) ** 0.5)
+        yield f"llama-hd{head_dim}", transformers.LlamaConfig(**sized, head_dim=head_dim, rope_theta=500000.0)
     if hasattr(transformers, "Qwen3Config"):  # per-head q/k norms; head_dim not hidden / heads
         head_dim = 128 if device == "cuda" else 32
         for tied in (False, True):

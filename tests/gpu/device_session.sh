@@ -252,14 +252,28 @@ run_batch() {
   note "batch_bench: rc=$?"; grep -E '^\||^##|global plan' "$OUT/batch_bench.txt" >>"$summary"
 }
 
+run_kernels() {
+  for t in cuda_kernels_test cuda_prefill_attention_test; do
+    timeout 900 "$B/$t" --gtest_brief=1 >"$OUT/test-$t.log" 2>&1
+    note "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test-$t.log" | tr '\n' ' ')"
+    grep -E 'Failure|Expected|Which is|differ' "$OUT/test-$t.log" | head -20 >>"$summary"
+  done
+}
+
+run_decode_bench() {
+  "$B/decode_attention_bench" >"$OUT/decode_attention_bench.txt" 2>&1
+  note "decode_attention_bench: rc=$?"; cat "$OUT/decode_attention_bench.txt" >>"$summary"
+}
+
 run_step() {
-  "$B/model_bench" --models=llama3-8b >"$OUT/model_bench.txt" 2>&1
-  note "model_bench: rc=$?"; grep -iE 'device:|decode|batch|^\|' "$OUT/model_bench.txt" | head -30 >>"$summary"
+  "$B/model_bench" --models="${MODELS:-llama3-8b}" >"$OUT/model_bench.txt" 2>&1
+  note "model_bench: rc=$?"; grep -iE 'device:|decode|batch|^\|' "$OUT/model_bench.txt" | head -60 >>"$summary"
 }
 
 for phase in "$@"; do
   case $phase in
-    tests) run_tests ;; hf) run_hf ;; sanitize) run_sanitize ;;
+    tests) run_tests ;; hf) run_hf ;; sanitize) run_sanitize ;; kernels) run_kernels ;;
+    decode-bench) run_decode_bench ;;
     bench-host) run_bench bench-host --hbm_cache_bytes=0 ;; bench-hbm) run_bench bench-hbm "" ;;
     step-e2e) run_step_e2e ;; sharegpt) run_sharegpt ;; step) run_step ;;
     hf-old) run_hf_old ;; kvload) run_kvload ;; writeback) run_writeback ;; gputests) run_gpu_tests ;;
