@@ -51,14 +51,17 @@ constexpr int kDecodePartAlign = 32;
 // heads as the tile's rows (FlashInfer's use_tensor_cores for GQA decode). On CUDA cores
 // every head's scores take their own shuffle reduction and exponentials per token, so past
 // about 4 heads per KV head the kernel stops being bound by the KV it reads; on tensor
-// cores a block is one warp and its 16 rows cost the same for any group. kAuto: tensor
-// cores from kTensorCoreDecodeMinGroup heads per block (head_dim up to 128), where
-// decode_attention_bench measured them faster from batch 8 (up to 1.8x at GQA 16), slower
-// only at batch 1 x 8K (1.2x); at GQA 5-7 neither wins everywhere (docs/BENCHMARKS.md). The
-// tensor-core decode rounds q to bf16: its results are within bf16 tolerance of the
-// CUDA-core kernel's, not bit-equal.
+// cores a block is one warp and its 16 rows cost the same for any group. kAuto, as
+// decode_attention_bench measured (docs/BENCHMARKS.md), takes the tensor cores at head_dim
+// up to 128 for a batch of 2 or more with kTensorCoreDecodeMinGroup heads per block, or
+// kTensorCoreDecodeMinLargeGroup heads and at least kTensorCoreDecodeMinKvTokens cached
+// tokens in the batch (batch x max_tokens); elsewhere the CUDA cores are as fast or
+// faster. The tensor-core decode rounds q to bf16: its results are within bf16 tolerance
+// of the CUDA-core kernel's, not bit-equal.
 enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };
 constexpr int kTensorCoreDecodeMinGroup = 8;
+constexpr int kTensorCoreDecodeMinLargeGroup = 5;
+constexpr int64_t kTensorCoreDecodeMinKvTokens = 65536;
 
 struct DecodeAttentionParams {
   const float* q;

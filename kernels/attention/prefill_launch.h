@@ -32,6 +32,9 @@ struct PrefillTcParams {
   int key_splits = 1;
   float* ws_o = nullptr;
   float* ws_lse = nullptr;
+  // When set, nothing is launched: the chosen form's resident blocks per SM (the occupancy
+  // calculator's) are written here.
+  int* resident_blocks_out = nullptr;
 };
 
 // The kernel's query tile: rows per block and warps (each warp takes 16 or 32 rows), with

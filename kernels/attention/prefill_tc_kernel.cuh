@@ -349,6 +349,9 @@ cudaError_t LaunchTiles(const PrefillTcParams& p, cudaStream_t stream) {
       e != cudaSuccess) {
     return e;
   }
+  if (p.resident_blocks_out != nullptr) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(p.resident_blocks_out, kernel, kWarps * 32, kSmem);
+  }
   const int64_t tiles = (int64_t{p.max_new_tokens} * kGroup + kTileRows - 1) / kTileRows;
   const int subgroups = p.num_heads / p.kv_heads / kGroup;
   kernel<<<dim3(static_cast<unsigned>(tiles * p.key_splits), p.kv_heads * subgroups, p.batch), kWarps * 32, kSmem,
@@ -358,9 +361,8 @@ cudaError_t LaunchTiles(const PrefillTcParams& p, cudaStream_t stream) {
 
 // The compiled forms: all four at head_dim 64 and 128 (the benchmark compares them); one
 // 64-row and one 128-row form (32-key tiles, as at 128) at the other head dims, which the
-// other forms map onto (256:
-// 32-key tiles, and 128 rows as 8 warps of one MMA tile, the output accumulator being 128
-// registers a thread).
+// other forms map onto (256: 32-key tiles, and 128 rows as 8 warps of one MMA tile, the
+// output accumulator being 128 registers a thread). The one-warp decode form up to 128.
 template <int kHeadDim, int kGroup>
 cudaError_t LaunchGroup(const PrefillTcParams& p, PrefillTcTiles tiles, cudaStream_t stream) {
   constexpr bool kAllForms = kHeadDim == 64 || kHeadDim == 128;

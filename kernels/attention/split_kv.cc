@@ -3,6 +3,7 @@
 // (decode.h) and the CUDA-core LaunchPagedPrefillAttention (prefill.h), which run the same
 // kernel (one query row per sequence, or qo_indptr's rows).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -32,9 +33,10 @@ struct DecodeSplit {
   int part_tokens;
 };
 
-// The tensor-core decode's blocks are one warp (the CUDA-core kernel's four), so it wants
-// more of them: as many as fit an SM at once (its 39 KB of shared memory at head_dim 128).
-constexpr int kTensorCoreDecodeBlocksPerSm = 5;
+// The tensor-core decode's blocks are one warp (the CUDA-core kernel's four), so more of
+// them are resident (5 per SM at head_dim 128, its 39 KB of shared memory each; 10 at 64):
+// the workspace is sized for parts of up to this many blocks per SM.
+constexpr int kTensorCoreDecodeBlocksPerSm = 10;
 
 // Parts per sequence for `blocks_per_part` blocks (rows x KV heads and subgroups) of one
 // part each: enough parts that the launch has blocks_per_sm blocks per SM, none shorter
@@ -54,7 +56,7 @@ DecodeSplit ChooseDecodeSplit(int64_t blocks_per_part, int64_t max_tokens, int s
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-bool UseTensorCores(DecodeKernel kernel, int head_dim, int subgroup) {
+bool UseTensorCores(DecodeKernel kernel, int head_dim, int subgroup, int batch, int64_t max_tokens) {
   switch (kernel) {
     case DecodeKernel::kCudaCores:
       return false;
@@ -63,29 +65,80 @@ bool UseTensorCores(DecodeKernel kernel, int head_dim, int subgroup) {
     case DecodeKernel::kAuto:
       break;
   }
-  return head_dim <= 128 && subgroup >= kTensorCoreDecodeMinGroup;
+  if (head_dim > 128) return false;
+  return (subgroup >= kTensorCoreDecodeMinGroup && batch > 1) ||
+         (subgroup >= kTensorCoreDecodeMinLargeGroup && int64_t{batch} * max_tokens >= kTensorCoreDecodeMinKvTokens);
+}
+
+// Resident blocks per SM of the tensor-core decode form for this shape (the occupancy
+// calculator's, asked once per head dim and subgroup size; 0 when it cannot say).
+int TensorCoreDecodeResidentBlocks(const internal::PrefillTcParams& shape) {
+  static std::atomic<int> cache[5][9] = {};  // head dims 64, 80, 96, 128, 256 x subgroup sizes 1..8
+  int dim = -1, i = 0;
+  for (int d : {64, 80, 96, 128, 256}) {
+    if (d == shape.head_dim) dim = i;
+    ++i;
+  }
+  const int subgroup = GqaSubgroupSize(shape.num_heads / shape.kv_heads);
+  if (dim < 0 || subgroup < 1 || subgroup > 8) return 0;
+  std::atomic<int>& slot = cache[dim][subgroup];
+  if (int known = slot.load(std::memory_order_relaxed); known > 0) return known;
+  internal::PrefillTcParams query = shape;
+  int blocks = 0;
+  query.resident_blocks_out = &blocks;
+  if (internal::PagedPrefillAttentionTcAsync(query, internal::PrefillTcTiles::k16Rows1Warp, nullptr) != cudaSuccess) {
+    return 0;
+  }
+  slot.store(blocks, std::memory_order_relaxed);
+  return blocks;
+}
+
+// Parts for the tensor-core decode, in whole 32-key tiles: of the counts the workspace
+// holds, the one whose waves finish soonest — waves x (tiles per part + a block's fixed
+// cost, its Q load and the part it writes and the merge reads, about kBlockCostTiles
+// tiles), a partial last wave costing a whole one; ties to fewer parts: 8K tokens and 256
+// blocks a part over 660 resident slots take 5 parts (2 waves of 1639 tokens), not 3 (2
+// waves of 2731); 1K tokens take 2 parts (one wave of 16 tiles), not 32 one-tile parts.
+int TensorCoreDecodeParts(int64_t blocks_per_part, int64_t max_tokens, int64_t slots, int max_parts) {
+  constexpr int64_t kBlockCostTiles = 2;
+  const int64_t tiles = std::max<int64_t>(1, (max_tokens + kDecodePartAlign - 1) / kDecodePartAlign);
+  const int64_t most = std::clamp<int64_t>(max_parts, 1, tiles);
+  int64_t best = 1, best_cost = std::numeric_limits<int64_t>::max();
+  for (int64_t parts = 1; parts <= most; ++parts) {
+    const int64_t waves = (blocks_per_part * parts + slots - 1) / slots;
+    const int64_t cost = waves * ((tiles + parts - 1) / parts + kBlockCostTiles);
+    if (cost < best_cost) {
+      best = parts;
+      best_cost = cost;
+    }
+  }
+  return static_cast<int>(best);
 }
 
 // A decode on the tensor-core prefill kernel: one 16-row tile (the subgroup's heads) per
-// (part, KV head and subgroup, sequence), parts in whole 32-key tiles.
+// (part, KV head and subgroup, sequence).
 absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch, int num_heads, float scale,
                                     int64_t max_tokens, float* workspace, float* out, float* lse,
                                     cudaStream_t stream) {
   const int group = num_heads / kv.kv_heads, subgroups = group / GqaSubgroupSize(group);
-  const DecodeSplit split = ChooseDecodeSplit(int64_t{batch} * kv.kv_heads * subgroups, max_tokens,
-                                              CurrentDeviceSmCount(), kTensorCoreDecodeBlocksPerSm);
   internal::PrefillTcParams p{q,         kv.k_pages,  kv.v_pages, kv.indptr, kv.indices, kv.last_page_len,
                               nullptr,   kv.page_size, kv.kv_heads, kv.head_dim, num_heads, batch,
                               1,         scale,        out,         lse};
-  p.key_splits = split.parts;
-  if (split.parts > 1) {
+  const int sms = CurrentDeviceSmCount();
+  const int resident = std::max(1, TensorCoreDecodeResidentBlocks(p));
+  // The workspace holds the parts ChooseDecodeSplit gives a KV head and subgroup at
+  // kTensorCoreDecodeBlocksPerSm (DecodeWorkspaceFloats).
+  const int max_parts = ChooseDecodeSplit(batch, max_tokens, sms, kTensorCoreDecodeBlocksPerSm).parts;
+  p.key_splits = TensorCoreDecodeParts(int64_t{batch} * kv.kv_heads * subgroups, max_tokens,
+                                       int64_t{resident} * sms, max_parts);
+  if (p.key_splits > 1) {
     p.ws_o = workspace;
-    p.ws_lse = workspace + int64_t{split.parts} * batch * num_heads * kv.head_dim;
+    p.ws_lse = workspace + int64_t{p.key_splits} * batch * num_heads * kv.head_dim;
   }
   STRATA_CUDA_RETURN_IF_ERROR(
       internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::k16Rows1Warp, stream));
-  if (split.parts > 1) {
-    STRATA_CUDA_RETURN_IF_ERROR(internal::MergeStatesAsync(p.ws_o, p.ws_lse, split.parts, batch, num_heads,
+  if (p.key_splits > 1) {
+    STRATA_CUDA_RETURN_IF_ERROR(internal::MergeStatesAsync(p.ws_o, p.ws_lse, p.key_splits, batch, num_heads,
                                                            kv.head_dim, out, lse, stream));
   }
   return absl::OkStatus();
@@ -108,7 +161,7 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
   if (batch == 0 || rows == 0 || num_heads == 0) return absl::OkStatus();
   if (max_tokens > std::numeric_limits<int32_t>::max()) return absl::InvalidArgumentError("max_tokens too large");
   if (qo_indptr == nullptr &&
-      UseTensorCores(kernel, kv.head_dim, GqaSubgroupSize(GqaGroupSize(num_heads, kv.kv_heads)))) {
+      UseTensorCores(kernel, kv.head_dim, GqaSubgroupSize(GqaGroupSize(num_heads, kv.kv_heads)), batch, max_tokens)) {
     if (!(scale > 0.0f) || std::isinf(scale)) {  // the tensor-core kernel's running max is of unscaled scores
       return absl::InvalidArgumentError("tensor-core decode needs 0 < scale < inf");
     }
