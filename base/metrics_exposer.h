@@ -1,5 +1,7 @@
-// MetricsExposer: serves a Registry at GET /metrics over HTTP (civetweb), and any other
-// pages its owner adds (the server's status page).
+// MetricsExposer: serves a Registry's exposition (Registry::Serialize) at GET /metrics
+// over HTTP (civetweb), and any other pages its owner adds (the server's status page).
+// Not prometheus-cpp-pull's Exposer, which serves collectables and nothing else
+// (docs/DESIGN.md).
 #ifndef STRATA_BASE_METRICS_EXPOSER_H_
 #define STRATA_BASE_METRICS_EXPOSER_H_
 

@@ -1,5 +1,6 @@
 #include "base/metrics.h"
 
+#include <cmath>
 #include <thread>
 
 #include "base/http_get.h"
@@ -28,7 +29,7 @@ TEST(MetricsTest, HistogramBucketsAreCumulative) {
   h.Observe(5);
   auto samples = ParsePrometheusText(r.Serialize());
   ASSERT_TRUE(samples.ok()) << samples.status();
-  EXPECT_EQ((*samples)["lat_seconds_bucket{le=\"0.10000000000000001\"}"], 1);
+  EXPECT_EQ((*samples)["lat_seconds_bucket{le=\"0.1\"}"], 1);
   EXPECT_EQ((*samples)["lat_seconds_bucket{le=\"1\"}"], 2);
   EXPECT_EQ((*samples)["lat_seconds_bucket{le=\"+Inf\"}"], 3);
   EXPECT_EQ((*samples)["lat_seconds_count"], 3);
@@ -76,16 +77,43 @@ TEST(MetricsTest, ConcurrentIncrementsAreNotLost) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(c.Value(), 40000);
-  EXPECT_EQ(h.Count(), 40000u);
-  EXPECT_EQ(h.Sum(), 20000);
+  const prometheus::ClientMetric::Histogram collected = h.Collect().histogram;
+  EXPECT_EQ(collected.sample_count, 40000u);
+  EXPECT_EQ(collected.sample_sum, 20000);
 }
 
 TEST(MetricsTest, FormatsSpecialValues) {
-  EXPECT_EQ(FormatValue(3), "3");
-  EXPECT_EQ(FormatValue(1.0 / 0.0), "+Inf");
-  EXPECT_EQ(FormatValue(-1.0 / 0.0), "-Inf");
-  EXPECT_EQ(FormatValue(0.0 / 0.0), "NaN");
-  EXPECT_EQ(FormatValue(0.25), "0.25");
+  Registry r;
+  auto& g = r.AddGauge("v", "V.");
+  g.WithLabels({{"x", "int"}}).Set(3);
+  g.WithLabels({{"x", "inf"}}).Set(1.0 / 0.0);
+  g.WithLabels({{"x", "ninf"}}).Set(-1.0 / 0.0);
+  g.WithLabels({{"x", "nan"}}).Set(0.0 / 0.0);
+  g.WithLabels({{"x", "quarter"}}).Set(0.25);
+  std::string text = r.Serialize();
+  // Prometheus reads NaN in any case; prometheus-cpp writes "Nan".
+  EXPECT_NE(text.find("v{x=\"inf\"} +Inf\nv{x=\"int\"} 3\nv{x=\"nan\"} Nan\nv{x=\"ninf\"} -Inf\n"
+                      "v{x=\"quarter\"} 0.25\n"),
+            std::string::npos)
+      << text;
+  auto samples = ParsePrometheusText(text);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  EXPECT_EQ((*samples)["v{x=\"inf\"}"], 1.0 / 0.0);
+  EXPECT_EQ((*samples)["v{x=\"ninf\"}"], -1.0 / 0.0);
+  EXPECT_TRUE(std::isnan((*samples)["v{x=\"nan\"}"]));
+}
+
+TEST(MetricsTest, HelpIsEscapedAndSeriesSortedInRegistrationOrder) {
+  Registry r;
+  r.AddGauge("second", "Two\nlines \\ here.").WithLabels({{"b", "2"}, {"a", "1"}}).Set(1);
+  r.AddCounter("first_total", "F.");  // no series: left out
+  auto& again = r.AddGauge("second", "ignored");
+  again.WithLabels({{"a", "0"}, {"b", "9"}}).Set(2);
+  r.AddCounter("third_total", "T.").WithLabels({}).Increment();
+  EXPECT_EQ(r.Serialize(),
+            "# HELP second Two\\nlines \\\\ here.\n# TYPE second gauge\n"
+            "second{a=\"0\",b=\"9\"} 2\nsecond{a=\"1\",b=\"2\"} 1\n"
+            "# HELP third_total T.\n# TYPE third_total counter\nthird_total 1\n");
 }
 
 TEST(MetricsTest, ParserRejectsGarbageNamingTheLine) {

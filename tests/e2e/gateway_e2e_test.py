@@ -51,15 +51,21 @@ class Server:
         return self.proc.wait(timeout=30)
 
     def metrics(self):
+        """Samples keyed `name{a="x",b="y"}`, labels sorted by name whatever order they
+        were written in (the exposition's order is the server's business)."""
         body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port,
                                       timeout=10).read().decode()
         samples = {}
         for line in body.splitlines():
             if not line or line.startswith("#"):
                 continue
-            m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?)\s+(\S+)$', line)
+            m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})?\s+(\S+)$', line)
             assert m, "unparseable metrics line: %r" % line
-            samples[m.group(1)] = float(m.group(2))
+            labels = sorted(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+            key = m.group(1)
+            if labels:
+                key += "{" + ",".join('%s="%s"' % kv for kv in labels) + "}"
+            samples[key] = float(m.group(3))
         return samples
 
 
@@ -133,7 +139,7 @@ class GatewayE2eTest(unittest.TestCase):
         m = self.on.metrics()
         self.assertGreater(m['strata_prefill_tokens_total{source="reused"}'], 0)
         self.assertGreaterEqual(m['strata_cache_hits_total{tier="hbm"}'], 2)
-        self.assertGreaterEqual(m['strata_requests_total{method="strata.v1.ChatService/Chat",code="ok"}'], 3)
+        self.assertGreaterEqual(m['strata_requests_total{code="ok",method="strata.v1.ChatService/Chat"}'], 3)
 
     def test_bad_input_gets_invalid_argument_and_changes_nothing(self):
         turn(self.on, "py-victim", [("user", "keep me")], max_new=4)
