@@ -39,7 +39,7 @@ struct PrefillTcParams {
 
 // The kernel's query tile: rows per block and warps (each warp takes 16 or 32 rows), with
 // 64-key K/V tiles except k128Rows4Warps at head_dim 128 (32 keys; the 64-key form spills
-// registers and is kept for the benchmark's comparison). k16Rows1Warp (one warp, 32-key
+// registers and is kept for the benchmark's comparison). k16Rows1Warp (one warp, three stages of 32-key
 // tiles; head_dim up to 128, else the 64-row form) is the decode form: one query row per
 // sequence packs only the group's heads. kAuto chooses from the problem size and the SM
 // count.

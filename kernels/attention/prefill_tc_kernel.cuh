@@ -49,8 +49,8 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
 }
 
 template <int kHeadDim>
-constexpr int SmemBytes(int tile_rows, int key_tile) {
-  return (tile_rows + 4 * key_tile) * (kHeadDim + 8) * 2;  // Q tile + two K and two V tiles
+constexpr int SmemBytes(int tile_rows, int key_tile, int stages) {
+  return (tile_rows + 2 * stages * key_tile) * (kHeadDim + 8) * 2;  // Q tile + `stages` K and V tiles
 }
 
 // One block per (query tile, KV head and subgroup, sequence). The tile packs kGroup query
@@ -61,15 +61,16 @@ constexpr int SmemBytes(int tile_rows, int key_tile) {
 // feeds twice the MMAs (shared-memory bandwidth, not the tensor cores, bounds the one-tile
 // form), and Q's fragments are re-read from shared memory; with one they stay in
 // registers. K/V tiles of kKeyTile keys are gathered from the pages into shared memory with
-// cp.async, one tile ahead of the one in use. Scores are kept unscaled; the online softmax
+// cp.async, kStages - 1 tiles ahead of the one in use. Scores are kept unscaled; the online softmax
 // works in log2 units (exp2((s - max) * scale * log2 e)). Key tiles past the tile's last
 // query position are skipped; only tiles that cross the diagonal are masked. Blocks run
 // the heaviest (last) query tiles first.
 //
 // Shared-memory rows are padded by 16 bytes, so the 8 rows an ldmatrix reads fall in
 // different banks.
-template <int kHeadDim, int kGroup, int kWarps, int kMTiles, int kKeyTile>
+template <int kHeadDim, int kGroup, int kWarps, int kMTiles, int kKeyTile, int kStages>
 __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const PrefillTcParams p) {
+  static_assert(kStages >= 2);
   constexpr int kThreads = kWarps * 32;
   constexpr int kWarpRows = 16 * kMTiles;
   constexpr int kTileRows = kWarpRows * kWarps;
@@ -84,8 +85,8 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
   constexpr int kDimFrags = kHeadDim / 8;   // 8-dim column blocks of O
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* s_q = smem;
-  uint16_t* s_k = s_q + kTileRows * kStride;     // [2][kKeyTile][kStride]
-  uint16_t* s_v = s_k + 2 * kKeyTile * kStride;  // [2][kKeyTile][kStride]
+  uint16_t* s_k = s_q + kTileRows * kStride;           // [kStages][kKeyTile][kStride]
+  uint16_t* s_v = s_k + kStages * kKeyTile * kStride;  // [kStages][kKeyTile][kStride]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int b = blockIdx.z;
@@ -151,10 +152,20 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
     }
     CpAsyncCommit();
   };
+  // Copies tile t into buffer buf and looks up the next tile's pages (an empty group past
+  // the last tile keeps the wait counts uniform).
+  auto issue = [&](int t, int buf) {
+    if (t < key_tiles) {
+      load_kv(t, buf);
+      if (t + 1 < key_tiles) fetch_pages(t + 1);
+    } else {
+      CpAsyncCommit();
+    }
+  };
   if (kt_begin < key_tiles) {
     fetch_pages(kt_begin);
-    load_kv(kt_begin, 0);
-    if (kt_begin + 1 < key_tiles) fetch_pages(kt_begin + 1);
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i) issue(kt_begin + i, i);
   }
 
   // Q tile -> bf16 in shared memory (rows past the sequence's new tokens are zero).
@@ -198,14 +209,10 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
   }
 
   for (int kt = kt_begin; kt < key_tiles; ++kt) {
-    const int buf = (kt - kt_begin) & 1;
-    if (kt + 1 < key_tiles) {
-      load_kv(kt + 1, buf ^ 1);  // that buffer was released by the barrier ending kt - 1
-      if (kt + 2 < key_tiles) fetch_pages(kt + 2);
-    } else {
-      CpAsyncCommit();
-    }
-    CpAsyncWait<1>();
+    const int buf = (kt - kt_begin) % kStages;
+    // Into the buffer of tile kt - 1, released by the barrier that ended it.
+    issue(kt + kStages - 1, (kt - kt_begin + kStages - 1) % kStages);
+    CpAsyncWait<kStages - 1>();  // tile kt has landed
     __syncthreads();
     const uint16_t* k_tile = s_k + buf * kKeyTile * kStride;
     const uint16_t* v_tile = s_v + buf * kKeyTile * kStride;
@@ -340,11 +347,11 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
   }
 }
 
-template <int kHeadDim, int kGroup, int kWarps, int kMTiles, int kKeyTile>
+template <int kHeadDim, int kGroup, int kWarps, int kMTiles, int kKeyTile, int kStages = 2>
 cudaError_t LaunchTiles(const PrefillTcParams& p, cudaStream_t stream) {
   constexpr int kTileRows = 16 * kWarps * kMTiles;
-  constexpr int kSmem = SmemBytes<kHeadDim>(kTileRows, kKeyTile);
-  auto* kernel = PagedPrefillTcKernel<kHeadDim, kGroup, kWarps, kMTiles, kKeyTile>;
+  constexpr int kSmem = SmemBytes<kHeadDim>(kTileRows, kKeyTile, kStages);
+  auto* kernel = PagedPrefillTcKernel<kHeadDim, kGroup, kWarps, kMTiles, kKeyTile, kStages>;
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       e != cudaSuccess) {
     return e;
@@ -367,7 +374,8 @@ template <int kHeadDim, int kGroup>
 cudaError_t LaunchGroup(const PrefillTcParams& p, PrefillTcTiles tiles, cudaStream_t stream) {
   constexpr bool kAllForms = kHeadDim == 64 || kHeadDim == 128;
   if constexpr (kHeadDim <= 128) {
-    if (tiles == PrefillTcTiles::k16Rows1Warp) return LaunchTiles<kHeadDim, kGroup, 1, 1, 32>(p, stream);
+    // Three stages: one warp has two tiles in flight while it works on a third.
+    if (tiles == PrefillTcTiles::k16Rows1Warp) return LaunchTiles<kHeadDim, kGroup, 1, 1, 32, 3>(p, stream);
   }
   if constexpr (kHeadDim == 256) {
     if (tiles == PrefillTcTiles::k64Rows4Warps || tiles == PrefillTcTiles::k16Rows1Warp) {
