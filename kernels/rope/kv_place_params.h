@@ -22,6 +22,8 @@ namespace strata::kernels {
 //   k_raw[slots[r]] = bf16(k + bias_k)
 //   k_rot[slots[r]] = bf16(ApplyRope(widen(k_raw[slots[r]])))
 //   v[slots[r]] = bf16(v + bias_v)
+// With q_norm and k_norm (Qwen3), each q and k head is RMS-normed first (x / rms(x) * w,
+// eps norm_eps, as LaunchHeadRmsNorm), in the same kernel: no launch of its own.
 // Pool planes as above (one layer's).
 struct QkvPlaceParams {
   const float* qkv;
@@ -34,6 +36,9 @@ struct QkvPlaceParams {
   uint16_t* k_rot;
   uint16_t* k_raw;
   uint16_t* v;
+  const float* q_norm = nullptr;  // [head_dim] each, or both null
+  const float* k_norm = nullptr;
+  float norm_eps = 0.0f;
 };
 
 // Places stored KV of n tokens (all layers) into the pool. `stored` is a chunk payload of

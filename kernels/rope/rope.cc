@@ -60,6 +60,9 @@ absl::Status LaunchQkvRopePlace(const QkvPlaceParams& p, cudaStream_t stream) {
   if (absl::Status s = CheckSizes(p.rows, p.num_heads, p.kv_heads); !s.ok()) return s;
   if (absl::Status s = HeadDim(p.head_dim); !s.ok()) return s;
   if (p.num_heads + p.kv_heads > 65535) return absl::InvalidArgumentError("more than 65535 heads");
+  if ((p.q_norm == nullptr) != (p.k_norm == nullptr)) {
+    return absl::InvalidArgumentError("QkvRopePlace takes both q and k norms or neither");
+  }
   if (p.rows == 0) return absl::OkStatus();
   STRATA_CUDA_RETURN_IF_ERROR(internal::QkvRopePlaceAsync(p, stream));
   return absl::OkStatus();

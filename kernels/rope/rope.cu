@@ -93,6 +93,8 @@ __device__ void PlaceHead(KFn k, VFn v, int h, int32_t position, int64_t slot, i
 // Grid (rows, num_heads + kv_heads): block (r, y) rotates query head y of row r, or, for
 // y >= num_heads, places KV head y - num_heads. One block a head keeps small batches
 // (decode) spread over the GPU instead of on one multiprocessor a row.
+// With q/k norms, the head's (q or k) sum of squares is taken over the block first (at most
+// two warps: shuffles, then one shared-memory exchange).
 __global__ void QkvRopePlaceKernel(QkvPlaceParams p) {
   const int r = blockIdx.x, y = blockIdx.y;
   const int qd = p.num_heads * p.head_dim, kvd = p.kv_heads * p.head_dim, width = qd + 2 * kvd, half = p.head_dim / 2;
@@ -100,18 +102,32 @@ __global__ void QkvRopePlaceKernel(QkvPlaceParams p) {
   const float* bias = p.bias;
   const int32_t position = p.positions[r];
   auto value = [row, bias](int j) { return bias != nullptr ? row[j] + bias[j] : row[j]; };
-  if (y < p.num_heads) {
+  const bool is_q = y < p.num_heads;
+  const int h = is_q ? y : y - p.num_heads;
+  const int at = is_q ? y * p.head_dim : qd + h * p.head_dim;  // the head's q or k values
+  const float* w = is_q ? p.q_norm : p.k_norm;
+  float inv = 1.0f;
+  if (w != nullptr) {
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < p.head_dim; j += blockDim.x) ss += value(at + j) * value(at + j);
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    __shared__ float warp_ss[2];
+    if (threadIdx.x % 32 == 0) warp_ss[threadIdx.x / 32] = ss;
+    __syncthreads();
+    ss = blockDim.x > 32 ? warp_ss[0] + warp_ss[1] : warp_ss[0];
+    inv = 1.0f / sqrtf(ss / static_cast<float>(p.head_dim) + p.norm_eps);
+  }
+  auto normed = [&](int j) { return w != nullptr ? (value(at + j) * inv) * w[j] : value(at + j); };
+  if (is_q) {
     float* q = p.q_out + static_cast<int64_t>(r) * qd + y * p.head_dim;
-    const int at = y * p.head_dim;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-      Rotate(value(at + i), value(at + i + half), position, p.inv_freq[i], &q[i], &q[i + half]);
+      Rotate(normed(i), normed(i + half), position, p.inv_freq[i], &q[i], &q[i + half]);
     }
     return;
   }
-  const int h = y - p.num_heads;
-  const int k_at = qd + h * p.head_dim, v_at = qd + kvd + h * p.head_dim;
-  PlaceHead([&](int j) { return value(k_at + j); }, [&](int j) { return value(v_at + j); }, h, position, p.slots[r],
-            p.kv_heads, p.head_dim, p.inv_freq, p.k_rot, p.k_raw, p.v);
+  const int v_at = qd + kvd + h * p.head_dim;
+  PlaceHead(normed, [&](int j) { return value(v_at + j); }, h, position, p.slots[r], p.kv_heads, p.head_dim,
+            p.inv_freq, p.k_rot, p.k_raw, p.v);
 }
 
 // Grid (n, layers).

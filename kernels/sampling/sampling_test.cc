@@ -210,6 +210,45 @@ TEST_F(CudaModelKernelsTest, QkvRopePlaceMatchesCpuAndLoadGivesTheSameK) {
   }
 }
 
+// Qwen3's q/k norms inside QkvRopePlace equal HeadRmsNorm on the rows followed by the plain
+// QkvRopePlace (up to the order of the sum of squares: q within fp32 rounding, K within a
+// bf16 unit), and V is untouched by them.
+TEST_F(CudaModelKernelsTest, QkvRopePlaceWithHeadNormsEqualsHeadRmsNormThenPlace) {
+  for (int head_dim : {64, 128, 256}) {
+    const int heads = 8, kv_heads = 2, rows = 5, slots_total = 16;
+    const int qd = heads * head_dim, kvd = kv_heads * head_dim, width = qd + 2 * kvd;
+    const std::string what = "head_dim " + std::to_string(head_dim);
+    const std::vector<float> qkv = RandomFloats(rows * width, head_dim + 7, -3, 3);
+    const std::vector<float> qw = RandomFloats(head_dim, 11, 0.5f, 1.5f), kw = RandomFloats(head_dim, 12, 0.5f, 1.5f);
+    const std::vector<int32_t> positions = {0, 3, 77, 1000, 5};
+    const std::vector<int64_t> slots = {1, 2, 3, 9, 15};
+    const std::vector<float> inv_freq = RopeInvFreq(head_dim, 1000000.0f, RopeScaling{});
+    DeviceVector<float> dqkv(qkv), dnormed(qkv), dqw(qw), dkw(kw), dfreq(inv_freq);
+    DeviceVector<int32_t> dpos(positions);
+    DeviceVector<int64_t> dslots(slots);
+    ASSERT_TRUE(LaunchHeadRmsNorm({dnormed.get(), rows, width, heads, kv_heads, head_dim, dqw.get(), dkw.get(), 1e-6f},
+                                  stream_).ok());
+    Planes init(int64_t{slots_total} * kvd);
+    DeviceVector<float> q_want{std::vector<float>(rows * qd, NAN)}, q_got{std::vector<float>(rows * qd, NAN)};
+    DeviceVector<uint16_t> rot_want(init.k_rot), raw_want(init.k_raw), v_want(init.v);
+    DeviceVector<uint16_t> rot_got(init.k_rot), raw_got(init.k_raw), v_got(init.v);
+    QkvPlaceParams two{dnormed.get(), nullptr, dpos.get(), dslots.get(), rows, heads, kv_heads, head_dim, dfreq.get(),
+                       q_want.get(), rot_want.get(), raw_want.get(), v_want.get()};
+    ASSERT_TRUE(LaunchQkvRopePlace(two, stream_).ok());
+    QkvPlaceParams one{dqkv.get(), nullptr, dpos.get(), dslots.get(), rows, heads, kv_heads, head_dim, dfreq.get(),
+                       q_got.get(), rot_got.get(), raw_got.get(), v_got.get(), dqw.get(), dkw.get(), 1e-6f};
+    ASSERT_TRUE(LaunchQkvRopePlace(one, stream_).ok());
+    Sync();
+    ExpectFloatNear(q_got.ToHost(), q_want.ToHost(), what + " q");
+    ExpectBf16Near(raw_got.ToHost(), raw_want.ToHost(), 1, what + " K before RoPE");
+    ExpectBf16Near(rot_got.ToHost(), rot_want.ToHost(), 1, what + " rotated K");
+    EXPECT_EQ(v_got.ToHost(), v_want.ToHost()) << what << ": V";
+  }
+  QkvPlaceParams half{nullptr, nullptr, nullptr, nullptr, 1, 1, 1, 64, nullptr, nullptr, nullptr, nullptr, nullptr};
+  half.q_norm = reinterpret_cast<const float*>(16);
+  EXPECT_TRUE(absl::IsInvalidArgument(LaunchQkvRopePlace(half, stream_))) << "a q norm without a k norm";
+}
+
 TEST_F(CudaModelKernelsTest, PlaceStoredKvMatchesCpuOverLayers) {
   const int layers = 3, chunk = 16, n = 11, kv_heads = 2, head_dim = 64, slots_total = 32;
   const int kvd = kv_heads * head_dim;

@@ -66,13 +66,11 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
     // Attention block: x += the previous MLP output, normed into hb.
     STRATA_STEP(kernels::LaunchRmsNormToBf16({l == 0 ? nullptr : pr, xs, L.attn_norm, hs, r, h, c.rms_norm_eps}, st));
     STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wqkv, qkv.as<float>(), r, h, w}, st));
-    if (L.q_norm != nullptr) {  // Qwen3: each head of q and k normed before RoPE
-      STRATA_STEP(kernels::LaunchHeadRmsNorm({qkv.as<float>(), r, w, c.num_heads, c.num_kv_heads, c.head_dim, L.q_norm,
-                                              L.k_norm, c.rms_norm_eps}, st));
-    }
+    // Qwen3's q/k norms (each head of q and k normed before RoPE) run inside QkvRopePlace.
     kernels::QkvPlaceParams qp{qkv.as<float>(), L.bqkv, d_positions, d_slots, r, c.num_heads, c.num_kv_heads,
                                c.head_dim, weights.inv_freq, q.as<float>(), pool.k_rot() + l * layer_stride,
-                               pool.k_raw() + l * layer_stride, pool.v() + l * layer_stride};
+                               pool.k_raw() + l * layer_stride, pool.v() + l * layer_stride, L.q_norm, L.k_norm,
+                               c.rms_norm_eps};
     STRATA_STEP(kernels::LaunchQkvRopePlace(qp, st));
     if (step.groups > 0) {  // relay attention: each group reads its prefix once
       STRATA_STEP(kernels::LaunchRelayDecodeAttention(
