@@ -63,6 +63,17 @@ constexpr bool IsDispatchedHeadDim(int head_dim) {
   return false;
 }
 
+// The head dims STRATA_DISPATCH_HEAD_DIM takes, as a list (for tables kept per head dim).
+inline constexpr int kDispatchedHeadDims[] = {64, 80, 96, 128, 256};
+
+// head_dim's index in kDispatchedHeadDims, or -1.
+constexpr int DispatchedHeadDimIndex(int head_dim) {
+  for (int i = 0; i < static_cast<int>(sizeof(kDispatchedHeadDims) / sizeof(int)); ++i) {
+    if (kDispatchedHeadDims[i] == head_dim) return i;
+  }
+  return -1;
+}
+
 inline constexpr int kMaxGqaGroupSize = 64;
 
 // The query heads one block of a GQA group handles: the group itself up to 8, else its
@@ -89,6 +100,12 @@ static_assert(GqaSubgroupSize(4) == 4 && GqaSubgroupSize(16) == 8 && GqaSubgroup
               GqaSubgroupSize(65) == 0);
 static_assert(IsDispatchedHeadDim(80) && IsDispatchedHeadDim(256) && !IsDispatchedHeadDim(32) &&
               !IsDispatchedHeadDim(192));
+static_assert([] {  // the list and the macro name the same head dims
+  for (int d = 0; d <= 512; ++d) {
+    if (IsDispatchedHeadDim(d) != (DispatchedHeadDimIndex(d) >= 0)) return false;
+  }
+  return true;
+}());
 static_assert(IsDispatchedGqaGroupSize(16) && IsDispatchedGqaGroupSize(13) && !IsDispatchedGqaGroupSize(0));
 
 // Query heads per KV head: num_heads / kv_heads when kv_heads > 0 divides num_heads,

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 
 #include "kernels/attention/decode.h"
@@ -34,8 +35,8 @@ struct DecodeSplit {
 };
 
 // The tensor-core decode's blocks are one warp (the CUDA-core kernel's four), so more of
-// them are resident (5 per SM at head_dim 128, its 39 KB of shared memory each; 10 at 64):
-// the workspace is sized for parts of up to this many blocks per SM.
+// them are resident (4 per SM at head_dim 128, 57 KB of shared memory each; 7 at 64): the
+// workspace is sized for parts of up to this many blocks per SM.
 constexpr int kTensorCoreDecodeBlocksPerSm = 10;
 
 // Parts per sequence for `blocks_per_part` blocks (rows x KV heads and subgroups) of one
@@ -73,12 +74,9 @@ bool UseTensorCores(DecodeKernel kernel, int head_dim, int subgroup, int batch, 
 // Resident blocks per SM of the tensor-core decode form for this shape (the occupancy
 // calculator's, asked once per head dim and subgroup size; 0 when it cannot say).
 int TensorCoreDecodeResidentBlocks(const internal::PrefillTcParams& shape) {
-  static std::atomic<int> cache[5][9] = {};  // head dims 64, 80, 96, 128, 256 x subgroup sizes 1..8
-  int dim = -1, i = 0;
-  for (int d : {64, 80, 96, 128, 256}) {
-    if (d == shape.head_dim) dim = i;
-    ++i;
-  }
+  // Per dispatched head dim x subgroup size 1..8.
+  static std::atomic<int> cache[std::size(kDispatchedHeadDims)][9] = {};
+  const int dim = DispatchedHeadDimIndex(shape.head_dim);
   const int subgroup = GqaSubgroupSize(shape.num_heads / shape.kv_heads);
   if (dim < 0 || subgroup < 1 || subgroup > 8) return 0;
   std::atomic<int>& slot = cache[dim][subgroup];

@@ -150,9 +150,10 @@ run_writeback() {
   note "kv_load_bench --writeback: rc=$?"; cat "$OUT/kv_writeback_bench.txt" >>"$summary"
 }
 
+# run_gpu_tests TEST...: each test binary, its result line and first failures in the summary.
 run_gpu_tests() {
-  for t in cuda_model_kernels_test cuda_model_test cuda_engine_test; do
-    timeout 600 "$B/$t" --gtest_brief=1 >"$OUT/test-$t.log" 2>&1
+  for t in "$@"; do
+    timeout 900 "$B/$t" --gtest_brief=1 >"$OUT/test-$t.log" 2>&1
     note "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test-$t.log" | tr '\n' ' ')"
     grep -E 'Failure|Expected|Which is|differ' "$OUT/test-$t.log" | head -20 >>"$summary"
   done
@@ -252,14 +253,6 @@ run_batch() {
   note "batch_bench: rc=$?"; grep -E '^\||^##|global plan' "$OUT/batch_bench.txt" >>"$summary"
 }
 
-run_kernels() {
-  for t in cuda_kernels_test cuda_prefill_attention_test; do
-    timeout 900 "$B/$t" --gtest_brief=1 >"$OUT/test-$t.log" 2>&1
-    note "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test-$t.log" | tr '\n' ' ')"
-    grep -E 'Failure|Expected|Which is|differ' "$OUT/test-$t.log" | head -20 >>"$summary"
-  done
-}
-
 run_decode_bench() {
   "$B/decode_attention_bench" >"$OUT/decode_attention_bench.txt" 2>&1
   note "decode_attention_bench: rc=$?"; cat "$OUT/decode_attention_bench.txt" >>"$summary"
@@ -272,11 +265,11 @@ run_step() {
 
 for phase in "$@"; do
   case $phase in
-    tests) run_tests ;; hf) run_hf ;; sanitize) run_sanitize ;; kernels) run_kernels ;;
+    tests) run_tests ;; hf) run_hf ;; sanitize) run_sanitize ;; kernels) run_gpu_tests cuda_kernels_test cuda_prefill_attention_test ;;
     decode-bench) run_decode_bench ;;
     bench-host) run_bench bench-host --hbm_cache_bytes=0 ;; bench-hbm) run_bench bench-hbm "" ;;
     step-e2e) run_step_e2e ;; sharegpt) run_sharegpt ;; step) run_step ;;
-    hf-old) run_hf_old ;; kvload) run_kvload ;; writeback) run_writeback ;; gputests) run_gpu_tests ;;
+    hf-old) run_hf_old ;; kvload) run_kvload ;; writeback) run_writeback ;; gputests) run_gpu_tests cuda_model_kernels_test cuda_model_test cuda_engine_test ;;
     bench-ssd) run_bench_ssd ;; bench-host-history) run_bench_history bench-host --hbm_cache_bytes=0 ;;
     prompts) run_prompts ;; relay) run_relay ;; rate) run_rate ;; ppl) run_ppl ;; batch) run_batch ;;
     *) note "unknown phase $phase" ;;
