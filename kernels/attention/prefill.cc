@@ -3,9 +3,11 @@
 #include "kernels/launch_checks.h"
 
 #if defined(STRATA_WITH_CUDA)
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/attention/merge_launch.h"
 #include "kernels/attention/prefill_launch.h"
 #include "kernels/cuda_check.h"
 #include "kernels/dispatch.h"
@@ -19,7 +21,36 @@ namespace {
 
 bool AlignedTo(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+// The split's output parts start on 16 bytes (the kernel stores float2).
+int64_t Align4(int64_t floats) { return (floats + 3) / 4 * 4; }
+
+int64_t PartFloats(const PrefillSplitShape& s, int splits) {
+  return Align4(int64_t{s.rows} * splits * s.num_heads * s.head_dim);
+}
+
 }  // namespace
+
+int PrefillKeySplits(const PrefillSplitShape& s) {
+  if (s.batch <= 0 || s.rows <= 0 || s.max_new_tokens <= 0 || s.kv_heads <= 0 || s.num_heads % s.kv_heads != 0) {
+    return 1;
+  }
+  const int group = s.num_heads / s.kv_heads, subgroup = GqaSubgroupSize(group);
+  if (subgroup == 0) return 1;
+  const int64_t per_tile = int64_t{s.kv_heads} * (group / subgroup) * s.batch;
+  const int64_t sms = CurrentDeviceSmCount();
+  // PagedPrefillAttentionTcAsync's own rule: 128-row tiles already give every SM two blocks.
+  if ((int64_t{s.max_new_tokens} * subgroup + 127) / 128 * per_tile >= 2 * sms) return 1;
+  const int64_t blocks = (int64_t{s.max_new_tokens} * subgroup + 63) / 64 * per_tile;
+  const int64_t want = (2 * sms + blocks - 1) / blocks;
+  const int64_t most = std::min<int64_t>(kPrefillMaxKeySplits, s.max_keys / kPrefillMinSplitKeys);
+  return static_cast<int>(std::clamp<int64_t>(want, 1, std::max<int64_t>(1, most)));
+}
+
+int64_t PrefillAttentionWorkspaceFloats(const PrefillSplitShape& s) {
+  const int splits = PrefillKeySplits(s);
+  if (splits <= 1) return 0;
+  return PartFloats(s, splits) + int64_t{s.rows} * splits * s.num_heads;
+}
 
 internal::PrefillTcParams internal::ToTcParams(const PrefillAttentionTcParams& params) {
   internal::PrefillTcParams p{};
@@ -68,14 +99,28 @@ absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& param
     return absl::InvalidArgumentError("prefill attention needs q, k_pages, v_pages 16-byte and out 8-byte aligned");
   }
   if (batch == 0 || rows == 0 || max_new_tokens == 0) return absl::OkStatus();
-  const internal::PrefillTcParams p = internal::ToTcParams(params);
-  STRATA_CUDA_RETURN_IF_ERROR(internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::kAuto, stream));
+  internal::PrefillTcParams p = internal::ToTcParams(params);
+  const PrefillSplitShape shape{batch, rows, max_new_tokens, num_heads, kv.kv_heads, kv.head_dim, params.max_keys};
+  const int splits = params.workspace != nullptr ? PrefillKeySplits(shape) : 1;
+  if (splits <= 1) {
+    STRATA_CUDA_RETURN_IF_ERROR(internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::kAuto, stream));
+    return absl::OkStatus();
+  }
+  if (!AlignedTo(params.workspace, 16)) return absl::InvalidArgumentError("prefill attention's workspace: 16-byte aligned");
+  p.key_splits = splits;
+  p.ws_o = params.workspace;
+  p.ws_lse = params.workspace + PartFloats(shape, splits);
+  STRATA_CUDA_RETURN_IF_ERROR(internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::k64Rows4Warps, stream));
+  STRATA_CUDA_RETURN_IF_ERROR(
+      internal::MergeStatesAsync(p.ws_o, p.ws_lse, splits, rows, num_heads, kv.head_dim, out, params.lse, stream));
   return absl::OkStatus();
 }
 
 #else  // !STRATA_WITH_CUDA
 
 absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams&, cudaStream_t) { return internal::NoCuda(); }
+int PrefillKeySplits(const PrefillSplitShape&) { return 1; }
+int64_t PrefillAttentionWorkspaceFloats(const PrefillSplitShape&) { return 0; }
 
 #endif  // STRATA_WITH_CUDA
 

@@ -3,7 +3,7 @@
 // LaunchPagedPrefillAttention runs decode.h's split-K kernel per query row on CUDA cores
 // (fp32 accuracy), LaunchPagedPrefillAttentionTc is the engine's prefill on Hopper/Ampere
 // tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulation and softmax),
-// FlashAttention-2 style, without a workspace.
+// FlashAttention-2 style, split along the keys when given a workspace and few query tiles.
 #ifndef STRATA_KERNELS_ATTENTION_PREFILL_H_
 #define STRATA_KERNELS_ATTENTION_PREFILL_H_
 
@@ -50,8 +50,16 @@ absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams& p, cudaSt
 // rounded to bf16 before P·V, all sums in fp32: bf16-operand accuracy, within 1e-2 of the
 // CPU twin relative to the output's norm (typically 2e-3); lse is off by at most about
 // the largest shift of a score from rounding q, 2^-9 * scale * sum_i |q_i k_i| (the
-// softmax sum itself is fp32). Each output depends only on its own query row and its
-// sequence's KV (no split along the sequence), so results do not change with the batch.
+// softmax sum itself is fp32). Without a workspace each output depends only on its own
+// query row and its sequence's KV, so results do not change with the batch; with one, the
+// split (PrefillKeySplits) follows the step's shape, as the decode kernel's does.
+//
+// Split along the keys: a step with few query tiles over long histories — a returning
+// turn's new tokens over its cached conversation — would leave most SMs idle, one block per
+// tile walking every key. Given `workspace` (PrefillAttentionWorkspaceFloats floats) and
+// `max_keys` (the most keys any of the batch's sequences has), the launch splits each
+// tile's keys into PrefillKeySplits parts, blocks of 64-row tiles, and merges them on
+// log-sum-exp (merge_launch.h) into out / lse: one launch more.
 struct PrefillAttentionTcParams {
   const float* q;
   PagedKv kv;
@@ -64,8 +72,24 @@ struct PrefillAttentionTcParams {
   // Not causal: every query row of sequence b sees all of b's keys, as if it came after
   // them (relay attention's system part: a group's queries against their shared prefix).
   bool all_keys = false;
+  float* workspace = nullptr;  // null: no split
+  int64_t max_keys = 0;
 };
 absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& p, cudaStream_t stream);
+
+// The step's shape as the split sees it.
+struct PrefillSplitShape {
+  int batch = 0, rows = 0, max_new_tokens = 0, num_heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t max_keys = 0;
+};
+// Parts along the keys (1: no split): enough 64-row blocks for two per SM when the step has
+// fewer, each part at least kPrefillMinSplitKeys keys, at most kPrefillMaxKeySplits. Without
+// CUDA, 1.
+inline constexpr int kPrefillMaxKeySplits = 16;
+inline constexpr int64_t kPrefillMinSplitKeys = 1024;
+int PrefillKeySplits(const PrefillSplitShape& s);
+// Floats of the split's workspace (0 when PrefillKeySplits is 1).
+int64_t PrefillAttentionWorkspaceFloats(const PrefillSplitShape& s);
 
 namespace internal {
 struct PrefillTcParams;

@@ -84,8 +84,10 @@ std::string Describe(const Case& c) {
 class CudaPrefillAttentionTest : public test_support::GpuTest {
  protected:
 
-  // Runs the case on the device and the CPU twin and compares them.
-  void Check(const Case& c, uint32_t seed) {
+  // Runs the case on the device and the CPU twin and compares them; returns the parts the
+  // entry point splits the keys into when given a workspace (each run and compared too).
+  int Check(const Case& c, uint32_t seed) {
+    int splits = 1;
     const std::string what = Describe(c);
     const int batch = static_cast<int>(c.lengths.size());
     const int heads = c.kv_heads * c.group, d = c.head_dim;
@@ -118,14 +120,32 @@ class CudaPrefillAttentionTest : public test_support::GpuTest {
       if (tiles == Tiles::kAuto) {
         const absl::Status s = LaunchPagedPrefillAttentionTc({dq.get(), dp.view, dqo.get(), batch, rows, heads, scale,
                                                               max_new, dout.get(), dlse.get()}, stream_);
-        ASSERT_TRUE(s.ok()) << form << ": " << s;
+        EXPECT_TRUE(s.ok()) << form << ": " << s;
       } else {
         const internal::PrefillTcParams p{dq.get(), dp.view.k_pages, dp.view.v_pages, dp.view.indptr,
                                           dp.view.indices, dp.view.last_page_len, dqo.get(), c.page_size,
                                           c.kv_heads, d, heads, batch, max_new, scale, dout.get(), dlse.get()};
-        ASSERT_EQ(internal::PagedPrefillAttentionTcAsync(p, tiles, stream_), cudaSuccess) << form;
+        EXPECT_EQ(internal::PagedPrefillAttentionTcAsync(p, tiles, stream_), cudaSuccess) << form;
       }
-      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
+      EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
+      Compare(dout.ToHost(), dlse.ToHost(), want, want_lse, lse_tol, rows, heads, d, form);
+    }
+    // Split along the keys, as the engine launches it (a workspace and its longest sequence).
+    const PrefillSplitShape shape{batch, rows, max_new, heads, c.kv_heads, d,
+                                  *std::max_element(c.lengths.begin(), c.lengths.end())};
+    splits = PrefillKeySplits(shape);
+    if (splits > 1) {
+      const std::string form = what + " split in " + std::to_string(splits);
+      DeviceVector<float> ws{std::vector<float>(static_cast<size_t>(PrefillAttentionWorkspaceFloats(shape)),
+                                                std::nanf(""))};
+      DeviceVector<float> dout{std::vector<float>(q.size(), std::nanf(""))},
+          dlse{std::vector<float>(want_lse.size(), std::nanf(""))};
+      PrefillAttentionTcParams p{dq.get(), dp.view, dqo.get(), batch, rows, heads, scale, max_new, dout.get(), dlse.get()};
+      p.workspace = ws.get();
+      p.max_keys = shape.max_keys;
+      const absl::Status s = LaunchPagedPrefillAttentionTc(p, stream_);
+      EXPECT_TRUE(s.ok()) << form << ": " << s;
+      EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
       Compare(dout.ToHost(), dlse.ToHost(), want, want_lse, lse_tol, rows, heads, d, form);
     }
     // One new row per sequence is a decode: both decode kernels, to the same tolerances.
@@ -139,11 +159,12 @@ class CudaPrefillAttentionTest : public test_support::GpuTest {
             dlse{std::vector<float>(want_lse.size(), std::nanf(""))};
         const absl::Status s = LaunchPagedDecodeAttention(
             {dq.get(), dp.view, batch, heads, scale, max_tokens, ws.get(), dout.get(), dlse.get(), kernel}, stream_);
-        ASSERT_TRUE(s.ok()) << form << ": " << s;
-        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
+        EXPECT_TRUE(s.ok()) << form << ": " << s;
+        EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
         Compare(dout.ToHost(), dlse.ToHost(), want, want_lse, lse_tol, rows, heads, d, form);
       }
     }
+    return splits;
   }
 
   // Per (row, head): 2 * 2^-9 * scale * max_t sum_i |q_i k_ti| + 1e-4 (see the top).
@@ -245,6 +266,24 @@ TEST_F(CudaPrefillAttentionTest, LongPromptLlamaShapesMatchCpu) {
   // Llama-3-8B's attention shape (8 KV heads of 128, 4 query heads each) on a long prompt.
   Case c{{1100}, {1100}, 8, 4, 128, 16, 1.0f};
   Check(c, 400);
+}
+
+TEST_F(CudaPrefillAttentionTest, ReturningTurnsSplitTheirKeysAndMatchCpu) {
+  // A returning turn: a few new rows over a long history, too few query tiles to fill the
+  // SMs, so the keys are split and the parts merged. Every head dim, groups with and
+  // without subgroups, a second sequence shorter than a part, new rows crossing tile
+  // boundaries, a sharp softmax; and Llama-3-8B's shape at 16K.
+  uint32_t seed = 600;
+  for (int head_dim : {64, 80, 96, 128, 256}) {
+    for (int group : {1, 4, 7, 16}) {
+      Case c{{4100, 900}, {33, 17}, 2, group, head_dim, 16, 1.0f};
+      EXPECT_GT(Check(c, seed++), 1) << Describe(c);
+    }
+  }
+  Case sharp{{6000, 3000, 1}, {80, 1, 1}, 2, 4, 128, 32, 4.0f};
+  EXPECT_GT(Check(sharp, seed++), 1);
+  Case llama{{16464}, {80}, 8, 4, 128, 16, 1.0f};
+  EXPECT_GT(Check(llama, seed++), 1);
 }
 
 TEST_F(CudaPrefillAttentionTest, RejectsShapesItDoesNotTake) {

@@ -79,12 +79,16 @@ absl::Status CudaModel::Impl::ReserveStep(int64_t rows, int64_t logit_rows, int6
     relay.max_group_rows = relay_step->max_group_rows;
     relay.max_prefix_tokens = relay_step->prefix_bucket;
   }
+  int64_t attn_ws_floats = kernels::RelayDecodeWorkspaceFloats(relay);
+  if (relay_step != nullptr && SplitsPrefill(*relay_step)) {  // one after the other on the stream: shared
+    attn_ws_floats = std::max(attn_ws_floats, kernels::PrefillAttentionWorkspaceFloats(PrefillShape(*relay_step)));
+  }
   const int64_t h = c.hidden_size, qd = c.q_dim(), ffn = c.intermediate_size;
   for (auto [buf, bytes] : {std::pair{&x, 4 * rows * h}, {&proj, 4 * rows * h}, {&hb, 2 * rows * std::max(h, qd)},
                             {&qkv, 4 * rows * qkv_width()}, {&q, 4 * rows * qd}, {&attn, 4 * rows * qd},
                             {&ab, 2 * rows * qd}, {&gu, 4 * rows * 2 * ffn}, {&act, 2 * rows * ffn},
                             {&logits, 4 * logit_rows * c.vocab_size}, {&lb, 2 * logit_rows * h},
-                            {&attn_ws, 4 * kernels::RelayDecodeWorkspaceFloats(relay)}}) {
+                            {&attn_ws, 4 * attn_ws_floats}}) {
     if (absl::Status s = buf->Reserve(bytes, &generation); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -224,6 +228,8 @@ absl::Status CudaModel::RandomizeKvPool(uint64_t seed) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
   return absl::OkStatus();
 }
+
+void CudaModel::set_prefill_key_splits(bool on) { impl_->options.prefill_key_splits = on; }
 
 const ModelConfig& CudaModel::config() const { return impl_->config; }
 uint64_t CudaModel::fingerprint() const { return impl_->fingerprint; }

@@ -55,6 +55,10 @@ struct CudaModelOptions {
   // H100 (relay_attention_bench, docs/BENCHMARKS.md) it breaks even near 12-14K tokens
   // saved (4 rows on a 4K prompt, 8 on a 2K one): groups saving fewer run plain.
   int64_t relay_min_saved_tokens = 16384;
+  // Prefill steps with few query tiles over long histories (a returning turn's new tokens)
+  // split each tile's keys across the SMs and merge the parts (kernels/attention/prefill.h).
+  // Off: one block per tile walks every key (kept for the benchmark's comparison).
+  bool prefill_key_splits = true;
 };
 
 class CudaModel final : public ModelBackend {
@@ -108,6 +112,8 @@ class CudaModel final : public ModelBackend {
   // For benchmarks: fills every page of the pool with random bf16 values, so decode steps
   // can be timed at long contexts without computing them first.
   absl::Status RandomizeKvPool(uint64_t seed);
+  // For benchmarks: CudaModelOptions::prefill_key_splits, changed between steps.
+  void set_prefill_key_splits(bool on);
 
   // Sizes, for logs and benchmarks.
   int64_t weight_bytes() const;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/attention/prefill.h"
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/device_memory.h"
 #include "model/cuda/device_weights.h"
@@ -90,6 +91,15 @@ struct CudaModel::Impl {
   absl::Status Enqueue(const cuda_internal::Step& step, bool wait_loads);
 
   int qkv_width() const { return config.q_dim() + 2 * config.kv_dim(); }
+  // The prompt chunks of `step` as the prefill's split along the keys sees them.
+  kernels::PrefillSplitShape PrefillShape(const cuda_internal::Step& step) const {
+    return {step.n_seq - step.decodes, step.rows - step.decodes, step.max_new,
+            config.num_heads,          config.num_kv_heads,      config.head_dim, step.max_prompt_keys};
+  }
+  // Whether `step`'s prefill splits its keys (workspace in attn_ws).
+  bool SplitsPrefill(const cuda_internal::Step& step) const {
+    return options.prefill_key_splits && step.decodes < step.n_seq && kernels::PrefillKeySplits(PrefillShape(step)) > 1;
+  }
   // Makes the model's GPU current on the calling thread (the engine loop is not the
   // thread that created the model).
   absl::Status UseDevice() const;
@@ -100,7 +110,8 @@ struct CudaModel::Impl {
   absl::Status Init(int device);
   absl::Status AllocatePool();
   // Grows the step workspaces for `rows` rows, `logit_rows` sampled rows and `decodes`
-  // decode rows over at most `max_tokens` tokens (and the relay groups of `relay_step`).
+  // decode rows over at most `max_tokens` tokens (and the relay groups and the prefill's
+  // split along the keys of `relay_step`).
   absl::Status ReserveStep(int64_t rows, int64_t logit_rows, int64_t decodes, int64_t max_tokens,
                            const cuda_internal::Step* relay_step = nullptr);
   // For saving `count` tokens of `seq` from `begin` to a chunk payload of

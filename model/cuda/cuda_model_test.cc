@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "kernels/attention/prefill.h"
 #include "kernels/testing/delay.h"
 #include "model/cpu/cpu_model.h"
 #include "gtest/gtest.h"
@@ -115,6 +116,55 @@ TEST_F(CudaModelTest, EveryDispatchedHeadSizeAndLargeGroupsMatchTheCpuBackend) {
                          std::to_string(shape.heads) + ":" + std::to_string(shape.kv_heads) + " heads of " +
                              std::to_string(shape.head_dim));
   }
+}
+
+TEST_F(CudaModelTest, ReturningTurnsSplitTheirKeysAndMatchTheCpuBackend) {
+  // Returning turns: three sequences' new tokens over histories of 3000-5000 tokens in one
+  // step, whose few query tiles split their keys across the SMs (kernels/attention/
+  // prefill.h); with the split on and off and against the CPU backend.
+  const ModelConfig c = Config();
+  const std::vector<int> history{5000, 3000, 4500}, turn{40, 23, 9};
+  ASSERT_GT(kernels::PrefillKeySplits({3, 72, 40, c.num_heads, c.num_kv_heads, c.head_dim, 5040}), 1)
+      << "the shape this test is for no longer splits";
+  auto turn_logits = [&](ModelBackend& m) {
+    std::vector<std::vector<float>> logits(3, std::vector<float>(static_cast<size_t>(c.vocab_size)));
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<std::unique_ptr<SequenceState>> seqs;
+    std::vector<ForwardEntry> step;
+    for (int b = 0; b < 3; ++b) {
+      tokens.push_back(Tokens(history[b] + turn[b], 5 + b));
+      auto seq = m.NewSequence(history[b] + turn[b]);
+      EXPECT_TRUE(seq.ok()) << seq.status();
+      if (!seq.ok()) return logits;
+      seqs.push_back(std::move(*seq));
+      ForwardEntry first{seqs.back().get(), 0, absl::Span<const int32_t>(tokens[b].data(), history[b])};
+      EXPECT_TRUE(m.Forward({&first, 1}).ok());
+      step.push_back(ForwardEntry{seqs.back().get(), history[b],
+                                  absl::Span<const int32_t>(tokens[b].data() + history[b], turn[b]),
+                                  logits[b].data()});
+    }
+    EXPECT_TRUE(m.Forward(step).ok());
+    return logits;
+  };
+  CpuModel cpu(ModelWeights::Random(c, 13, {}));
+  const auto want = turn_logits(cpu);
+  std::vector<std::vector<float>> got[2];
+  for (int split = 0; split < 2; ++split) {
+    CudaModelOptions o = SmallPool();
+    o.prefill_key_splits = split;
+    auto cuda = CudaModel::Create(ModelWeights::Random(c, 13, {}), o);
+    ASSERT_TRUE(cuda.ok()) << cuda.status();
+    got[split] = turn_logits(**cuda);
+  }
+  int agree = 0;  // top-1 as ExpectCudaMatchesCpu: bf16 may tip a near-tie
+  for (int b = 0; b < 3; ++b) {
+    for (int split = 0; split < 2; ++split) {
+      EXPECT_LT(RelativeError(got[split][b], want[b]), 3e-2) << "sequence " << b << " split " << split;
+      agree += Argmax(got[split][b]) == Argmax(want[b]);
+    }
+    EXPECT_LT(RelativeError(got[1][b], got[0][b]), 5e-3) << "sequence " << b << ": the parts merge to the unsplit";
+  }
+  EXPECT_GE(agree, 4) << "top-1 agreement with the CPU backend " << agree << "/6";
 }
 
 TEST_F(CudaModelTest, LoadedKvGivesTheSameLogitsAsComputedKv) {

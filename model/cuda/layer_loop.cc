@@ -47,6 +47,8 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
   const auto* d_relay_last = reinterpret_cast<const int32_t*>(dm + off.relay_last);
 
   const int r = step.rows;
+  // The prefill's split along the keys shares attn_ws with the decode attention before it.
+  float* prefill_ws = SplitsPrefill(step) ? attn_ws.as<float>() : nullptr;
   const int h = c.hidden_size, qd = c.q_dim(), ffn = c.intermediate_size, w = qkv_width();
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const int64_t layer_stride = pool.layer_stride();
@@ -88,7 +90,7 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
       STRATA_STEP(kernels::LaunchPagedPrefillAttentionTc(
           {q.as<float>() + first, pool.LayerKv(l, d_indptr + step.decodes, d_indices, d_last + step.decodes),
           d_qo_prompt, step.n_seq - step.decodes, r - step.decodes, c.num_heads, scale, step.max_new,
-          attn.as<float>() + first, nullptr}, st));
+          attn.as<float>() + first, nullptr, false, prefill_ws, step.max_prompt_keys}, st));
     }
     STRATA_STEP(kernels::LaunchToBf16({attn.as<float>(), ab.as<uint16_t>(), int64_t{r} * qd}, st));
     STRATA_STEP(kernels::LaunchMatMulBf16({ab.as<uint16_t>(), L.wo, pr, r, qd, h}, st));

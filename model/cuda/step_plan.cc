@@ -115,6 +115,7 @@ absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c
       max_tokens = std::max(max_tokens, len - skipped);
     } else {
       step.max_new = std::max(step.max_new, static_cast<int>(e.tokens.size()));
+      step.max_prompt_keys = std::max(step.max_prompt_keys, len);
     }
   }
   plan->rows = rows;

@@ -56,6 +56,7 @@ struct Step {
   int rows = 0, n_seq = 0, logit_rows = 0;
   int decodes = 0;
   int max_new = 0;         // most new rows of one prompt sequence
+  int64_t max_prompt_keys = 0;  // most tokens (cached + new) of one prompt sequence (sets the prefill's split)
   int64_t max_tokens = 0;  // bounds every decode row's own pages' tokens (sets the decode kernel's split)
   // Relay groups (none without relay attention): their number, rows, largest group, and
   // the bucket (ContextBucket) of their longest prefix.

@@ -25,6 +25,16 @@ ABSL_FLAG(bool, cuda_relay_attention, true,
           "serve: on the GPU, decodes of sessions on one shared system prompt read its KV once per step as a "
           "group (relay attention); off, each session reads the shared pages itself");
 
+ABSL_FLAG(bool, cuda_prefill_key_splits, true,
+          "serve: on the GPU, prompt chunks with few new tokens over a long history (a returning turn) split "
+          "their keys across the SMs; off, one block per query tile reads every key");
+
+ABSL_FLAG(int, cuda_kv_read_buffer_layers, 8,
+          "serve: on the GPU, layers of stored KV the read buffer holds while a cached history loads layer by "
+          "layer (each up to --cuda_kv_read_group_tokens tokens)");
+ABSL_FLAG(int64_t, cuda_kv_read_group_tokens, 8192,
+          "serve: on the GPU, most tokens of one layer's stored KV moved through the read buffer at a time");
+
 namespace strata::server::cli {
 
 std::string TargetFromFlags() {
@@ -40,6 +50,9 @@ engine::ServedModelOptions ServedModelFromFlags() {
   o.backend.cuda.kv_memory_fraction = absl::GetFlag(FLAGS_kv_memory_fraction);
   o.backend.cuda.share_prefixes = absl::GetFlag(FLAGS_cuda_share_prefixes);
   o.backend.cuda.relay_attention = absl::GetFlag(FLAGS_cuda_relay_attention);
+  o.backend.cuda.prefill_key_splits = absl::GetFlag(FLAGS_cuda_prefill_key_splits);
+  o.backend.cuda.kv_read_buffer_layers = absl::GetFlag(FLAGS_cuda_kv_read_buffer_layers);
+  o.backend.cuda.kv_read_group_tokens = absl::GetFlag(FLAGS_cuda_kv_read_group_tokens);
   return o;
 }
 

@@ -3,7 +3,10 @@
 //   - decode step time at batch 1/8/32/64 x context 1K/8K, as a fraction of the HBM
 //     roofline: (weight bytes + KV bytes read per step) / measured copy bandwidth;
 //   - prefill of one 512..8K-token prompt: tokens/s and MFU against the measured bf16
-//     matrix-product peak (cuBLAS, 8192^3) and the H100 SXM datasheet's 989 TFLOP/s.
+//     matrix-product peak (cuBLAS, 8192^3) and the H100 SXM datasheet's 989 TFLOP/s;
+//   - a returning turn: 80 new tokens over a 1K..30K-token history already in HBM (the
+//     compute of a cached turn's new tokens), with the prefill's split along the keys on
+//     and off, against max(bytes / copy bandwidth, FLOPs / matrix peak).
 // HF transformers on the same GPU and shapes: tests/bench/model_bench_hf.py.
 //
 //   model_bench [--models=llama3-8b,llama3-1b] [--quick] [--graphs=0]
@@ -33,11 +36,11 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The named shape (ModelConfig::Named; an unknown name is llama3-1b's) with an 8K window.
+// The named shape (ModelConfig::Named; an unknown name is llama3-1b's) with a 30K window.
 ModelConfig Shape(const std::string& name) {
   auto named = ModelConfig::Named(name);
   ModelConfig c = named.ok() ? *named : *ModelConfig::Named("llama3-1b");
-  c.max_context = 8192 + 64;
+  c.max_context = 30720 + 256;
   return c;
 }
 
@@ -246,6 +249,48 @@ void Run(const std::string& name, bool quick, bool graphs, double copy_bw, doubl
     const double flops = 2.0 * n * layer_params * c.num_layers + 2.0 * h * v + attn_flops;
     std::printf("%-8d %12.2f %12.0f %12.1f %10.2f %10.2f\n", n, t * 1e3, n / t, flops / t / 1e12, flops / t / peak,
                 flops / t / 989e12);
+  }
+
+  // A returning turn whose history is in HBM: the step that computes its new tokens (the
+  // answer's 16 and the user's 64, as strata bench's sweep sends them), timed with the
+  // prefill's split along the keys on and off. Floor: every weight and the history's KV read
+  // once at the copy rate, or the FLOPs at the matrix peak, whichever is longer.
+  const int turn = 80;
+  std::printf("%-8s %-6s %12s %12s %12s %10s %10s\n", "history", "new", "split_ms", "unsplit_ms", "floor_ms",
+              "fraction", "speedup");
+  for (int history : {1024, 4096, 16384, 30720}) {
+    if (quick && history > 4096) break;
+    if (history + turn > capacity_tokens) continue;
+    std::vector<int32_t> tokens(static_cast<size_t>(turn));
+    for (int i = 0; i < turn; ++i) tokens[i] = (i * 7919 + history) % c.vocab_size;
+    auto seq = m.NewSequence(history + turn);
+    if (!seq.ok()) {
+      std::printf("%-8d %s\n", history, std::string(seq.status().message()).c_str());
+      break;
+    }
+    double ms[2];
+    for (int split = 1; split >= 0; --split) {
+      m.set_prefill_key_splits(split);
+      std::vector<double> times;
+      for (int rep = 0; rep < (quick ? 3 : 8); ++rep) {
+        int32_t greedy = -1;
+        ForwardEntry e{seq->get(), history, absl::Span<const int32_t>(tokens), nullptr, &greedy};
+        const double t0 = Now();
+        if (absl::Status st = m.Forward({&e, 1}); !st.ok()) {
+          std::printf("forward: %s\n", std::string(st.message()).c_str());
+          return;
+        }
+        if (rep >= 2) times.push_back(Now() - t0);
+      }
+      ms[split] = Median(times) * 1e3;
+    }
+    m.set_prefill_key_splits(true);
+    const double attn_flops = 4.0 * turn * (history + turn / 2.0) * c.q_dim() * c.num_layers;
+    const double flops = 2.0 * turn * layer_params * c.num_layers + 2.0 * h * v + attn_flops;
+    const double bytes = weights_read + turn * (embed_bytes / v) + (history + turn) * kv_token_bytes;
+    const double floor_ms = std::max(bytes / copy_bw, flops / peak) * 1e3;
+    std::printf("%-8d %-6d %12.3f %12.3f %12.3f %10.2f %9.2fx\n", history, turn, ms[1], ms[0], floor_ms,
+                floor_ms / ms[1], ms[0] / ms[1]);
   }
 }
 
