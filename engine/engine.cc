@@ -13,6 +13,13 @@
 
 namespace strata::engine {
 
+namespace {
+
+// How often an idle engine looks at its write-backs in flight.
+constexpr absl::Duration kSavePoll = absl::Microseconds(500);
+
+}  // namespace
+
 absl::Status EngineOptions::Validate() const {
   if (max_running <= 0 || max_step_tokens <= 0 || max_new_tokens_limit <= 0 || max_queued <= 0 ||
       warmup_tokens < 0 || min_shared_prompt_tokens < 0 || max_idle_shared_prompts < 0 || max_queued_per_tenant < 0 ||
@@ -214,9 +221,16 @@ std::vector<Engine::Queued> Engine::AdmitLocked(std::vector<Promotion>* promote)
         continue;
       }
       std::string key = storage::SessionMapKey(it->request.key);
+      it->borrow = 0;
+      SaveInFlight* lender = nullptr;
       if (active_sessions_.contains(key)) {
-        ++it;  // the session's previous turn is still running: this one waits its turn
-        continue;
+        // The session's previous turn is still running: this one waits its turn, unless
+        // that turn is only being written back and this one can run on its sequence.
+        lender = LendingSave(*it);
+        if (lender == nullptr) {
+          ++it;
+          continue;
+        }
       }
       if (it->load == Queued::Load::kUnchecked) {
         it->load = Queued::Load::kReady;
@@ -255,6 +269,10 @@ std::vector<Engine::Queued> Engine::AdmitLocked(std::vector<Promotion>* promote)
       if (!PromptReadyLocked(*it, &jobs)) {
         ++it;  // waits for its shared prompt's KV
         continue;
+      }
+      if (lender != nullptr) {
+        lender->lent = true;  // the session's turn-taking is this turn's from now
+        it->borrow = lender->ticket;
       }
       active_sessions_.insert(std::move(key));
       if (pass == 1) --batch_room;
@@ -306,9 +324,13 @@ void Engine::StartPromotions(std::vector<Promotion> promote) {
 
 absl::StatusOr<std::unique_ptr<model::SequenceState>> Engine::TakeSequence(
     const Queued& queued, int64_t capacity, int64_t* hbm_tokens, std::shared_ptr<const model::SequenceState> prefix,
-    int64_t base_tokens) {
+    int64_t base_tokens, uint64_t* lent_by) {
   *hbm_tokens = 0;
+  *lent_by = 0;
   const storage::SessionKey& key = queued.request.key;
+  if (prefix == nullptr && !queued.recompute) {
+    if (auto borrowed = BorrowSaving(queued, capacity, hbm_tokens, lent_by)) return borrowed;
+  }
   if (hbm_ != nullptr && !queued.recompute && !queued.request.batch && hbm_->Contains(key)) {
     if (!store_->Get(key).ok()) {
       hbm_->Drop(key);  // dropped or expired meanwhile: the resident copy goes with it
@@ -374,7 +396,8 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   }
   const absl::Time admitted = absl::Now();  // its prefill starts: a sequence, cached KV loaded
   int64_t hbm_tokens = 0;
-  auto seq = TakeSequence(queued, capacity, &hbm_tokens, prefix, base_tokens);
+  uint64_t lent_by = 0;
+  auto seq = TakeSequence(queued, capacity, &hbm_tokens, prefix, base_tokens, &lent_by);
   if (!seq.ok()) {
     if (absl::IsResourceExhausted(seq.status()) && !running_.empty()) return nullptr;  // waits for room
     Abandon(queued, seq.status());
@@ -393,6 +416,8 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   r->base_tokens = base_tokens;
   r->base = std::move(base);
   r->admitted = admitted;
+  r->lent_by = lent_by;
+  r->lent_tokens = lent_by != 0 ? hbm_tokens : 0;
   if (metrics_) metrics_->TurnStarted(*r);
   const int64_t prompt = static_cast<int64_t>(r->tokens.size());
   // The shared prompt's tokens are in its sequence already; the session's own follow.
@@ -451,22 +476,26 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
 
 void Engine::Loop() {
   for (;;) {
-    // Idle, nothing but write-backs in flight: wait for them (their sessions' next turns
-    // may be what is queued).
-    ReleaseSaves(/*wait=*/running_.empty());
+    ReleaseSaves(/*wait=*/false);
     std::vector<Queued> admitted;
     std::vector<Promotion> promote;
     {
       MutexLock lock(&mu_);
       if (running_.empty()) {
         // Idle: sleep until a turn can start. (The condition reads only guarded state: absl
-        // may evaluate it on another thread.)
+        // may evaluate it on another thread.) With write-backs in flight, wake every
+        // kSavePoll to see them land: a session's next turn may wait for one (or borrow its
+        // sequence at once), and the thread is never held by a copy.
         auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           return stopping_ || std::any_of(queue_.begin(), queue_.end(), [](const Queued& q) {
                    return q.load != Queued::Load::kPromoting && !q.prompt_waiting;
                  });
         };
-        mu_.Await(has_work);
+        if (saves_in_flight_.empty()) {
+          mu_.Await(has_work);
+        } else {
+          (void)mu_.AwaitWithTimeout(has_work, kSavePoll);
+        }
       }
       if (stopping_) break;
       admitted = AdmitLocked(&promote);
@@ -497,6 +526,9 @@ void Engine::Loop() {
     }
     if (!waiting.empty()) Requeue(std::move(waiting));
     StartLoads(loaded);
+    // Nothing runs, and the queued turns wait for their sessions' write-backs: poll them
+    // without spinning.
+    if (running_.empty() && !saves_in_flight_.empty()) absl::SleepFor(kSavePoll);
     Step();
     ReleaseLoads(/*wait=*/false);
     ReleaseSaves(/*wait=*/false);
@@ -581,7 +613,7 @@ void Engine::Step() {
     for (Running* r : in_batch) {
       if (metrics_) metrics_->TurnEnded(TurnEnd::kError, *r);
       r->stream->Fail(absl::InternalError(absl::StrCat("the model step failed: ", s.message())));
-      r->seq.reset();
+      ReleaseSequence(*r);
       MutexLock lock(&mu_);
       active_sessions_.erase(r->session_key);
       LeavePromptLocked(r->prompt_job, r->prompt_key, s);

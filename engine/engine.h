@@ -167,6 +167,9 @@ class Engine {
     bool prompt_job = false;
     std::string prompt_key;
     bool prompt_waiting = false;
+    // Admitted beside its session's write-back, whose sequence it borrows (that save's
+    // ticket; 0: none).
+    uint64_t borrow = 0;
   };
   struct SharedPrompt;
   struct Promotion {
@@ -175,6 +178,7 @@ class Engine {
   };
   struct Running;
   struct Metrics;
+  struct SaveInFlight;
 
   Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend> model, const text::Tokenizer* tokenizer,
          storage::SessionStore* store, metrics::Registry* registry);
@@ -195,9 +199,23 @@ class Engine {
   // prefix with the prompt (`*hbm_tokens` says how long), else a new one, making room
   // from the HBM tier as needed. ResourceExhausted when the memory is not there now.
   // On a shared prompt (`prefix`, of `base_tokens` tokens) a new sequence is made on it.
+  // `*lent_by`: the save ticket when the sequence was borrowed (BorrowSaving).
   absl::StatusOr<std::unique_ptr<model::SequenceState>> TakeSequence(
       const Queued& queued, int64_t capacity, int64_t* hbm_tokens, std::shared_ptr<const model::SequenceState> prefix,
-      int64_t base_tokens);
+      int64_t base_tokens, uint64_t* lent_by);
+  // A turn whose session's previous turn is still being written back may run on that
+  // turn's sequence at once when its prompt extends every token saved (it writes only
+  // positions the copy does not read): the write-back in flight that can lend it, or null.
+  // Engine loop (admission included: it runs there).
+  SaveInFlight* LendingSave(const Queued& queued);
+  // Takes the sequence of the save the turn was admitted to borrow (Queued::borrow),
+  // grown to `capacity`; null when that save has completed or the sequence cannot grow now
+  // (the turn then starts as any other).
+  std::unique_ptr<model::SequenceState> BorrowSaving(const Queued& queued, int64_t capacity, int64_t* tokens,
+                                                     uint64_t* lent_by);
+  // Ends the turn's hold on its sequence: back to the save that lent it while that save is
+  // in flight, else freed.
+  void ReleaseSequence(Running& r);
   // Shared prompts (system_prompts.cc). Whether turns with a system part of `tokens`
   // tokens run on a shared prompt.
   bool SharesSystemPrompt(int64_t tokens) const;
@@ -292,7 +310,9 @@ class Engine {
   std::vector<storage::ChunkLease> round_leases_;  // queued this admission round
   // Turns' KV on its way to the host tier (asynchronous write-back), oldest first (engine
   // loop only). The sequence is held (its pages untouched) until the copy completes; the
-  // session stays in active_sessions_ until then, so its next turn waits for it alone.
+  // session stays in active_sessions_ until then, so its next turn waits for it alone —
+  // unless that turn extends every saved token and borrows the sequence (`lent`: the
+  // session's turn-taking is the borrower's from then on).
   struct SaveInFlight {
     uint64_t ticket;  // the backend's (MarkKvSaves)
     uint64_t fill;    // the store's (SaveAsync)
@@ -303,6 +323,7 @@ class Engine {
     int64_t base_tokens = 0;      // the shared prompt's length for a sequence on one
     // A prompt job's sequence, shared with the turns on the prompt: read by the copy, kept.
     std::shared_ptr<model::SequenceState> shared;
+    bool lent = false;
   };
   std::deque<SaveInFlight> saves_in_flight_;
   std::thread loop_;

@@ -115,6 +115,54 @@ bool Engine::StartSave(Running& r, std::shared_ptr<model::SequenceState> shared)
   return false;
 }
 
+Engine::SaveInFlight* Engine::LendingSave(const Queued& queued) {
+  if (hbm_ == nullptr || !hbm_->enabled() || queued.request.batch || queued.prompt_job || !queued.prompt_key.empty()) {
+    return nullptr;
+  }
+  const std::string session_key = storage::SessionMapKey(queued.request.key);
+  for (auto it = saves_in_flight_.rbegin(); it != saves_in_flight_.rend(); ++it) {
+    if (it->session_key != session_key) continue;
+    // The session's latest save: one on a shared prompt, or already lent, lends nothing.
+    if (it->lent || it->seq == nullptr || it->shared != nullptr || it->base_tokens != 0) return nullptr;
+    const std::vector<int32_t>& saved = it->tokens;
+    const std::vector<int32_t>& prompt = queued.request.prompt;
+    // The turn computes at least its last prompt token, after every saved one.
+    if (prompt.size() <= saved.size() || !std::equal(saved.begin(), saved.end(), prompt.begin())) return nullptr;
+    return &*it;
+  }
+  return nullptr;
+}
+
+std::unique_ptr<model::SequenceState> Engine::BorrowSaving(const Queued& queued, int64_t capacity, int64_t* tokens,
+                                                           uint64_t* lent_by) {
+  if (queued.borrow == 0) return nullptr;
+  auto f = std::find_if(saves_in_flight_.begin(), saves_in_flight_.end(),
+                        [&](const SaveInFlight& s) { return s.ticket == queued.borrow; });
+  if (f == saves_in_flight_.end() || f->seq == nullptr) return nullptr;
+  // Grown in place: the pages the copy reads stay where they are.
+  absl::Status grown;
+  while (!(grown = model_->ResizeSequence(*f->seq, capacity)).ok() && absl::IsResourceExhausted(grown) &&
+         hbm_->EvictOne()) {
+  }
+  if (!grown.ok()) return nullptr;
+  *tokens = static_cast<int64_t>(f->tokens.size());
+  *lent_by = f->ticket;
+  return std::move(f->seq);
+}
+
+void Engine::ReleaseSequence(Running& r) {
+  if (r.lent_by != 0 && r.seq != nullptr) {
+    for (SaveInFlight& f : saves_in_flight_) {
+      if (f.ticket != r.lent_by) continue;
+      // The save's tokens are still what the sequence holds first: kept as the save
+      // would have kept them (ReleaseSaves shrinks it to them).
+      f.seq = std::move(r.seq);
+      return;
+    }
+  }
+  r.seq.reset();
+}
+
 void Engine::End(Running& r, FinishReason reason) {
   const bool saving = !r.request.batch && StartSave(r, nullptr);  // a batch turn has no session
   {
@@ -139,7 +187,7 @@ void Engine::End(Running& r, FinishReason reason) {
     if (metrics_) metrics_->TurnEnded(reason == FinishReason::kLength ? TurnEnd::kLength : TurnEnd::kStop, r);
     r.stream->Finish(result);
   }
-  r.seq.reset();  // marks the turn as ended for the step's clean-up (a saving one moved it)
+  ReleaseSequence(r);  // marks the turn as ended for the step's clean-up (a saving one moved it)
   if (saving) return;  // the session stays active until its write-back completes
   MutexLock lock(&mu_);
   active_sessions_.erase(r.session_key);
@@ -168,9 +216,16 @@ void Engine::ReleaseSaves(bool wait) {
       // Saved to the host tier: the sequence may stay in HBM for the session's next turn
       // (a shared prompt's stays with the prompt).
       if (f.seq != nullptr) hbm_->Keep(f.key, std::move(f.seq), std::move(f.tokens), f.base_tokens);
+      // A turn running on the sequence lent by this save may keep the chunks it stored.
+      for (auto& r : running_) {
+        if (r->lent_by == f.ticket) r->keep = std::max(r->keep, r->lent_tokens);
+      }
+    }
+    for (auto& r : running_) {
+      if (r->lent_by == f.ticket) r->lent_by = 0;  // its sequence is its own now
     }
     f.seq.reset();
-    {
+    if (!f.lent) {  // a borrower's session stays active while its turn runs
       MutexLock lock(&mu_);
       active_sessions_.erase(f.session_key);
     }

@@ -1,8 +1,9 @@
 // Asynchronous write-back, on a CPU backend whose saves complete only when the test says
 // (as a GPU's write stream completes later): the batch goes on while a turn's KV is on its
 // way to the host tier, the session is not served from chunks not yet filled, its next
-// turn waits for that session's copy alone and then reuses the KV, and a failed copy
-// drops the session (the next turn recomputes and answers the same).
+// turn runs on the sequence at once when it extends every saved token (else it waits for
+// that session's copy alone), and a failed copy drops the session (the next turn
+// recomputes and answers the same).
 #include <atomic>
 #include <memory>
 #include <string>
@@ -91,13 +92,14 @@ class LateSavesBackend final : public testing::CpuBackendWrapper {
 
 class WriteBackTest : public ::testing::Test {
  protected:
-  void Build(bool late, bool cache = true) {
+  // `keep_store`: a new engine (nothing resident in its HBM tier) on the same store.
+  void Build(bool late, bool cache = true, bool keep_store = false) {
     engine_.reset();
-    store_.reset();
+    if (!keep_store) store_.reset();
     control_ = std::make_shared<LateSavesBackend::Control>();
     const model::ModelConfig c = SmallConfig();
     auto cpu = std::make_unique<model::CpuModel>(model::ModelWeights::Random(c, 99, tokenizer_.SilentTokens()));
-    if (cache) store_ = HostOnlyStore(c, cpu->weights().fingerprint());
+    if (cache && !keep_store) store_ = HostOnlyStore(c, cpu->weights().fingerprint());
     std::unique_ptr<model::ModelBackend> backend = std::move(cpu);
     if (late) {
       backend = std::make_unique<LateSavesBackend>(
@@ -133,7 +135,7 @@ class WriteBackTest : public ::testing::Test {
   std::unique_ptr<Engine> engine_;
 };
 
-TEST_F(WriteBackTest, ANextTurnWaitsForItsSessionsCopyAloneThenReusesIt) {
+TEST_F(WriteBackTest, TheBatchGoesOnBesideACopyAndTheNextTurnReusesTheKv) {
   Build(/*late=*/false, /*cache=*/false);
   const std::vector<TurnOutput> want = Conversation();
   Build(/*late=*/true);
@@ -143,9 +145,83 @@ TEST_F(WriteBackTest, ANextTurnWaitsForItsSessionsCopyAloneThenReusesIt) {
     EXPECT_EQ(got[i].tokens, want[i].tokens) << "turn " << i;
   }
   EXPECT_GT(control_->polled_not_done.load(), 0) << "the batch never ran beside a copy in flight";
-  // a's second turn started only once a's copy completed: from the HBM tier, all reused.
+  // a's second turn ran on a's sequence (lent by its copy in flight): from the HBM tier.
   EXPECT_GT(got[1].result.usage.cached_tokens, 0);
   EXPECT_EQ(got[1].result.cache_tier, storage::Tier::kHbm);
+}
+
+// A session's next turn does not wait for the previous turn's write-back: it runs on that
+// turn's sequence at once (an HBM hit) while the copy is held; the copy lands while it
+// runs, and what the two saves stored (the second keeping the first's chunks) serves a
+// third turn from the host tier — a new engine on the same store — with the answers of an
+// engine without the cache.
+TEST_F(WriteBackTest, ANextTurnRunsOnItsSessionsSequenceWhileTheCopyIsInFlight) {
+  auto conversation = [&](bool late) {
+    std::vector<TurnOutput> out;
+    std::vector<text::ChatMessage> a = {{"user", "Hello there, strata."}};
+    out.push_back(Collect(Submit("a", a)));
+    a.push_back({"assistant", out.back().text});
+    a.push_back({"user", "Tell me more about caches."});
+    auto second = Submit("a", a, 120);
+    TurnStream::Event first;
+    EXPECT_TRUE(second->Next(&first, absl::Seconds(60)));
+    EXPECT_FALSE(first.done.has_value());
+    if (late) {
+      EXPECT_FALSE(control_->release) << "the second turn waited for the first's copy";
+      EXPECT_EQ(control_->polled_not_done.load() > 0, true);
+    }
+    control_->release = true;  // the first turn's copy lands while the second runs
+    out.push_back(Collect(second));
+    out.back().tokens.insert(out.back().tokens.begin(), first.token_ids.begin(), first.token_ids.end());
+    out.back().text = first.text + out.back().text;
+    a.push_back({"assistant", out.back().text});
+    a.push_back({"user", "And the tiers?"});
+    if (late) Build(/*late=*/false, /*cache=*/true, /*keep_store=*/true);
+    out.push_back(Collect(Submit("a", a)));
+    return out;
+  };
+  Build(/*late=*/false, /*cache=*/false);
+  const std::vector<TurnOutput> want = conversation(false);
+  Build(/*late=*/true);
+  const std::vector<TurnOutput> got = conversation(true);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status;
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "turn " << i;
+  }
+  EXPECT_EQ(got[1].result.cache_tier, storage::Tier::kHbm);
+  EXPECT_GT(got[1].result.usage.cached_tokens, 0);
+  // The third turn: everything the second turn held, from the chunks both saves wrote.
+  EXPECT_EQ(got[2].result.cache_tier, storage::Tier::kHost);
+  EXPECT_GE(got[2].result.usage.cached_tokens,
+            got[1].result.usage.prompt_tokens + static_cast<int64_t>(got[1].tokens.size()) - 1);
+}
+
+// A next turn that does not extend what the copy in flight saves (the conversation was
+// edited) would overwrite KV the copy still reads: it waits for that copy, then answers
+// as without the cache.
+TEST_F(WriteBackTest, AnEditedNextTurnWaitsForTheCopy) {
+  auto conversation = [&](bool late) {
+    std::vector<TurnOutput> out;
+    out.push_back(Collect(Submit("a", {{"user", "Hello there, strata."}})));
+    auto second = Submit("a", {{"user", "Hello there, strata!"}, {"assistant", "Hi."}, {"user", "Caches?"}});
+    TurnStream::Event e;
+    if (late) {
+      EXPECT_FALSE(second->Next(&e, absl::Milliseconds(300))) << "ran over KV its session's copy still reads";
+    }
+    control_->release = true;
+    out.push_back(Collect(second));
+    return out;
+  };
+  Build(/*late=*/false, /*cache=*/false);
+  const std::vector<TurnOutput> want = conversation(false);
+  Build(/*late=*/true);
+  const std::vector<TurnOutput> got = conversation(true);
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status;
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "turn " << i;
+  }
+  EXPECT_GT(got[1].result.usage.cached_tokens, 0) << "the shared start of the edited turn is reused";
 }
 
 TEST_F(WriteBackTest, AFailedCopyDropsTheSessionAndTheNextTurnRecomputes) {
