@@ -67,6 +67,9 @@ ABSL_FLAG(std::string, new_tokens, "64", "bench sweep: comma-separated new token
 ABSL_FLAG(std::string, concurrency, "1", "bench sweep: comma-separated numbers of sessions sending turn 2 at once");
 ABSL_FLAG(int, sweep_answer_tokens, 4, "bench sweep: answer tokens of turn 1");
 ABSL_FLAG(int, sweep_output_tokens, 8, "bench sweep: answer tokens of turn 2");
+ABSL_FLAG(double, sweep_gap_ms, 0,
+          "bench sweep: pause between turn 1 and turn 2 (e.g. 500: turn 1's write-back lands first, so the history is "
+          "settled in its tier; 0: turn 2 follows at once, beside the write-back)");
 ABSL_FLAG(int, sweep_repeats, 1,
           "bench sweep: run each shape this many times, one after another (fresh sessions), as one sample set");
 ABSL_FLAG(bool, sweep_from_ssd, false,
@@ -196,7 +199,8 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
                              .concurrency = static_cast<int>(k),
                              .answer_tokens = absl::GetFlag(FLAGS_sweep_answer_tokens),
                              .output_tokens = absl::GetFlag(FLAGS_sweep_output_tokens),
-                             .seed = c.synthetic.seed};
+                             .seed = c.synthetic.seed,
+                             .gap_ms = absl::GetFlag(FLAGS_sweep_gap_ms)};
             if (absl::Status s = shape.Validate(); !s.ok()) return Bad(absl::StrCat("--", s.message()));
             c.shapes.push_back(shape);
           }

@@ -188,7 +188,7 @@ class Runner {
         for (int s : waiting_) ids.push_back(options_.session_prefix + workload_.sessions[s].session_id);
         options_.between_rounds(ids);
       }
-      const double now = NowMs();
+      const double now = NowMs() + workload_.round_gap_ms;
       for (int s : waiting_) due_.push(Due{now, s});
       round_pending_ = static_cast<int64_t>(waiting_.size());
       waiting_.clear();

@@ -121,6 +121,7 @@ absl::Status SweepShape::Validate() const {
   if (concurrency < 1) return absl::InvalidArgumentError("concurrency must be >= 1");
   if (answer_tokens < 1) return absl::InvalidArgumentError("sweep_answer_tokens must be >= 1");
   if (output_tokens < 1) return absl::InvalidArgumentError("sweep_output_tokens must be >= 1");
+  if (!(gap_ms >= 0)) return absl::InvalidArgumentError("sweep_gap_ms must be >= 0");
   return absl::OkStatus();
 }
 
@@ -129,6 +130,7 @@ absl::StatusOr<Workload> MakeSweepWorkload(const SweepShape& shape) {
   Workload w;
   w.name = "sweep";
   w.turn_barrier = true;
+  w.round_gap_ms = shape.gap_ms;
   for (int i = 0; i < shape.concurrency; ++i) {
     TokenSource source(shape.seed, static_cast<uint64_t>(i));
     WorkloadSession s;

@@ -44,6 +44,8 @@ struct Workload {
   // When true, no session's turn k+1 is sent before every session's turn k has finished
   // (a sweep releases all second turns at once).
   bool turn_barrier = false;
+  // With turn_barrier: each round starts this long after the last one ended.
+  double round_gap_ms = 0;
 
   int64_t TotalTurns() const;
   bool operator==(const Workload&) const = default;
@@ -97,7 +99,10 @@ struct SweepShape {
   int32_t answer_tokens = 4;
   int32_t output_tokens = 8;
   uint64_t seed = 1;
-  // InvalidArgument naming the field unless every field is >= 1.
+  // Pause between turn 1 ending and turn 2 being sent (the write-back of turn 1 lands
+  // meanwhile, so a cache-tier test sees the history settled in its tier).
+  double gap_ms = 0;
+  // InvalidArgument naming the field unless every field is >= 1 (gap_ms >= 0).
   absl::Status Validate() const;
 };
 

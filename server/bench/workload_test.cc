@@ -183,6 +183,11 @@ TEST(SweepWorkloadTest, EachSessionSendsHistoryThenNewTokensInLockstep) {
   }
   EXPECT_EQ(ids.size(), 5u) << "session ids must be distinct";
   EXPECT_EQ(MakeSweepWorkload({.concurrency = 0}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(w->round_gap_ms, 0) << "turn 2 follows turn 1 at once by default";
+  absl::StatusOr<Workload> gapped = MakeSweepWorkload({.gap_ms = 500});
+  ASSERT_TRUE(gapped.ok()) << gapped.status();
+  EXPECT_EQ(gapped->round_gap_ms, 500);
+  EXPECT_EQ(MakeSweepWorkload({.gap_ms = -1}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -9,6 +9,11 @@
 #   bench-host  strata bench on random:llama3-8b: TTFT cached (history on host, HBM tier
 #             off) vs recomputed by history, and at 32 and 64 concurrent sessions
 #   bench-hbm the same with the HBM tier on (the history still resident in the KV pool)
+#   bench-host-history, bench-hbm-history  the one-session history sweeps alone
+#   bench-host-settled  the host history sweep with turn 2 sent 500 ms after turn 1 (its
+#             write-back landed: the history is settled on host)
+#   nosplit   both history sweeps with the prefill's split along the keys off (no cache-off
+#             server: compare with the sweeps above)
 #   step-e2e  the decode step seen end to end (64 sessions x 1K, 128 tokens)
 #   hf-old    check_hf_logits with devbundle-old (an older strata, for comparison)
 #   sharegpt  strata bench's ShareGPT-shaped workload at two rates, cache on vs off
@@ -113,11 +118,11 @@ run_bench() {
   note "$tag concurrent sweep: rc=$?"; cat "$OUT/$tag-concurrent.txt" >>"$summary"
 }
 
-# The history sweep alone (one session at a time).
+# The history sweep alone (one session at a time); COMPARE= leaves out the cache-off server.
 run_bench_history() {
   local tag=$1 extra=$2
   "$B/strata" bench --sweep --history=1024,4096,16384,30720 --new_tokens=64 --concurrency=1 --sweep_repeats=3 \
-    --sweep_answer_tokens=16 --compare=cache_off --serve_flags="$SERVE8B $extra --host_cache_bytes=$((16 << 30))" \
+    --sweep_answer_tokens=16 ${COMPARE-"--compare=cache_off"} ${SWEEP_GAP:+--sweep_gap_ms=$SWEEP_GAP} --serve_flags="$SERVE8B $extra --host_cache_bytes=$((16 << 30))" \
     --json="$OUT/$tag-history.json" >"$OUT/$tag-history.txt" 2>"$OUT/$tag-history.err"
   note "$tag history sweep: rc=$?"; cat "$OUT/$tag-history.txt" >>"$summary"
 }
@@ -271,6 +276,10 @@ for phase in "$@"; do
     step-e2e) run_step_e2e ;; sharegpt) run_sharegpt ;; step) run_step ;;
     hf-old) run_hf_old ;; kvload) run_kvload ;; writeback) run_writeback ;; gputests) run_gpu_tests cuda_model_kernels_test cuda_model_test cuda_engine_test ;;
     bench-ssd) run_bench_ssd ;; bench-host-history) run_bench_history bench-host --hbm_cache_bytes=0 ;;
+    bench-hbm-history) run_bench_history bench-hbm "" ;;
+    bench-host-settled) SWEEP_GAP=500 run_bench_history bench-host-settled --hbm_cache_bytes=0 ;;
+    nosplit) COMPARE= run_bench_history bench-hbm-nosplit --cuda_prefill_key_splits=false
+             COMPARE= run_bench_history bench-host-nosplit "--hbm_cache_bytes=0 --cuda_prefill_key_splits=false" ;;
     prompts) run_prompts ;; relay) run_relay ;; rate) run_rate ;; ppl) run_ppl ;; batch) run_batch ;;
     *) note "unknown phase $phase" ;;
   esac
