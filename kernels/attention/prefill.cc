@@ -106,11 +106,14 @@ absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& param
     STRATA_CUDA_RETURN_IF_ERROR(internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::kAuto, stream));
     return absl::OkStatus();
   }
-  if (!AlignedTo(params.workspace, 16)) return absl::InvalidArgumentError("prefill attention's workspace: 16-byte aligned");
+  if (!AlignedTo(params.workspace, 16)) {
+    return absl::InvalidArgumentError("prefill attention's workspace must be 16-byte aligned");
+  }
   p.key_splits = splits;
   p.ws_o = params.workspace;
   p.ws_lse = params.workspace + PartFloats(shape, splits);
-  STRATA_CUDA_RETURN_IF_ERROR(internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::k64Rows4Warps, stream));
+  STRATA_CUDA_RETURN_IF_ERROR(
+      internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::k64Rows4Warps, stream));
   STRATA_CUDA_RETURN_IF_ERROR(
       internal::MergeStatesAsync(p.ws_o, p.ws_lse, splits, rows, num_heads, kv.head_dim, out, params.lse, stream));
   return absl::OkStatus();

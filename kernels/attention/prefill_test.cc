@@ -140,7 +140,8 @@ class CudaPrefillAttentionTest : public test_support::GpuTest {
                                                 std::nanf(""))};
       DeviceVector<float> dout{std::vector<float>(q.size(), std::nanf(""))},
           dlse{std::vector<float>(want_lse.size(), std::nanf(""))};
-      PrefillAttentionTcParams p{dq.get(), dp.view, dqo.get(), batch, rows, heads, scale, max_new, dout.get(), dlse.get()};
+      PrefillAttentionTcParams p{dq.get(), dp.view, dqo.get(), batch,      rows,
+                                 heads,    scale,   max_new,   dout.get(), dlse.get()};
       p.workspace = ws.get();
       p.max_keys = shape.max_keys;
       const absl::Status s = LaunchPagedPrefillAttentionTc(p, stream_);
