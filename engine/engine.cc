@@ -417,7 +417,6 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   r->base = std::move(base);
   r->admitted = admitted;
   r->lent_by = lent_by;
-  r->lent_tokens = lent_by != 0 ? hbm_tokens : 0;
   if (metrics_) metrics_->TurnStarted(*r);
   const int64_t prompt = static_cast<int64_t>(r->tokens.size());
   // The shared prompt's tokens are in its sequence already; the session's own follow.

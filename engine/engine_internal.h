@@ -208,11 +208,10 @@ struct Engine::Running {
   int64_t base_tokens = 0;
   std::string base;
   // A turn that took its session's sequence from the previous turn's write-back still in
-  // flight (Engine::BorrowSaving): that save's ticket (0: none) and its tokens. Until the
-  // save completes, the sequence goes back to it rather than being freed (the copy still
-  // reads its pages), and the turn keeps none of the stored chunks on its own save.
+  // flight (Engine::BorrowSaving): that save's ticket (0: none). Until the save completes,
+  // the sequence goes back to it rather than being freed (the copy still reads its pages),
+  // and the turn keeps none of the stored chunks on its own save.
   uint64_t lent_by = 0;
-  int64_t lent_tokens = 0;
 };
 
 }  // namespace strata::engine

@@ -140,11 +140,7 @@ std::unique_ptr<model::SequenceState> Engine::BorrowSaving(const Queued& queued,
                         [&](const SaveInFlight& s) { return s.ticket == queued.borrow; });
   if (f == saves_in_flight_.end() || f->seq == nullptr) return nullptr;
   // Grown in place: the pages the copy reads stay where they are.
-  absl::Status grown;
-  while (!(grown = model_->ResizeSequence(*f->seq, capacity)).ok() && absl::IsResourceExhausted(grown) &&
-         hbm_->EvictOne()) {
-  }
-  if (!grown.ok()) return nullptr;
+  if (!hbm_->Resize(*f->seq, capacity).ok()) return nullptr;
   *tokens = static_cast<int64_t>(f->tokens.size());
   *lent_by = f->ticket;
   return std::move(f->seq);
@@ -215,11 +211,13 @@ void Engine::ReleaseSaves(bool wait) {
       store_->FinishFill(f.fill, absl::OkStatus());
       // Saved to the host tier: the sequence may stay in HBM for the session's next turn
       // (a shared prompt's stays with the prompt).
-      if (f.seq != nullptr) hbm_->Keep(f.key, std::move(f.seq), std::move(f.tokens), f.base_tokens);
-      // A turn running on the sequence lent by this save may keep the chunks it stored.
+      // A turn running on the sequence this save lent keeps the chunks it filled.
       for (auto& r : running_) {
-        if (r->lent_by == f.ticket) r->keep = std::max(r->keep, r->lent_tokens);
+        if (r->lent_by != 0 && r->lent_by == f.ticket) {
+          r->keep = std::max(r->keep, static_cast<int64_t>(f.tokens.size()));
+        }
       }
+      if (f.seq != nullptr) hbm_->Keep(f.key, std::move(f.seq), std::move(f.tokens), f.base_tokens);
     }
     for (auto& r : running_) {
       if (r->lent_by == f.ticket) r->lent_by = 0;  // its sequence is its own now

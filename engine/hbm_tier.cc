@@ -82,11 +82,7 @@ absl::StatusOr<std::optional<HbmTier::Taken>> HbmTier::Take(const storage::Sessi
   Resident taken = std::move(it->second);
   resident_.erase(it);
   bytes_ -= taken.bytes;
-  absl::Status grown;
-  while (!(grown = model_->ResizeSequence(*taken.seq, capacity - base_tokens)).ok() && absl::IsResourceExhausted(grown) &&
-         EvictOne()) {
-  }
-  if (!grown.ok()) {
+  if (absl::Status grown = Resize(*taken.seq, capacity - base_tokens); !grown.ok()) {
     bytes_ += taken.bytes;
     resident_.emplace(map_key, std::move(taken));
     Publish();
@@ -94,6 +90,14 @@ absl::StatusOr<std::optional<HbmTier::Taken>> HbmTier::Take(const storage::Sessi
   }
   Publish();
   return Taken{std::move(taken.seq), match};
+}
+
+absl::Status HbmTier::Resize(model::SequenceState& seq, int64_t capacity_tokens) {
+  absl::Status resized;
+  while (!(resized = model_->ResizeSequence(seq, capacity_tokens)).ok() && absl::IsResourceExhausted(resized) &&
+         EvictOne()) {
+  }
+  return resized;
 }
 
 bool HbmTier::EvictOne() {

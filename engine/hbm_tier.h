@@ -69,6 +69,9 @@ class HbmTier {
 
   // Frees the resident session that leaves first under the policy. False when none is left.
   bool EvictOne();
+  // Resizes `seq` (not a resident one) to `capacity_tokens`, evicting resident sessions in
+  // policy order while the memory is short: ResourceExhausted once none is left to evict.
+  absl::Status Resize(model::SequenceState& seq, int64_t capacity_tokens);
   // Drops the session's resident copy, if any.
   void Drop(const storage::SessionKey& key);
   bool Contains(const storage::SessionKey& key) const;

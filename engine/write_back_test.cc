@@ -168,7 +168,7 @@ TEST_F(WriteBackTest, ANextTurnRunsOnItsSessionsSequenceWhileTheCopyIsInFlight) 
     EXPECT_FALSE(first.done.has_value());
     if (late) {
       EXPECT_FALSE(control_->release) << "the second turn waited for the first's copy";
-      EXPECT_EQ(control_->polled_not_done.load() > 0, true);
+      EXPECT_GT(control_->polled_not_done.load(), 0) << "the copy was never seen in flight";
     }
     control_->release = true;  // the first turn's copy lands while the second runs
     out.push_back(Collect(second));

@@ -15,6 +15,10 @@ inline absl::Status CheckSizes(int64_t a, int64_t b = 0, int64_t c = 0) {
   return absl::OkStatus();
 }
 
+// Floats rounded up so that a workspace's next sub-buffer starts on 16 bytes (kernels
+// store float2 / float4 into them).
+inline int64_t Align4Floats(int64_t floats) { return (floats + 3) / 4 * 4; }
+
 // What every Launch* returns when strata was built without CUDA.
 inline absl::Status NoCuda() { return absl::UnimplementedError("strata was built without CUDA"); }
 

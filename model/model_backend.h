@@ -119,8 +119,11 @@ class ModelBackend {
   // The reverse: writes the KV of tokens [begin, begin + count) of `seq` (K before RoPE,
   // as the projection produced it) into a chunk payload, which holds it once
   // KvSavesDone says so for a ticket from MarkKvSaves taken after the call (or
-  // FinishKvSaves returns). Until then `seq` must not change or go (no Forward or LoadKv
-  // into it, no resize, not destroyed): a device backend still reads its pages.
+  // FinishKvSaves returns). Until then the rows saved must stay as they are and `seq` must
+  // not shrink or go: a device backend still reads them. It may grow (a device backend adds
+  // pages without moving the held ones; a host backend's saves complete as called), and
+  // Forward or LoadKv may write positions after every row being saved — a session's next
+  // turn runs on it that way (engine/engine_kv.cc).
   virtual absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                               const storage::ChunkLayout& layout) = 0;
 

@@ -21,11 +21,9 @@ namespace {
 
 bool AlignedTo(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-// The split's output parts start on 16 bytes (the kernel stores float2).
-int64_t Align4(int64_t floats) { return (floats + 3) / 4 * 4; }
-
+// The split's output parts; their lse follow.
 int64_t PartFloats(const PrefillSplitShape& s, int splits) {
-  return Align4(int64_t{s.rows} * splits * s.num_heads * s.head_dim);
+  return internal::Align4Floats(int64_t{s.rows} * splits * s.num_heads * s.head_dim);
 }
 
 }  // namespace

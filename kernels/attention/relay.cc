@@ -33,16 +33,15 @@ int SystemSplits(const RelayShape& s) {
   return static_cast<int>(std::clamp<int64_t>(want, 1, std::max<int64_t>(1, s.max_prefix_tokens / kMinSplitKeys)));
 }
 
-// Sub-buffers of the workspace start on 16 bytes (the kernels store float2 / float4).
-int64_t Align4(int64_t floats) { return (floats + 3) / 4 * 4; }
+using internal::Align4Floats;
 
 }  // namespace
 
 int64_t RelayDecodeWorkspaceFloats(const RelayShape& s) {
   if (s.rows <= 0 || s.num_heads <= 0 || s.head_dim <= 0) return 0;
   const int splits = SystemSplits(s);
-  return Align4(DecodeWorkspaceFloats(s.rows, s.num_heads, s.head_dim, s.max_context_tokens)) +
-         Align4(int64_t{s.rows} * s.num_heads) + Align4(int64_t{s.grouped_rows} * splits * s.num_heads * s.head_dim) +
+  return Align4Floats(DecodeWorkspaceFloats(s.rows, s.num_heads, s.head_dim, s.max_context_tokens)) +
+         Align4Floats(int64_t{s.rows} * s.num_heads) + Align4Floats(int64_t{s.grouped_rows} * splits * s.num_heads * s.head_dim) +
          int64_t{s.grouped_rows} * splits * s.num_heads;
 }
 
@@ -60,8 +59,8 @@ absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t
   const RelayShape shape{p.rows,      p.groups,    p.grouped_rows,       p.max_group_rows,   p.num_heads,
                          kv.kv_heads, kv.head_dim, p.max_context_tokens, p.max_prefix_tokens};
   const int64_t head_floats = int64_t{p.num_heads} * kv.head_dim;
-  float* ctx_lse = p.workspace + Align4(DecodeWorkspaceFloats(p.rows, p.num_heads, kv.head_dim, p.max_context_tokens));
-  float* parts_o = ctx_lse + Align4(int64_t{p.rows} * p.num_heads);
+  float* ctx_lse = p.workspace + Align4Floats(DecodeWorkspaceFloats(p.rows, p.num_heads, kv.head_dim, p.max_context_tokens));
+  float* parts_o = ctx_lse + Align4Floats(int64_t{p.rows} * p.num_heads);
   // The context part (it validates the shapes the system part shares).
   if (absl::Status s = LaunchPagedDecodeAttention(
           {p.q, kv, p.rows, p.num_heads, p.scale, p.max_context_tokens, p.workspace, p.out, ctx_lse}, stream);
@@ -71,7 +70,7 @@ absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t
   if (p.groups == 0) return absl::OkStatus();
   if (p.groups > 65535) return absl::InvalidArgumentError("relay attention takes at most 65535 groups");
   const int splits = SystemSplits(shape);
-  float* parts_lse = parts_o + Align4(int64_t{p.grouped_rows} * splits * head_floats);
+  float* parts_lse = parts_o + Align4Floats(int64_t{p.grouped_rows} * splits * head_floats);
   PrefillAttentionTcParams prompt_part{p.q,         p.prefixes, p.group_rows,     p.groups, p.grouped_rows,
                                        p.num_heads, p.scale,    p.max_group_rows, nullptr,  nullptr};
   prompt_part.all_keys = true;
