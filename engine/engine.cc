@@ -63,7 +63,10 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend
     : options_(options), model_(std::move(model)), tokenizer_(tokenizer), store_(store) {
   context_tokens_ = options_.max_context > 0 ? std::min<int64_t>(options_.max_context, model_->config().max_context)
                                              : model_->config().max_context;
-  if (registry != nullptr) metrics_ = std::make_unique<Metrics>(*registry, options.metrics_tenant_label);
+  if (registry != nullptr) {
+    metrics_ = std::make_unique<Metrics>(*registry, options.metrics_tenant_label);
+    ExportKvTransferMetrics(*registry, model_.get());
+  }
   if (store_ != nullptr) {
     hbm_ = std::make_unique<HbmTier>(options_.hbm, model_.get(), registry);
     if (absl::Status s = model_->RegisterHostMemory(store_->host_arena()); !s.ok()) {

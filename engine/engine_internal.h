@@ -27,6 +27,11 @@ inline constexpr TurnEnd kTurnEnds[] = {TurnEnd::kStop,     TurnEnd::kLength, Tu
                                         TurnEnd::kDeadline, TurnEnd::kError,  TurnEnd::kShutdown};
 const char* TurnEndName(TurnEnd end);
 
+// strata_kv_transfer_bytes_total{direction}, strata_kv_loads_total,
+// strata_kv_load_device_seconds_total and strata_kv_load_stall_seconds_total, filled at
+// each scrape from `model`'s KvTransferStats. `model` must outlive the registry's scrapes.
+void ExportKvTransferMetrics(metrics::Registry& r, const model::ModelBackend* model);
+
 // The status a turn its server cancelled fails with: DeadlineExceeded when the call's
 // deadline passed, else Cancelled.
 absl::Status CancelStatus(const TurnStream& stream);

@@ -64,4 +64,36 @@ void Engine::Metrics::Ended(TurnEnd how, const TurnRequest& request, int64_t gen
   if (tenants) tenants->TurnEnded(request.key.tenant, generated);
 }
 
+void ExportKvTransferMetrics(metrics::Registry& r, const model::ModelBackend* model) {
+  auto& bytes = r.AddCounter("strata_kv_transfer_bytes_total",
+                             "Bytes of KV copied between the session cache's chunks and the backend's KV memory, "
+                             "by direction: load (host tier to KV memory) or save (the write-back).");
+  auto& loads = r.AddCounter("strata_kv_loads_total",
+                             "Rounds of cached KV loads a device backend started (one per admission round with "
+                             "histories to load).")
+                    .WithLabels({});
+  auto& load_seconds = r.AddCounter("strata_kv_load_device_seconds_total",
+                                    "Device time of the KV loads, from a round's first copy to its last placement "
+                                    "(load bytes over this is the bus rate the loads reached).")
+                           .WithLabels({});
+  auto& stall = r.AddCounter("strata_kv_load_stall_seconds_total",
+                             "Time forward steps waited at a layer for that layer's cached KV to land (0 when "
+                             "the loads keep ahead of the compute).")
+                    .WithLabels({});
+  auto sync = [](metrics::Counter& c, double total) {
+    const double delta = total - c.Value();
+    if (delta > 0) c.Increment(delta);
+  };
+  bytes.WithLabels({{"direction", "load"}});
+  bytes.WithLabels({{"direction", "save"}});
+  r.AddCollector([=, &bytes, &loads, &load_seconds, &stall] {
+    const model::KvTransferStats s = model->kv_transfer_stats();
+    sync(bytes.WithLabels({{"direction", "load"}}), static_cast<double>(s.load_bytes));
+    sync(bytes.WithLabels({{"direction", "save"}}), static_cast<double>(s.save_bytes));
+    sync(loads, static_cast<double>(s.loads));
+    sync(load_seconds, s.load_seconds);
+    sync(stall, s.load_stall_seconds);
+  });
+}
+
 }  // namespace strata::engine

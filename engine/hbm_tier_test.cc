@@ -3,11 +3,13 @@
 // sessions give way to running turns and to the tier's capacity in the policy's order.
 #include "engine/hbm_tier.h"
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "base/prometheus_text.h"
 #include "engine/engine.h"
 #include "engine/testing/engine_testing.h"
 #include "gtest/gtest.h"
@@ -82,6 +84,48 @@ TEST_F(HbmTierTest, ReturningTurnReusesItsResidentKvAndAnswersAsWithoutIt) {
   const std::string text = registry_->Serialize();
   EXPECT_NE(text.find("strata_cache_hits_total{tier=\"hbm\"} 1"), std::string::npos) << text;
   EXPECT_NE(text.find("strata_sessions{tier=\"hbm\"} 1"), std::string::npos) << text;
+}
+
+// strata_kv_transfer_bytes_total: a turn served from the host tier loads exactly its
+// reused tokens' KV; one served from HBM copies nothing in; every finished turn's
+// write-back is counted as saved.
+TEST_F(HbmTierTest, TransferBytesCountWhatWasLoadedAndSaved) {
+  const model::ModelConfig c = SmallConfig();
+  const double token_bytes = 2.0 * c.num_layers * c.kv_dim() * 4;  // K and V rows, fp32, every layer
+  auto value = [&](const std::string& key) {
+    auto samples = metrics::ParsePrometheusText(registry_->Serialize());
+    EXPECT_TRUE(samples.ok()) << samples.status();
+    auto it = samples->find(key);
+    EXPECT_NE(it, samples->end()) << key << " is not exported";
+    return it == samples->end() ? -1.0 : it->second;
+  };
+  const std::string load = "strata_kv_transfer_bytes_total{direction=\"load\"}";
+  const std::string save = "strata_kv_transfer_bytes_total{direction=\"save\"}";
+  for (int hbm : {0, 1}) {
+    conversations_.clear();
+    Build(hbm ? -1 : 0);
+    EXPECT_EQ(value(load), 0);
+    EXPECT_EQ(value(save), 0);
+    Turn("s", "Hello there.");
+    ASSERT_TRUE(engine_->AwaitIdle(absl::Seconds(10)));
+    const double saved = value(save);
+    EXPECT_GT(saved, 0) << "turn 1's write-back";
+    EXPECT_EQ(std::fmod(saved, token_bytes), 0) << "whole tokens of every layer";
+    EXPECT_EQ(value(load), 0) << "turn 1 reused nothing";
+    const TurnOutput second = Turn("s", "And then?");
+    ASSERT_TRUE(engine_->AwaitIdle(absl::Seconds(10)));
+    ASSERT_GT(second.result.usage.cached_tokens, 0);
+    if (hbm) {
+      EXPECT_EQ(second.result.cache_tier, storage::Tier::kHbm);
+      EXPECT_EQ(value(load), 0) << "a turn served from HBM copies nothing in";
+    } else {
+      EXPECT_EQ(second.result.cache_tier, storage::Tier::kHost);
+      EXPECT_EQ(value(load), second.result.usage.cached_tokens * token_bytes);
+    }
+    EXPECT_GT(value(save), saved) << "turn 2's write-back";
+    // A host backend's copies complete as called: no device time, nothing to wait for.
+    EXPECT_EQ(value("strata_kv_load_stall_seconds_total"), 0);
+  }
 }
 
 TEST_F(HbmTierTest, ResidentSessionsGiveWayToRunningTurnsLeastRecentlyUsedFirst) {

@@ -47,6 +47,16 @@ struct ForwardEntry {
   TokenSampling sampling = {};
 };
 
+// The KV a backend moved between the session cache's chunks and its own KV memory.
+// A host backend's copies complete as they are called: it counts bytes only.
+struct KvTransferStats {
+  int64_t loads = 0;                // rounds of loads started (StartKvTransfers with chunks queued)
+  int64_t load_bytes = 0;           // bytes copied from chunk payloads into KV memory
+  double load_seconds = 0;          // device time of the loads, first copy to last placement, summed
+  double load_stall_seconds = 0;    // time steps waited at a layer for its loads to land
+  int64_t save_bytes = 0;           // bytes copied from KV memory into chunk payloads
+};
+
 class ModelBackend {
  public:
   virtual ~ModelBackend() = default;
@@ -147,6 +157,10 @@ class ModelBackend {
   // of), not for other loads still in flight: the end of a turn need not wait for the
   // next turns' histories.
   virtual absl::Status FinishKvSaves() { return FinishKvTransfers(); }
+
+  // What the KV transfers with the session cache moved and took, totals since the backend
+  // was made. Thread-safe (a metrics scrape reads it while the engine loop runs).
+  virtual KvTransferStats kv_transfer_stats() const { return {}; }
 
   // Tells the backend that chunk payloads will lie in `memory` (the host tier's arena),
   // which outlives the backend: a device backend pins it so loads and saves are DMA.

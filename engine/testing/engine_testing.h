@@ -124,6 +124,7 @@ class CpuBackendWrapper : public model::ModelBackend {
                       const storage::ChunkLayout& layout) override {
     return inner_->SaveKv(seq, begin, count, payload, layout);
   }
+  model::KvTransferStats kv_transfer_stats() const override { return inner_->kv_transfer_stats(); }
 
  protected:
   model::CpuModel& inner() { return *inner_; }

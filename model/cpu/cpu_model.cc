@@ -109,6 +109,7 @@ absl::Status CpuModel::LoadKvRows(SequenceState& seq, int64_t begin, int count, 
       PlaceLoadedKv(*kv, l, begin + i, k, v);
     }
   }
+  load_bytes_.fetch_add(int64_t{2} * count * config().num_layers * layout.row_bytes, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
@@ -124,7 +125,15 @@ absl::Status CpuModel::SaveKv(const SequenceState& seq, int64_t begin, int count
       std::memcpy(payload.data() + layout.RowOffset(l, 1, i), kv->v(l, begin + i), row);
     }
   }
+  save_bytes_.fetch_add(int64_t{2} * count * config().num_layers * layout.row_bytes, std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+KvTransferStats CpuModel::kv_transfer_stats() const {
+  KvTransferStats s;
+  s.load_bytes = load_bytes_.load(std::memory_order_relaxed);
+  s.save_bytes = save_bytes_.load(std::memory_order_relaxed);
+  return s;
 }
 
 absl::Status CpuModel::Forward(absl::Span<const ForwardEntry> batch) {

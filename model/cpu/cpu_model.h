@@ -8,6 +8,7 @@
 #ifndef STRATA_MODEL_CPU_CPU_MODEL_H_
 #define STRATA_MODEL_CPU_CPU_MODEL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -43,6 +44,7 @@ class CpuModel final : public ModelBackend {
                           const storage::ChunkLayout& layout, int first_row) override;
   absl::Status SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
                       const storage::ChunkLayout& layout) override;
+  KvTransferStats kv_transfer_stats() const override;
 
   // Places stored, position-free KV of one token into `kv` at `pos`: copies K before
   // RoPE and V, and writes K rotated for `pos`.
@@ -60,6 +62,8 @@ class CpuModel final : public ModelBackend {
   // Step workspaces, grown to the largest step seen.
   std::vector<float> x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, logits_, relay_q_, relay_out_;
   std::vector<int32_t> positions_;
+  // Bytes of stored rows placed and saved (read by metrics scrapes on other threads).
+  std::atomic<int64_t> load_bytes_{0}, save_bytes_{0};
 };
 
 }  // namespace strata::model

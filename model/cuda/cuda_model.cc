@@ -313,6 +313,9 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   if (m.generation != generation) m.graphs.Drop();  // a buffer moved: captured addresses are stale
   const std::vector<size_t> token_entry = cuda_internal::PackStep(batch, plan, m.pool, m.host_meta.data());
 
+  if (wait_loads) {
+    if (absl::Status s = m.ReserveStallEvents(); !s.ok()) return s;
+  }
   DrainOnError drain(m.stream);
   absl::Status run = plan.graph ? m.graphs.Run(cuda_internal::GraphShapeOf(step), m.stream,
                                                [&] { return m.Enqueue(step, /*wait_loads=*/false); })
@@ -329,6 +332,7 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
   }
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
   drain.Done();
+  if (wait_loads) m.CountStall();
   const auto* drawn = reinterpret_cast<const int32_t*>(m.argmax_host.data());
   for (size_t j = 0; j < token_entry.size(); ++j) {
     const ForwardEntry& e = batch[token_entry[j]];
@@ -388,12 +392,53 @@ absl::Status CudaModel::SaveKv(const SequenceState& seq, int64_t begin, int coun
     return e;
   }
   drain.Done();
+  {
+    absl::MutexLock lock(&m.stats_mu);
+    m.save_bytes += static_cast<int64_t>(layout.PayloadBytes());
+  }
   m.saves_pending = true;   // FinishKvTransfers waits for it
   m.saves_unmarked = true;  // no ticket covers it yet
   return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> CudaModel::StartKvTransfers() { return impl_->StartLoads(); }
+
+KvTransferStats CudaModel::kv_transfer_stats() const {
+  const Impl& m = *impl_;
+  const cuda_internal::KvLoader::Totals loads = m.loader.totals();
+  KvTransferStats s;
+  s.loads = loads.loads;
+  s.load_bytes = loads.bytes;
+  s.load_seconds = loads.seconds;
+  absl::MutexLock lock(&m.stats_mu);
+  s.load_stall_seconds = m.load_stall_seconds;
+  s.save_bytes = m.save_bytes;
+  return s;
+}
+
+absl::Status CudaModel::Impl::ReserveStallEvents() {
+  const size_t want = 2 * static_cast<size_t>(config.num_layers);
+  while (stall_events.size() < want) {
+    cudaEvent_t e = nullptr;
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    stall_events.push_back(e);
+  }
+  return absl::OkStatus();
+}
+
+void CudaModel::Impl::CountStall() {
+  double seconds = 0;
+  for (size_t l = 0; 2 * l + 1 < stall_events.size(); ++l) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, stall_events[2 * l], stall_events[2 * l + 1]) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    seconds += ms / 1000.0;
+  }
+  absl::MutexLock lock(&stats_mu);
+  load_stall_seconds += seconds;
+}
 
 absl::StatusOr<bool> CudaModel::KvTransfersDone(uint64_t ticket) {
   if (absl::Status s = impl_->UseDevice(); !s.ok()) return s;

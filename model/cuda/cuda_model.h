@@ -103,6 +103,7 @@ class CudaModel final : public ModelBackend {
   absl::StatusOr<uint64_t> StartKvTransfers() override;
   absl::StatusOr<bool> KvTransfersDone(uint64_t ticket) override;
   absl::Status FinishKvTransfers() override;
+  KvTransferStats kv_transfer_stats() const override;
   absl::Status FinishKvSaves() override;
   absl::StatusOr<uint64_t> MarkKvSaves() override;
   absl::StatusOr<bool> KvSavesDone(uint64_t ticket) override;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/attention/prefill.h"
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/device_memory.h"
@@ -69,6 +70,14 @@ struct CudaModel::Impl {
 
   cuda_internal::GraphCache graphs;
 
+  // A step that waits for loads records a timing event on `stream` before and after each
+  // layer's wait ([2 * layer], [2 * layer + 1]); the gaps are the time it stalled.
+  std::vector<cudaEvent_t> stall_events;
+  // Added up after each such step, and the bytes saves copied (kv_transfer_stats).
+  mutable absl::Mutex stats_mu;
+  double load_stall_seconds ABSL_GUARDED_BY(stats_mu) = 0;
+  int64_t save_bytes ABSL_GUARDED_BY(stats_mu) = 0;
+
   void* registered = nullptr;  // host memory pinned by RegisterHostMemory
 
   ~Impl() {
@@ -79,6 +88,7 @@ struct CudaModel::Impl {
     graphs.Drop();
     for (auto& [t, e] : saves_in_flight) cudaEventDestroy(e);
     for (cudaEvent_t e : spare_save_events) cudaEventDestroy(e);
+    for (cudaEvent_t e : stall_events) cudaEventDestroy(e);
     for (cudaStream_t s : {stream, write_stream}) {
       if (s != nullptr) cudaStreamDestroy(s);
     }
@@ -100,6 +110,10 @@ struct CudaModel::Impl {
   bool SplitsPrefill(const cuda_internal::Step& step) const {
     return options.prefill_key_splits && step.decodes < step.n_seq && kernels::PrefillKeySplits(PrefillShape(step)) > 1;
   }
+  // The events a step that waits for loads records around its waits (created once).
+  absl::Status ReserveStallEvents();
+  // After such a step completed: adds the time its layers waited to load_stall_seconds.
+  void CountStall();
   // Makes the model's GPU current on the calling thread (the engine loop is not the
   // thread that created the model).
   absl::Status UseDevice() const;

@@ -34,6 +34,7 @@ absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequence(int64_t) {
   return absl::FailedPreconditionError("strata was built without CUDA");
 }
 absl::Status CudaModel::FinishKvTransfers() { return absl::OkStatus(); }
+KvTransferStats CudaModel::kv_transfer_stats() const { return {}; }
 absl::Status CudaModel::FinishKvSaves() { return absl::OkStatus(); }
 absl::StatusOr<uint64_t> CudaModel::MarkKvSaves() { return uint64_t{0}; }
 absl::StatusOr<bool> CudaModel::KvSavesDone(uint64_t) { return true; }

@@ -13,6 +13,11 @@ absl::Status NewEvent(cudaEvent_t* e) {
   return absl::OkStatus();
 }
 
+absl::Status NewTimingEvent(cudaEvent_t* e) {
+  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreate(e));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 KvLoader::~KvLoader() {
@@ -21,7 +26,10 @@ KvLoader::~KvLoader() {
   for (auto* events : {&layer_ready_, &slot_filled_, &slot_free_, &spare_events_}) {
     for (cudaEvent_t e : *events) cudaEventDestroy(e);
   }
-  for (auto& [ticket, e] : in_flight_) cudaEventDestroy(e);
+  for (const InFlight& f : in_flight_) {
+    cudaEventDestroy(f.begin);
+    cudaEventDestroy(f.end);
+  }
   for (cudaEvent_t e : {index_copied_, all_placed_}) {
     if (e != nullptr) cudaEventDestroy(e);
   }
@@ -116,7 +124,20 @@ absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_fr
   const auto* d_slots = index_.as<int64_t>();
   const auto* d_positions = reinterpret_cast<const int32_t*>(index_.as<std::byte>() + 8 * entries);
 
+  InFlight load{next_ticket_, nullptr, nullptr, chunks * config_.num_layers * block};
+  for (cudaEvent_t* e : {&load.begin, &load.end}) {
+    if (spare_events_.empty()) {
+      if (absl::Status s = NewTimingEvent(e); !s.ok()) {
+        queued_.clear();
+        return s;
+      }
+    } else {
+      *e = spare_events_.back();
+      spare_events_.pop_back();
+    }
+  }
   auto enqueue = [&]() -> absl::Status {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(load.begin, copy_));
     STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(index_.as<void>(), host_index_.data(), static_cast<size_t>(12 * entries),
                                                 cudaMemcpyHostToDevice, place_));
     STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(index_copied_, place_));
@@ -160,16 +181,9 @@ absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_fr
       }
     }
     STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(all_placed_, place_));
-    cudaEvent_t done = nullptr;
-    if (spare_events_.empty()) {
-      if (absl::Status s = NewEvent(&done); !s.ok()) return s;
-    } else {
-      done = spare_events_.back();
-      spare_events_.pop_back();
-    }
-    in_flight_.emplace_back(next_ticket_, done);
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(load.end, place_));
+    in_flight_.push_back(load);
     for (const Chunk& c : queued_) c.seq->set_load_ticket(next_ticket_);
-    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(done, place_));
     return absl::OkStatus();
   };
   started_ = true;
@@ -180,6 +194,10 @@ absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_fr
     cudaStreamSynchronize(copy_);
     cudaStreamSynchronize(place_);
     cudaGetLastError();
+    if (in_flight_.empty() || in_flight_.back().ticket != load.ticket) {
+      spare_events_.push_back(load.begin);
+      spare_events_.push_back(load.end);
+    }
     return s;
   }
   return next_ticket_++;
@@ -187,28 +205,48 @@ absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_fr
 
 absl::StatusOr<bool> KvLoader::Done(uint64_t ticket) {
   while (!in_flight_.empty()) {
-    auto [t, e] = in_flight_.front();
-    const cudaError_t q = cudaEventQuery(e);
+    const InFlight load = in_flight_.front();
+    const cudaError_t q = cudaEventQuery(load.end);
     if (q == cudaErrorNotReady) break;
     if (q != cudaSuccess) {
       cudaGetLastError();
       return kernels::CudaStatus(q, "cudaEventQuery", __FILE__, __LINE__);
     }
-    done_ticket_ = t;
-    spare_events_.push_back(e);
+    Completed(load);
     in_flight_.pop_front();
   }
   return ticket <= done_ticket_;
+}
+
+void KvLoader::Completed(const InFlight& load) {
+  float ms = 0;
+  // The copy stream may have reached `begin` late (waiting for an earlier load's slots):
+  // the time counted is this load's own.
+  if (cudaEventElapsedTime(&ms, load.begin, load.end) != cudaSuccess) {
+    cudaGetLastError();
+    ms = 0;
+  }
+  {
+    absl::MutexLock lock(&totals_mu_);
+    ++totals_.loads;
+    totals_.bytes += load.bytes;
+    totals_.seconds += ms / 1000.0;
+  }
+  done_ticket_ = load.ticket;
+  spare_events_.push_back(load.begin);
+  spare_events_.push_back(load.end);
+}
+
+KvLoader::Totals KvLoader::totals() const {
+  absl::MutexLock lock(&totals_mu_);
+  return totals_;
 }
 
 absl::Status KvLoader::Finish() {
   if (copy_ == nullptr) return absl::OkStatus();
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_));
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(place_));
-  for (auto& [t, e] : in_flight_) {
-    done_ticket_ = t;
-    spare_events_.push_back(e);
-  }
+  for (const InFlight& load : in_flight_) Completed(load);
   in_flight_.clear();
   return absl::OkStatus();
 }

@@ -33,6 +33,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "model/cuda/device_memory.h"
 #include "model/cuda/kv_pool.h"
 #include "model/model_config.h"
@@ -90,6 +91,16 @@ class KvLoader {
   // Recorded on the place stream after the last Start's last layer (null before any).
   cudaEvent_t all_placed() const { return started_ ? all_placed_ : nullptr; }
 
+  // Loads completed so far (seen by Done or Finish): rounds, bytes moved across the bus
+  // (whole chunks), and their device time from the first copy to the last placement.
+  // Thread-safe.
+  struct Totals {
+    int64_t loads = 0;
+    int64_t bytes = 0;
+    double seconds = 0;
+  };
+  Totals totals() const;
+
   // The streams (for tests that slow them on purpose).
   cudaStream_t copy_stream() const { return copy_; }
   cudaStream_t place_stream() const { return place_; }
@@ -124,10 +135,22 @@ class KvLoader {
   int slots_ = 0;
   int64_t generation_ = 0;  // unused: nothing captures the loader's buffers
 
+  // A started load: its ticket, timing events around it (copy stream start, place stream
+  // end) and the bytes it moves.
+  struct InFlight {
+    uint64_t ticket;
+    cudaEvent_t begin, end;
+    int64_t bytes;
+  };
+  // Counts a completed load into totals_.
+  void Completed(const InFlight& load);
+
   uint64_t next_ticket_ = 1;
-  std::deque<std::pair<uint64_t, cudaEvent_t>> in_flight_;  // tickets not yet seen done
-  std::vector<cudaEvent_t> spare_events_;
+  std::deque<InFlight> in_flight_;  // tickets not yet seen done
+  std::vector<cudaEvent_t> spare_events_;  // timing events
   uint64_t done_ticket_ = 0;
+  mutable absl::Mutex totals_mu_;
+  Totals totals_ ABSL_GUARDED_BY(totals_mu_);
 };
 
 }  // namespace strata::model::cuda_internal

@@ -64,7 +64,11 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerDevice& L = weights.layers[static_cast<size_t>(l)];
     // The layer's stored KV, loading beside the step, must have landed.
-    if (wait_loads) STRATA_STEP(loader.WaitLayer(l, st));
+    if (wait_loads) {
+      STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(stall_events[static_cast<size_t>(2 * l)], st));
+      STRATA_STEP(loader.WaitLayer(l, st));
+      STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(stall_events[static_cast<size_t>(2 * l + 1)], st));
+    }
     // Attention block: x += the previous MLP output, normed into hb.
     STRATA_STEP(kernels::LaunchRmsNormToBf16({l == 0 ? nullptr : pr, xs, L.attn_norm, hs, r, h, c.rms_norm_eps}, st));
     STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wqkv, qkv.as<float>(), r, h, w}, st));

@@ -398,12 +398,21 @@ class Bench {
   // them as one run.
   RunSummary RunOn(const std::vector<Workload>& workloads, Endpoint& e, const std::string& tag, int min_threads) {
     if (c_.warm_system_prompts) WarmSystemPrompts(workloads, e, tag);
+    // The server's counters over each workload, or for a workload of rounds (a sweep)
+    // over its last round, the measured one: scraped before it (after any restart) and at
+    // its end, and added up over the workloads.
     std::optional<MetricsSample> before;
-    if (!e.metrics_target.empty()) {
+    bool scrape_failed = false;
+    auto scrape = [&](const char* when) -> std::optional<MetricsSample> {
+      if (e.metrics_target.empty() || scrape_failed) return std::nullopt;
       absl::StatusOr<MetricsSample> s = ScrapeMetrics(e.metrics_target);
-      if (s.ok()) before = *std::move(s);
-      else std::fprintf(stderr, "strata bench: /metrics of %s: %s\n", e.label.c_str(), s.status().ToString().c_str());
-    }
+      if (s.ok()) return *std::move(s);
+      std::fprintf(stderr, "strata bench: /metrics of %s %s: %s\n", e.label.c_str(), when,
+                   s.status().ToString().c_str());
+      scrape_failed = true;
+      return std::nullopt;
+    };
+    std::optional<ServerCounters> counters;
     ProgressBar bar(absl::StrCat(e.label, " ", tag));
     RunnerOptions o;
     o.target = e.target;
@@ -411,20 +420,35 @@ class Bench {
     o.client_threads = std::max(c_.client_threads, min_threads);
     o.request_timeout = c_.request_timeout;
     const bool cached = std::find(e.serve_flags.begin(), e.serve_flags.end(), "--cache=off") == e.serve_flags.end();
-    if (c_.sweep_from_ssd && e.owned != nullptr && cached) {
-      o.between_rounds = [this, &e](const std::vector<std::string>& ids) { PersistAndRestart(e, ids); };
-    }
+    const bool restart = c_.sweep_from_ssd && e.owned != nullptr && cached;
+    o.server_restarts = restart;
+    o.between_rounds = [this, &e, &before, &scrape, restart](const std::vector<std::string>& ids) {
+      if (restart) PersistAndRestart(e, ids);
+      before = scrape("before the measured round");
+    };
     absl::StatusOr<RunResult> result = RunResult{};
     int64_t done_before = 0, total = 0, sessions_before = 0;
     for (const Workload& w : workloads) total += w.TotalTurns();
     for (size_t i = 0; i < workloads.size() && result.ok(); ++i) {
       o.session_prefix = absl::StrCat(session_prefix_, tag, workloads.size() > 1 ? absl::StrCat("r", i) : "", "-");
       o.on_progress = [&bar, done_before, total](int64_t done, int64_t) { bar.Update(done_before + done, total); };
+      before = scrape("before the run");
       absl::StatusOr<RunResult> part = RunWorkload(workloads[i], o);
       if (!part.ok()) {
         result = part.status();
         break;
       }
+      if (before) {
+        if (std::optional<MetricsSample> after = scrape("after the run")) {
+          const ServerCounters part_counters = CountersBetween(*before, *after);
+          if (counters) {
+            Accumulate(*counters, part_counters);
+          } else {
+            counters = part_counters;
+          }
+        }
+      }
+      if (scrape_failed) counters.reset();
       for (TurnRecord& t : part->turns) {
         t.session += static_cast<int>(sessions_before);
         result->turns.push_back(std::move(t));
@@ -433,13 +457,6 @@ class Bench {
       result->wall_s += part->wall_s;
       done_before += workloads[i].TotalTurns();
       sessions_before += static_cast<int64_t>(workloads[i].sessions.size());
-    }
-    std::optional<ServerCounters> counters;
-    if (before) {
-      absl::StatusOr<MetricsSample> after = ScrapeMetrics(e.metrics_target);
-      if (after.ok()) counters = CountersBetween(*before, *after);
-      else std::fprintf(stderr, "strata bench: /metrics of %s after the run: %s\n", e.label.c_str(),
-                        after.status().ToString().c_str());
     }
     RunSummary summary = Summarize(e.label, result.ok() ? *result : RunResult{}, counters);
     if (!result.ok() || summary.turns_failed > 0 || summary.turns_not_sent > 0) failed_ = true;

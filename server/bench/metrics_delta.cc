@@ -64,6 +64,13 @@ ServerCounters CountersBetween(const MetricsSample& before, const MetricsSample&
   // Summed over the tier label (a server of an older release has none: the bare name).
   c.ttft_count = delta("strata_ttft_seconds_count");
   c.ttft_sum_s = delta("strata_ttft_seconds_sum");
+  c.queue_sum_s = delta("strata_queue_seconds_sum");
+  c.prefill_sum_s = delta("strata_prefill_seconds_sum");
+  c.kv_load_bytes = delta("strata_kv_transfer_bytes_total{direction=\"load\"}");
+  c.kv_save_bytes = delta("strata_kv_transfer_bytes_total{direction=\"save\"}");
+  c.kv_loads = delta("strata_kv_loads_total");
+  c.kv_load_device_s = delta("strata_kv_load_device_seconds_total");
+  c.kv_load_stall_s = delta("strata_kv_load_stall_seconds_total");
   c.system_prompt_hits = delta("strata_system_prompt_hits_total");
   c.system_prompts_computed = delta("strata_system_prompt_loads_total{source=\"computed\"}");
   c.host_bytes = Get(after, "strata_tier_bytes{tier=\"host\"}");
@@ -81,6 +88,22 @@ ServerCounters CountersBetween(const MetricsSample& before, const MetricsSample&
     }
   }
   return c;
+}
+
+void Accumulate(ServerCounters& total, const ServerCounters& part) {
+  for (double ServerCounters::*f :
+       {&ServerCounters::prefill_computed_tokens, &ServerCounters::prefill_reused_tokens,
+        &ServerCounters::cache_lookups, &ServerCounters::generated_tokens, &ServerCounters::ttft_count,
+        &ServerCounters::ttft_sum_s, &ServerCounters::queue_sum_s, &ServerCounters::prefill_sum_s,
+        &ServerCounters::kv_load_bytes, &ServerCounters::kv_save_bytes, &ServerCounters::kv_loads,
+        &ServerCounters::kv_load_device_s, &ServerCounters::kv_load_stall_s, &ServerCounters::system_prompt_hits,
+        &ServerCounters::system_prompts_computed}) {
+    total.*f += part.*f;
+  }
+  for (const auto& [k, v] : part.hits_by_tier) total.hits_by_tier[k] += v;
+  for (const auto& [k, v] : part.requests_by_code) total.requests_by_code[k] += v;
+  total.host_bytes = part.host_bytes;
+  total.host_sessions = part.host_sessions;
 }
 
 }  // namespace strata::server::bench

@@ -28,6 +28,17 @@ struct ServerCounters {
   std::map<std::string, double> requests_by_code;   // strata_requests_total of Chat calls by code (non-zero only)
   double ttft_count = 0;      // strata_ttft_seconds_count
   double ttft_sum_s = 0;      // strata_ttft_seconds_sum
+  // Where the server's TTFT went, summed over the run's turns: arrival to admission, and
+  // admission to the first token (queue + prefill = TTFT).
+  double queue_sum_s = 0;     // strata_queue_seconds_sum
+  double prefill_sum_s = 0;   // strata_prefill_seconds_sum
+  // Cached KV moved (strata_kv_transfer_bytes_total) and, on a device backend, the loads'
+  // device time and the time steps waited for them.
+  double kv_load_bytes = 0;          // {direction="load"}
+  double kv_save_bytes = 0;          // {direction="save"}
+  double kv_loads = 0;               // strata_kv_loads_total
+  double kv_load_device_s = 0;       // strata_kv_load_device_seconds_total
+  double kv_load_stall_s = 0;        // strata_kv_load_stall_seconds_total
   double system_prompt_hits = 0;      // strata_system_prompt_hits_total
   double system_prompts_computed = 0; // strata_system_prompt_loads_total{source="computed"}
   // Gauges at the end of the run (not deltas): what the host tier holds.
@@ -38,6 +49,10 @@ struct ServerCounters {
 // Subtracts `before` from `after` for the counters above; a sample missing from either
 // side counts as 0 there (a server with the cache off exports no hits).
 ServerCounters CountersBetween(const MetricsSample& before, const MetricsSample& after);
+
+// Adds the counters of a later part of a run to `total`; the gauges become the part's (the
+// values at its end).
+void Accumulate(ServerCounters& total, const ServerCounters& part);
 
 }  // namespace strata::server::bench
 

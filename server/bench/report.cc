@@ -154,6 +154,21 @@ void PrintSummary(std::FILE* out, const RunSummary& s) {
                  c.host_bytes / (1 << 20), c.host_sessions,
                  c.host_sessions > 0 ? c.host_bytes / c.host_sessions / (1 << 20) : 0.0, c.system_prompt_hits,
                  c.system_prompts_computed);
+    if (c.ttft_count > 0) {
+      std::fprintf(out, "  server TTFT per turn (mean): queue %.2f ms + prefill %.2f ms\n",
+                   1000 * c.queue_sum_s / c.ttft_count, 1000 * c.prefill_sum_s / c.ttft_count);
+    }
+    if (c.kv_load_bytes > 0 || c.kv_save_bytes > 0) {
+      std::fprintf(out, "  cached KV moved: %.1f MiB loaded, %.1f MiB saved", c.kv_load_bytes / (1 << 20),
+                   c.kv_save_bytes / (1 << 20));
+      if (c.kv_loads > 0) {
+        std::fprintf(out, "; %.0f device loads, %.2f ms each (%.1f GB/s), steps stalled %.2f ms per load",
+                     c.kv_loads, 1000 * c.kv_load_device_s / c.kv_loads,
+                     c.kv_load_device_s > 0 ? c.kv_load_bytes / c.kv_load_device_s / 1e9 : 0.0,
+                     1000 * c.kv_load_stall_s / c.kv_loads);
+      }
+      std::fprintf(out, "\n");
+    }
   } else {
     std::fprintf(out, "  /metrics: not scraped\n");
   }
@@ -202,6 +217,13 @@ nlohmann::json SummaryToJson(const RunSummary& s) {
                     {"ttft_sum_s", c.ttft_sum_s},
                     {"system_prompt_hits", c.system_prompt_hits},
                     {"system_prompts_computed", c.system_prompts_computed},
+                    {"queue_sum_s", c.queue_sum_s},
+                    {"prefill_sum_s", c.prefill_sum_s},
+                    {"kv_load_bytes", c.kv_load_bytes},
+                    {"kv_save_bytes", c.kv_save_bytes},
+                    {"kv_loads", c.kv_loads},
+                    {"kv_load_device_s", c.kv_load_device_s},
+                    {"kv_load_stall_s", c.kv_load_stall_s},
                     {"host_bytes", c.host_bytes},
                     {"host_sessions", c.host_sessions}};
   }

@@ -64,12 +64,22 @@ TEST(CountersBetweenTest, SubtractsAndSplitsLabels) {
                          {"strata_requests_total{code=\"not_found\",method=\"strata.v1.ChatService/Chat\"}", 0},
                          {"strata_requests_total{code=\"ok\",method=\"grpc.health.v1.Health/Check\"}", 7},
                          {"strata_system_prompt_hits_total", 12},
+                         {"strata_kv_transfer_bytes_total{direction=\"load\"}", 3000},
+                         {"strata_kv_transfer_bytes_total{direction=\"save\"}", 500},
+                         {"strata_kv_load_stall_seconds_total", 0.25},
+                         {"strata_queue_seconds_sum", 1.5},
                          {"strata_tier_bytes{tier=\"host\"}", 4096},
                          {"strata_sessions{tier=\"host\"}", 2}};
   before["strata_system_prompt_hits_total"] = 2;
+  before["strata_kv_transfer_bytes_total{direction=\"load\"}"] = 1000;
+  before["strata_queue_seconds_sum"] = 0.5;
   before["strata_tier_bytes{tier=\"host\"}"] = 1024;
   ServerCounters c = CountersBetween(before, after);
   EXPECT_EQ(c.system_prompt_hits, 10);
+  EXPECT_EQ(c.kv_load_bytes, 2000);
+  EXPECT_EQ(c.kv_save_bytes, 500) << "missing before: counted from 0";
+  EXPECT_EQ(c.kv_load_stall_s, 0.25);
+  EXPECT_EQ(c.queue_sum_s, 1.0);
   EXPECT_EQ(c.host_bytes, 4096) << "a gauge: its value at the end, not a delta";
   EXPECT_EQ(c.host_sessions, 2);
   EXPECT_EQ(c.prefill_reused_tokens, 25);

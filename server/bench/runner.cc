@@ -35,8 +35,8 @@ class Runner {
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
       args.SetMaxReceiveMessageSize(-1);
       args.SetMaxSendMessageSize(-1);
-      stubs_.push_back(v1::ChatService::NewStub(
-          grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args)));
+      channels_.push_back(grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args));
+      stubs_.push_back(v1::ChatService::NewStub(channels_.back()));
     }
     for (size_t s = 0; s < workload.sessions.size(); ++s) {
       const WorkloadSession& session = workload.sessions[s];
@@ -48,6 +48,14 @@ class Runner {
   }
 
   RunResult Run() {
+    // Every connection is up before the clock starts: a turn sent on a channel still
+    // connecting fails at once (gRPC fails fast on a first connect attempt that did not
+    // take), which is not what the run measures. A server that never answers is left to
+    // the turns to report.
+    const absl::Time connect_deadline = absl::Now() + std::min(options_.request_timeout, absl::Seconds(30));
+    for (const std::shared_ptr<grpc::Channel>& channel : channels_) {
+      channel->WaitForConnected(absl::ToChronoTime(connect_deadline));
+    }
     start_ = absl::Now();
     std::vector<std::thread> workers;
     for (int i = 0; i < options_.client_threads; ++i) workers.emplace_back([this, i] { Work(i); });
@@ -115,7 +123,7 @@ class Runner {
     context.AddMetadata(kSessionHeader, request.session_id());  // for session-affine proxies
     context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
     // A server restarted between rounds: the call waits for the channel to reconnect.
-    if (options_.between_rounds) context.set_wait_for_ready(true);
+    if (options_.server_restarts) context.set_wait_for_ready(true);
     const absl::Time sent = absl::Now();
     r.sent_ms = absl::ToDoubleMilliseconds(sent - start_);
     auto reader = stub.Chat(&context, request);
@@ -199,6 +207,7 @@ class Runner {
 
   const Workload& workload_;
   const RunnerOptions& options_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::ChatService::Stub>> stubs_;
   absl::Time start_;
   absl::Mutex mu_;

@@ -35,6 +35,9 @@ struct RunnerOptions {
   // before the next round is sent (nothing is in flight; the runner waits for it), with
   // the full session IDs (prefix included) of the sessions that go on. May be empty.
   std::function<void(const std::vector<std::string>& session_ids)> between_rounds;
+  // between_rounds restarts the server: calls wait for their channel to reconnect (else a
+  // call fails at once when its server is gone).
+  bool server_restarts = false;
 };
 
 // What one turn did. Times are milliseconds; latencies are measured by this client.

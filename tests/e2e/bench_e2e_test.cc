@@ -221,6 +221,12 @@ TEST(BenchE2eTest, StartsItsOwnServersAndComparesWithCacheOff) {
   EXPECT_EQ(runs[0]["metrics"]["prefill_reused_tokens"].get<double>(), runs[0]["cached_tokens"].get<double>());
   EXPECT_EQ(runs[1]["cached_tokens"].get<int>(), 0) << "the cache_off server reused tokens";
   EXPECT_EQ(runs[1]["metrics"]["prefill_reused_tokens"].get<double>(), 0);
+  // A sweep's /metrics delta covers the measured round (the turn 2s) only.
+  EXPECT_EQ(runs[0]["metrics"]["ttft_count"].get<double>(), 2) << runs[0]["metrics"].dump();
+  EXPECT_NEAR(runs[0]["metrics"]["queue_sum_s"].get<double>() + runs[0]["metrics"]["prefill_sum_s"].get<double>(),
+              runs[0]["metrics"]["ttft_sum_s"].get<double>(), 1e-3);
+  EXPECT_EQ(runs[0]["metrics"]["kv_load_bytes"].get<double>(), 0) << "turn 2 found its history in HBM";
+  EXPECT_GT(runs[0]["metrics"]["kv_save_bytes"].get<double>(), 0) << "turn 2's write-back";
   EXPECT_NE(bench.Stdout().find("ratio p50"), std::string::npos) << bench.Stdout();
 }
 

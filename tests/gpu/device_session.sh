@@ -12,6 +12,9 @@
 #   bench-host-history, bench-hbm-history  the one-session history sweeps alone
 #   bench-host-settled  the host history sweep with turn 2 sent 500 ms after turn 1 (its
 #             write-back landed: the history is settled on host)
+#   diag-host the 16K host-tier turn alone (5 repeats, no cache-off server) settled (500 ms
+#             after turn 1) and at once, and from HBM: where its TTFT goes (queue, prefill,
+#             the loads' device time and the steps' stalls, from /metrics)
 #   nosplit   both history sweeps with the prefill's split along the keys off (no cache-off
 #             server: compare with the sweeps above)
 #   step-e2e  the decode step seen end to end (64 sessions x 1K, 128 tokens)
@@ -121,7 +124,8 @@ run_bench() {
 # The history sweep alone (one session at a time); COMPARE= leaves out the cache-off server.
 run_bench_history() {
   local tag=$1 extra=$2
-  "$B/strata" bench --sweep --history=1024,4096,16384,30720 --new_tokens=64 --concurrency=1 --sweep_repeats=3 \
+  "$B/strata" bench --sweep --history=${HISTORY:-1024,4096,16384,30720} --new_tokens=64 --concurrency=1 \
+    --sweep_repeats=${REPEATS:-3} \
     --sweep_answer_tokens=16 ${COMPARE-"--compare=cache_off"} ${SWEEP_GAP:+--sweep_gap_ms=$SWEEP_GAP} --serve_flags="$SERVE8B $extra --host_cache_bytes=$((16 << 30))" \
     --json="$OUT/$tag-history.json" >"$OUT/$tag-history.txt" 2>"$OUT/$tag-history.err"
   note "$tag history sweep: rc=$?"; cat "$OUT/$tag-history.txt" >>"$summary"
@@ -278,6 +282,10 @@ for phase in "$@"; do
     bench-ssd) run_bench_ssd ;; bench-host-history) run_bench_history bench-host --hbm_cache_bytes=0 ;;
     bench-hbm-history) run_bench_history bench-hbm "" ;;
     bench-host-settled) SWEEP_GAP=500 run_bench_history bench-host-settled --hbm_cache_bytes=0 ;;
+    diag-host) for gap in 500 0; do
+                 HISTORY=16384 REPEATS=5 COMPARE= SWEEP_GAP=$gap run_bench_history diag-host-gap$gap --hbm_cache_bytes=0
+               done
+               HISTORY=16384 REPEATS=5 COMPARE= run_bench_history diag-hbm "" ;;
     nosplit) COMPARE= run_bench_history bench-hbm-nosplit --cuda_prefill_key_splits=false
              COMPARE= run_bench_history bench-host-nosplit "--hbm_cache_bytes=0 --cuda_prefill_key_splits=false" ;;
     prompts) run_prompts ;; relay) run_relay ;; rate) run_rate ;; ppl) run_ppl ;; batch) run_batch ;;
