@@ -48,7 +48,8 @@ absl::Status CudaModel::Impl::Init(int device) {
   }
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&write_stream, cudaStreamNonBlocking));
-  if (absl::Status s = loader.Init(config, {options.kv_read_buffer_layers, options.kv_read_group_tokens}); !s.ok()) {
+  if (absl::Status s = loader.Init(config, {options.kv_read_buffer_layers, options.kv_read_group_tokens,
+                                                  options.kv_read_copy_bytes}); !s.ok()) {
     return s;
   }
   const ModelConfig& c = config;

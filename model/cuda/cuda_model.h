@@ -41,8 +41,9 @@ struct CudaModelOptions {
   bool cuda_graphs = true;
   // Stored KV is loaded layer by layer through a read buffer of this many layers (each
   // up to kv_read_group_tokens tokens of chunks): see kv_loader.h.
-  int kv_read_buffer_layers = 8;
-  int64_t kv_read_group_tokens = 8192;
+  int kv_read_buffer_layers = 16;
+  int64_t kv_read_group_tokens = 4096;
+  int64_t kv_read_copy_bytes = int64_t{8} << 20;  // about what one DMA moves
   // Sequences on a shared prefix (a system prompt) share the prefix's whole pages in
   // their page lists. Off: the engine computes prompts inline per sequence.
   bool share_prefixes = true;

@@ -39,8 +39,10 @@ KvLoader::~KvLoader() {
 }
 
 absl::Status KvLoader::Init(const ModelConfig& config, const KvLoaderOptions& options) {
-  if (options.buffer_layers < 1 || options.buffer_layers > 64 || options.group_tokens < 1) {
-    return absl::InvalidArgumentError("the KV read buffer takes 1..64 layers and a positive group of tokens");
+  if (options.buffer_layers < 1 || options.buffer_layers > 64 || options.group_tokens < 1 ||
+      options.copy_bytes < 1) {
+    return absl::InvalidArgumentError(
+        "the KV read buffer takes 1..64 layers, and a positive group of tokens and copy size");
   }
   config_ = config;
   options_ = options;
@@ -66,9 +68,34 @@ void KvLoader::Queue(const CudaSequence& seq, int64_t begin, int count, const st
 }
 
 int KvLoader::StepLayers(int64_t block) const {
-  const int64_t want = (kCopyBytes + block - 1) / block;
+  const int64_t want = (options_.copy_bytes + block - 1) / block;
   const int most = std::min(config_.num_layers, std::max(1, options_.buffer_layers / 2));
   return static_cast<int>(std::clamp<int64_t>(want, 1, most));
+}
+
+std::vector<std::pair<int, int>> KvLoader::LayerSteps(int step) const {
+  // Whole steps, then the last step's layers halved down to one layer: the layers of the
+  // last DMA are what the step still computes after the last byte landed, so the tail
+  // runs one layer behind the bus, for a few smaller (slightly less efficient) copies.
+  std::vector<std::pair<int, int>> steps;
+  int first = 0;
+  const int n = config_.num_layers;
+  while (n - first > step) {
+    steps.emplace_back(first, step);
+    first += step;
+  }
+  for (int left = n - first; left > 0;) {
+    const int take = left > 1 ? (left + 1) / 2 : 1;
+    steps.emplace_back(first, take);
+    first += take;
+    left -= take;
+  }
+  return steps;
+}
+
+int KvLoader::RowsToMove(const Chunk& c) const {
+  const int end = c.first_row + c.count;
+  return end >= layout_.chunk_tokens ? layout_.chunk_tokens : end;
 }
 
 absl::Status KvLoader::Reserve(int64_t slot_bytes, int slots, int64_t index_entries) {
@@ -124,7 +151,12 @@ absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_fr
   const auto* d_slots = index_.as<int64_t>();
   const auto* d_positions = reinterpret_cast<const int32_t*>(index_.as<std::byte>() + 8 * entries);
 
-  InFlight load{next_ticket_, nullptr, nullptr, chunks * config_.num_layers * block};
+  // The bytes that cross the bus: whole chunks, except a chunk whose last rows are not
+  // placed (a session's last, partly filled chunk), which moves only its rows up to the
+  // last placed one.
+  int64_t bytes = 0;
+  for (const Chunk& c : queued_) bytes += 2 * int64_t{RowsToMove(c)} * layout_.row_bytes * config_.num_layers;
+  InFlight load{next_ticket_, nullptr, nullptr, bytes};
   for (cudaEvent_t* e : {&load.begin, &load.end}) {
     if (spare_events_.empty()) {
       if (absl::Status s = NewTimingEvent(e); !s.ok()) {
@@ -142,8 +174,7 @@ absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_fr
                                                 cudaMemcpyHostToDevice, place_));
     STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(index_copied_, place_));
     int64_t k = 0;
-    for (int first_layer = 0; first_layer < config_.num_layers; first_layer += step) {
-      const int layers = std::min(step, config_.num_layers - first_layer);
+    for (const auto& [first_layer, layers] : LayerSteps(step)) {
       for (int64_t g = 0; g < groups; ++g, ++k) {
         const size_t s = static_cast<size_t>(k % slots);
         std::byte* slot = buffer_.as<std::byte>() + static_cast<int64_t>(s) * slot_bytes_;
@@ -151,11 +182,25 @@ absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_fr
         // Bus: these layers of the group's chunks into slot s, once its last reader is done.
         if (slot_used_[s]) STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_, slot_free_[s], 0));
         for (int64_t j = 0; j < n; ++j) {
-          const std::byte* from =
-              queued_[static_cast<size_t>(first + j)].payload + layout_.RowOffset(first_layer, 0, 0);
-          STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot + j * layers * block, from,
-                                                      static_cast<size_t>(layers * block), cudaMemcpyHostToDevice,
-                                                      copy_));
+          const Chunk& c = queued_[static_cast<size_t>(first + j)];
+          std::byte* to = slot + j * step * block;
+          const int rows = RowsToMove(c);
+          if (rows == ct) {
+            STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(to, c.payload + layout_.RowOffset(first_layer, 0, 0),
+                                                        static_cast<size_t>(layers * block), cudaMemcpyHostToDevice,
+                                                        copy_));
+            continue;
+          }
+          // A partly filled chunk: each layer's K rows and V rows that are placed, to where
+          // the whole chunk's would go.
+          for (int i = 0; i < layers; ++i) {
+            for (int kv = 0; kv < 2; ++kv) {
+              const int64_t at = layout_.RowOffset(first_layer + i, kv, 0);
+              STRATA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(to + at - layout_.RowOffset(first_layer, 0, 0),
+                                                          c.payload + at, static_cast<size_t>(rows * layout_.row_bytes),
+                                                          cudaMemcpyHostToDevice, copy_));
+            }
+          }
         }
         STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot_filled_[s], copy_));
         // Kernels: each layer placed into its planes; the layer is ready after the last group.
@@ -166,7 +211,7 @@ absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_fr
           kernels::StoredKvParams p{ct, static_cast<int>(n), ct, config_.num_kv_heads, config_.head_dim,
                                     d_positions + first * ct, d_slots + first * ct, inv_freq, 0,
                                     pool.k_rot() + plane, pool.k_raw() + plane, pool.v() + plane, ct,
-                                    layers * block / 2};
+                                    step * block / 2};
           if (absl::Status e =
                   kernels::LaunchPlaceStoredKv(reinterpret_cast<const uint16_t*>(slot + i * block), p, place_);
               !e.ok()) {

@@ -5,8 +5,8 @@
 // logits of the sampled rows; sampling.
 //
 // Everything goes on the model's stream in this order and nothing synchronises (a decode
-// step is captured as a graph from here). A step with loads in flight first waits, at the
-// top of each layer's body, for that layer's loads' event (and runs eagerly).
+// step is captured as a graph from here). A step with loads in flight waits, before each
+// layer's attention, for that layer's loads' event (and runs eagerly).
 #include <cmath>
 
 #include "kernels/attention/decode.h"
@@ -63,12 +63,6 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
   STRATA_STEP(kernels::LaunchEmbedBf16({weights.embedding, d_ids, r, h, xs}, st));
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerDevice& L = weights.layers[static_cast<size_t>(l)];
-    // The layer's stored KV, loading beside the step, must have landed.
-    if (wait_loads) {
-      STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(stall_events[static_cast<size_t>(2 * l)], st));
-      STRATA_STEP(loader.WaitLayer(l, st));
-      STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(stall_events[static_cast<size_t>(2 * l + 1)], st));
-    }
     // Attention block: x += the previous MLP output, normed into hb.
     STRATA_STEP(kernels::LaunchRmsNormToBf16({l == 0 ? nullptr : pr, xs, L.attn_norm, hs, r, h, c.rms_norm_eps}, st));
     STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wqkv, qkv.as<float>(), r, h, w}, st));
@@ -78,6 +72,14 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
                                pool.k_raw() + l * layer_stride, pool.v() + l * layer_stride, L.q_norm, L.k_norm,
                                c.rms_norm_eps};
     STRATA_STEP(kernels::LaunchQkvRopePlace(qp, st));
+    // Attention reads the layer's stored KV, loading beside the step: it must have landed.
+    // (What comes before touches only the step's own rows: the new tokens' K and V go to
+    // slots no load writes.)
+    if (wait_loads) {
+      STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(stall_events[static_cast<size_t>(2 * l)], st));
+      STRATA_STEP(loader.WaitLayer(l, st));
+      STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(stall_events[static_cast<size_t>(2 * l + 1)], st));
+    }
     if (step.groups > 0) {  // relay attention: each group reads its prefix once
       STRATA_STEP(kernels::LaunchRelayDecodeAttention(
           {q.as<float>(), pool.LayerKv(l, d_indptr, d_indices, d_last),

@@ -29,11 +29,14 @@ ABSL_FLAG(bool, cuda_prefill_key_splits, true,
           "serve: on the GPU, prompt chunks with few new tokens over a long history (a returning turn) split "
           "their keys across the SMs; off, one block per query tile reads every key");
 
-ABSL_FLAG(int, cuda_kv_read_buffer_layers, 8,
+ABSL_FLAG(int, cuda_kv_read_buffer_layers, 16,
           "serve: on the GPU, layers of stored KV the read buffer holds while a cached history loads layer by "
           "layer (each up to --cuda_kv_read_group_tokens tokens)");
-ABSL_FLAG(int64_t, cuda_kv_read_group_tokens, 8192,
+ABSL_FLAG(int64_t, cuda_kv_read_group_tokens, 4096,
           "serve: on the GPU, most tokens of one layer's stored KV moved through the read buffer at a time");
+
+ABSL_FLAG(int64_t, cuda_kv_read_copy_bytes, int64_t{8} << 20,
+          "serve: on the GPU, about the bytes one DMA of a loading history moves (whole layers of a chunk)");
 
 namespace strata::server::cli {
 
@@ -53,6 +56,7 @@ engine::ServedModelOptions ServedModelFromFlags() {
   o.backend.cuda.prefill_key_splits = absl::GetFlag(FLAGS_cuda_prefill_key_splits);
   o.backend.cuda.kv_read_buffer_layers = absl::GetFlag(FLAGS_cuda_kv_read_buffer_layers);
   o.backend.cuda.kv_read_group_tokens = absl::GetFlag(FLAGS_cuda_kv_read_group_tokens);
+  o.backend.cuda.kv_read_copy_bytes = absl::GetFlag(FLAGS_cuda_kv_read_copy_bytes);
   return o;
 }
 

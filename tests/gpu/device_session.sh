@@ -15,6 +15,7 @@
 #   diag-host the 16K host-tier turn alone (5 repeats, no cache-off server) settled (500 ms
 #             after turn 1) and at once, and from HBM: where its TTFT goes (queue, prefill,
 #             the loads' device time and the steps' stalls, from /metrics)
+#   diag-copy the same settled 16K host turn by the loader's DMA size
 #   nosplit   both history sweeps with the prefill's split along the keys off (no cache-off
 #             server: compare with the sweeps above)
 #   step-e2e  the decode step seen end to end (64 sessions x 1K, 128 tokens)
@@ -286,6 +287,12 @@ for phase in "$@"; do
                  HISTORY=16384 REPEATS=5 COMPARE= SWEEP_GAP=$gap run_bench_history diag-host-gap$gap --hbm_cache_bytes=0
                done
                HISTORY=16384 REPEATS=5 COMPARE= run_bench_history diag-hbm "" ;;
+    diag-copy) for v in "4 8 8192" "8 16 4096" "16 32 2048"; do
+                 set -- $v
+                 HISTORY=16384 REPEATS=5 COMPARE= SWEEP_GAP=500 run_bench_history "diag-copy-$1m" \
+                   "--hbm_cache_bytes=0 --cuda_kv_read_copy_bytes=$(($1 << 20)) \
+                    --cuda_kv_read_buffer_layers=$2 --cuda_kv_read_group_tokens=$3"
+               done ;;
     nosplit) COMPARE= run_bench_history bench-hbm-nosplit --cuda_prefill_key_splits=false
              COMPARE= run_bench_history bench-host-nosplit "--hbm_cache_bytes=0 --cuda_prefill_key_splits=false" ;;
     prompts) run_prompts ;; relay) run_relay ;; rate) run_rate ;; ppl) run_ppl ;; batch) run_batch ;;
