@@ -7,16 +7,25 @@
 // sequence, as without page sharing); relay reads them once per step for the group.
 // Printed beside: the paper's bound on relay's speedup, p = (s+c+2)/(s/b+c+7), the bytes
 // relay must read (prompt once + every context) over its time as GB/s and as a share of
-// the device-to-device copy rate (bytes read + written per second), and whether the
-// backend's rule (cuda_model.h, relay_min_saved_tokens) would take the relay path. L2 is
+// the device-to-device copy rate (bytes read + written per second) of 1 GiB and of a copy
+// of relay's bytes (what the memory system gives at that size, launch included), whether
+// the backend's rule (cuda_model.h, relay_min_saved_tokens) would take the relay path,
+// relay in its three-launch form (decode, system part, merge: the form before the fused
+// launch, and what runs where the context part takes the tensor cores), and relay's
+// launches captured in a CUDA graph and replayed (as the decode graphs run it). L2 is
 // flushed before each timed run.
 //
-//   build/tests/bench/relay_attention_bench        (needs a CUDA device; says so otherwise)
+//   build/tests/bench/relay_attention_bench           (needs a CUDA device; says so otherwise)
+//   build/tests/bench/relay_attention_bench --sweep   and after the table, the fused launch's
+//                                                     balance (blocks per SM of each part) at batch >= 32
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention/decode.h"
@@ -43,9 +52,25 @@ float* Floats(int64_t n) {
   return p;
 }
 
+// Median milliseconds of `reps` replays of a graph holding what fn enqueues on `stream`.
+template <typename Fn, typename Flush>
+float GraphMedianMs(cudaStream_t stream, int reps, Fn fn, Flush flush) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  fn();
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const float ms = MedianMs(stream, reps, [&] { CHECK_CUDA(cudaGraphLaunch(exec, stream)); }, flush);
+  CHECK_CUDA(cudaGraphExecDestroy(exec));
+  CHECK_CUDA(cudaGraphDestroy(graph));
+  return ms;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool sweep = argc > 1 && std::strcmp(argv[1], "--sweep") == 0;
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("no CUDA device: relay_attention_bench needs a GPU (skipped)\n");
@@ -60,10 +85,21 @@ int main() {
   const double copy_gbps = ceiling.Gbps();  // read + write
   std::printf("%s, %d SMs; device-to-device copy of 1 GiB: %.0f GB/s (read + write)\n\n", prop.name,
               prop.multiProcessorCount, copy_gbps);
+  // The fused launch's balances the sweep compares: blocks per SM of the system part, of the
+  // context part.
+  const std::vector<std::pair<int, int>> balances = {{1, 1}, {1, 2}, {2, 1}, {2, 2}, {2, 4}, {4, 2}, {4, 4}, {3, 3}};
+  std::string sweep_table = "| batch | S | ctx | three launches (ms) |";
+  for (auto [sys, ctx] : balances) {
+    sweep_table += " fused " + std::to_string(sys) + "/" + std::to_string(ctx) + " (ms) |";
+  }
+  sweep_table += " fused 2/2, context first (ms) |\n|---|---|---|---|---|";
+  for (size_t i = 0; i < balances.size(); ++i) sweep_table += "---|";
+  sweep_table += "\n";
   std::printf(
       "| batch | S | ctx | plain, shared pages (ms) | plain, a copy each (ms) | relay (ms) | relay vs shared pages | "
-      "relay vs a copy each | paper's bound | relay GB/s read | vs copy | rule takes relay |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "relay vs a copy each | paper's bound | relay GB/s read | vs copy | same-size copy GB/s | "
+      "vs same-size copy | rule takes relay | three launches (ms) | relay, graph (ms) |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const int kv_heads = 8, heads = 32, head_dim = 128, page = 16;
   const float scale = 0.088f;
   const double token_bytes = 2.0 * kv_heads * head_dim * 2;  // K and V, bf16
@@ -107,9 +143,14 @@ int main() {
         float* q = Upload(qh);
         float* out = Floats(static_cast<int64_t>(qh.size()));
         const int64_t total = prompt + ctx;
-        float* ws = Floats(std::max(strata::kernels::DecodeWorkspaceFloats(batch, heads, head_dim, total),
-                                    strata::kernels::RelayDecodeWorkspaceFloats(
-                                        {batch, 1, batch, batch, heads, kv_heads, head_dim, ctx, prompt})));
+        const strata::kernels::RelayShape shape{batch, 1, batch, batch, heads, kv_heads, head_dim, ctx, prompt};
+        int64_t ws_floats = std::max(strata::kernels::DecodeWorkspaceFloats(batch, heads, head_dim, total),
+                                     strata::kernels::RelayDecodeWorkspaceFloats(shape));
+        for (auto [sys, ctx_blocks] : balances) {
+          ws_floats = std::max(ws_floats,
+                               strata::kernels::internal::RelayDecodeWorkspaceFloats(shape, {sys, ctx_blocks, false}));
+        }
+        float* ws = Floats(ws_floats);
         auto plain = [&](const int32_t* indptr, const int32_t* indices) {
           const strata::kernels::PagedKv kv{k, v, page, kv_heads, head_dim, indptr, indices, d_last};
           return MedianMs(
@@ -120,28 +161,48 @@ int main() {
               },
               flush);
         };
-        const float shared_ms = plain(d_shared_indptr, d_shared_indices);
-        const float copy_each_ms = plain(d_copy_indptr, d_copy_indices);
         const strata::kernels::PagedKv context{k, v, page, kv_heads, head_dim, d_ctx_indptr, d_ctx_indices, d_last};
         const strata::kernels::PagedKv prefixes{
             k, v, page, kv_heads, head_dim, d_prefix_indptr, d_prefix_indices, d_prefix_last};
+        const strata::kernels::RelayDecodeParams params{
+            q, context, prefixes, d_group_rows, batch, 1, batch, batch, heads, scale, ctx, prompt, ws, out};
+        auto relay = [&](const strata::kernels::internal::RelayTuning& t) {
+          Check(strata::kernels::internal::LaunchRelayDecodeAttention(params, t, stream));
+        };
+        const float three_ms = MedianMs(stream, 20, [&] { relay({2, 2, true}); }, flush);
+        if (sweep && batch >= 32) {
+          char cell[64];
+          std::snprintf(cell, sizeof(cell), "| %d | %lld | %lld | %.3f |", batch, static_cast<long long>(prompt),
+                        static_cast<long long>(ctx), three_ms);
+          sweep_table += cell;
+          for (auto [sys, ctx_blocks] : balances) {
+            std::snprintf(cell, sizeof(cell), " %.3f |",
+                          MedianMs(stream, 20, [&] { relay({sys, ctx_blocks, false}); }, flush));
+            sweep_table += cell;
+          }
+          std::snprintf(cell, sizeof(cell), " %.3f |\n",
+                        MedianMs(stream, 20, [&] { relay({2, 2, false, true}); }, flush));
+          sweep_table += cell;
+        }
+        const float shared_ms = plain(d_shared_indptr, d_shared_indices);
+        const float copy_each_ms = plain(d_copy_indptr, d_copy_indices);
         const float relay_ms = MedianMs(
-            stream, 20,
-            [&] {
-              Check(strata::kernels::LaunchRelayDecodeAttention(
-                  {q, context, prefixes, d_group_rows, batch, 1, batch, batch, heads, scale, ctx, prompt, ws, out},
-                  stream));
-            },
-            flush);
+            stream, 20, [&] { Check(strata::kernels::LaunchRelayDecodeAttention(params, stream)); }, flush);
+        const float graph_ms = GraphMedianMs(
+            stream, 20, [&] { Check(strata::kernels::LaunchRelayDecodeAttention(params, stream)); }, flush);
         const double relay_bytes = token_bytes * (prompt + batch * ctx);
+        const double same_size_gbps = ceiling.Gbps(static_cast<size_t>(relay_bytes));
         const double s = static_cast<double>(prompt), c = static_cast<double>(ctx);
         const double bound = (s + c + 2) / (s / batch + c + 7);
         const double read_gbps = relay_bytes / (relay_ms * 1e-3) / 1e9;
         const bool rule = batch >= 2 && (batch - 1) * prompt >= defaults.relay_min_saved_tokens;
-        std::printf("| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.2f | %s |\n", batch,
-                    static_cast<long long>(prompt), static_cast<long long>(ctx), shared_ms, copy_each_ms, relay_ms,
-                    shared_ms / relay_ms, copy_each_ms / relay_ms, bound, read_gbps, read_gbps / copy_gbps,
-                    rule ? "yes" : "no");
+        std::printf(
+            "| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.2f | %.0f | %.2f | %s | %.3f | "
+            "%.3f |\n",
+            batch, static_cast<long long>(prompt), static_cast<long long>(ctx), shared_ms, copy_each_ms, relay_ms,
+            shared_ms / relay_ms, copy_each_ms / relay_ms, bound, read_gbps, read_gbps / copy_gbps, same_size_gbps,
+            read_gbps / same_size_gbps, rule ? "yes" : "no", three_ms, graph_ms);
+        std::fflush(stdout);
         for (void* p :
              {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(d_shared_indptr),
               static_cast<void*>(d_shared_indices), static_cast<void*>(d_copy_indptr),
@@ -154,5 +215,6 @@ int main() {
       }
     }
   }
+  if (sweep) std::printf("\nThe fused launch's balance (system / context blocks per SM):\n\n%s", sweep_table.c_str());
   return 0;
 }
