@@ -18,6 +18,7 @@
 //   build/tests/bench/relay_attention_bench           (needs a CUDA device; says so otherwise)
 //   build/tests/bench/relay_attention_bench --sweep   and after the table, the fused launch's
 //                                                     balance (blocks per SM of each part) at batch >= 32
+//   build/tests/bench/relay_attention_bench --shape=B,S,C   that one row alone (e.g. under a profiler)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -70,7 +71,16 @@ float GraphMedianMs(cudaStream_t stream, int reps, Fn fn, Flush flush) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool sweep = argc > 1 && std::strcmp(argv[1], "--sweep") == 0;
+  bool sweep = false;
+  long long only_batch = 0, only_prompt = 0, only_ctx = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--sweep") == 0) {
+      sweep = true;
+    } else if (std::sscanf(argv[i], "--shape=%lld,%lld,%lld", &only_batch, &only_prompt, &only_ctx) != 3) {
+      std::fprintf(stderr, "usage: relay_attention_bench [--sweep] [--shape=batch,S,ctx]\n");
+      return 2;
+    }
+  }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("no CUDA device: relay_attention_bench needs a GPU (skipped)\n");
@@ -107,6 +117,7 @@ int main(int argc, char** argv) {
   for (int64_t prompt : {1024, 4096, 8192}) {
     for (int64_t ctx : {128, 1024}) {
       for (int batch : {1, 8, 32, 64}) {
+        if (only_batch > 0 && (batch != only_batch || prompt != only_prompt || ctx != only_ctx)) continue;
         // Sequences 0..batch-1: a copy of the prompt each (for the unshared plain run);
         // sequence batch: the shared prompt; then each sequence's own context.
         std::vector<int64_t> lengths(static_cast<size_t>(batch), prompt);
