@@ -13,7 +13,8 @@
 // relay in its three-launch form (decode, system part, merge: the form before the fused
 // launch, and what runs where the context part takes the tensor cores), and relay's
 // launches captured in a CUDA graph and replayed (as the decode graphs run it). L2 is
-// flushed before each timed run.
+// flushed before each timed run. K and V are random bf16 (a 64 MiB random block repeated
+// through the pool).
 //
 //   build/tests/bench/relay_attention_bench           (needs a CUDA device; says so otherwise)
 //   build/tests/bench/relay_attention_bench --sweep   and after the table, the fused launch's
@@ -22,9 +23,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +53,63 @@ void Check(const absl::Status& s) {
 float* Floats(int64_t n) {
   float* p = nullptr;
   CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&p), static_cast<size_t>(std::max<int64_t>(1, n)) * sizeof(float)));
+  return p;
+}
+
+// The pages of RandomPagedPool's pool (shuffled through the pool the same way; K and V
+// left empty) and the pool's size in pages.
+strata::kernels::test_support::PagedPool PoolPages(const std::vector<int64_t>& lengths, int page_size,
+                                                   int32_t* total_pages) {
+  strata::kernels::test_support::PagedPool pool;
+  pool.page_size = page_size;
+  *total_pages = 3;  // pages nobody owns, as RandomPagedPool
+  for (int64_t n : lengths) *total_pages += static_cast<int32_t>((n + page_size - 1) / page_size);
+  std::vector<int32_t> order(static_cast<size_t>(*total_pages));
+  for (int32_t i = 0; i < *total_pages; ++i) order[static_cast<size_t>(i)] = i;
+  std::mt19937 gen(1);
+  std::shuffle(order.begin(), order.end(), gen);
+  pool.indptr.push_back(0);
+  size_t next = 0;
+  for (int64_t n : lengths) {
+    const int64_t pages = (n + page_size - 1) / page_size;
+    for (int64_t i = 0; i < pages; ++i) pool.indices.push_back(order[next++]);
+    pool.indptr.push_back(static_cast<int32_t>(pool.indices.size()));
+    pool.last_page_len.push_back(static_cast<int32_t>(n - (pages - 1) * page_size));
+  }
+  return pool;
+}
+
+// A device buffer of `elements` bf16 values in [-2, 2): a 64 MiB random block (splitmix64,
+// drawn once a seed) repeated. Timing needs random values, not distinct ones, and drawing
+// the largest row's 2.4 GB on the host would take most of a minute.
+uint16_t* RandomDeviceBf16(size_t elements, uint64_t seed) {
+  constexpr size_t kBlock = size_t{32} << 20;
+  static std::vector<std::vector<uint16_t>> blocks;
+  static std::vector<uint16_t*> device_blocks;
+  while (blocks.size() <= seed) {
+    std::vector<uint16_t> block(kBlock);
+    uint64_t state = 0x5eed0000ull + blocks.size();
+    for (size_t i = 0; i < kBlock; i += 4) {
+      uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      for (size_t j = 0; j < 4; ++j) {
+        const float f = static_cast<float>((z >> (16 * j)) & 0xffff) * (4.0f / 65536.0f) - 2.0f;
+        uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        block[i + j] = static_cast<uint16_t>(bits >> 16);
+      }
+    }
+    device_blocks.push_back(Upload(block));
+    blocks.push_back(std::move(block));
+  }
+  uint16_t* p = nullptr;
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, elements) * sizeof(uint16_t)));
+  for (size_t at = 0; at < elements; at += kBlock) {
+    CHECK_CUDA(cudaMemcpy(p + at, device_blocks[seed], std::min(kBlock, elements - at) * sizeof(uint16_t),
+                          cudaMemcpyDeviceToDevice));
+  }
   return p;
 }
 
@@ -102,7 +162,7 @@ int main(int argc, char** argv) {
   for (auto [sys, ctx] : balances) {
     sweep_table += " fused " + std::to_string(sys) + "/" + std::to_string(ctx) + " (ms) |";
   }
-  sweep_table += " fused 2/2, context first (ms) |\n|---|---|---|---|---|";
+  sweep_table += " fused 2/2, context first (ms) | fused vs three launches, rel. L2 diff |\n|---|---|---|---|---|---|";
   for (size_t i = 0; i < balances.size(); ++i) sweep_table += "---|";
   sweep_table += "\n";
   std::printf(
@@ -123,7 +183,8 @@ int main(int argc, char** argv) {
         std::vector<int64_t> lengths(static_cast<size_t>(batch), prompt);
         lengths.push_back(prompt);
         for (int b = 0; b < batch; ++b) lengths.push_back(ctx);
-        const auto pool = strata::kernels::test_support::RandomPagedPool(lengths, page, kv_heads, head_dim, 1);
+        int32_t pool_pages = 0;
+        const auto pool = PoolPages(lengths, page, &pool_pages);
         auto pages_of = [&](int s) {
           return std::vector<int32_t>(pool.indices.begin() + pool.indptr[s], pool.indices.begin() + pool.indptr[s + 1]);
         };
@@ -142,8 +203,9 @@ int main(int argc, char** argv) {
           ctx_indptr.push_back(static_cast<int32_t>(ctx_indices.size()));
           last.push_back(pool.last_page_len[static_cast<size_t>(batch + 1 + b)]);
         }
-        uint16_t* k = Upload(pool.k);
-        uint16_t* v = Upload(pool.v);
+        const size_t pool_elements = static_cast<size_t>(pool_pages) * page * kv_heads * head_dim;
+        uint16_t* k = RandomDeviceBf16(pool_elements, 0);
+        uint16_t* v = RandomDeviceBf16(pool_elements, 1);
         int32_t *d_shared_indptr = Upload(shared_indptr), *d_shared_indices = Upload(shared_indices),
                 *d_copy_indptr = Upload(copy_indptr), *d_copy_indices = Upload(copy_indices),
                 *d_ctx_indptr = Upload(ctx_indptr), *d_ctx_indices = Upload(ctx_indices), *d_last = Upload(last),
@@ -191,8 +253,21 @@ int main(int argc, char** argv) {
                           MedianMs(stream, 20, [&] { relay({sys, ctx_blocks, false}); }, flush));
             sweep_table += cell;
           }
-          std::snprintf(cell, sizeof(cell), " %.3f |\n",
+          std::snprintf(cell, sizeof(cell), " %.3f |",
                         MedianMs(stream, 20, [&] { relay({2, 2, false, true}); }, flush));
+          sweep_table += cell;
+          // The two forms' outputs on these inputs (a check at these shapes; relay_test is the test).
+          std::vector<float> fused_out(qh.size()), three_out(qh.size());
+          relay({2, 2, true});
+          CHECK_CUDA(cudaMemcpy(three_out.data(), out, qh.size() * sizeof(float), cudaMemcpyDeviceToHost));
+          relay({2, 2, false});
+          CHECK_CUDA(cudaMemcpy(fused_out.data(), out, qh.size() * sizeof(float), cudaMemcpyDeviceToHost));
+          double diff = 0, norm = 0;
+          for (size_t i = 0; i < qh.size(); ++i) {
+            diff += (fused_out[i] - three_out[i]) * static_cast<double>(fused_out[i] - three_out[i]);
+            norm += three_out[i] * static_cast<double>(three_out[i]);
+          }
+          std::snprintf(cell, sizeof(cell), " %.2e |\n", std::sqrt(diff / norm));
           sweep_table += cell;
         }
         const float shared_ms = plain(d_shared_indptr, d_shared_indices);
