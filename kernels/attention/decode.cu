@@ -5,241 +5,19 @@
 
 #include <cstdint>
 
+#include "kernels/attention/decode_kernel.cuh"
 #include "kernels/attention/decode_launch.h"
 #include "kernels/attention/merge_launch.h"
-#include "kernels/cuda_device.cuh"
 #include "kernels/dispatch.h"
 
 namespace strata::kernels::internal {
 namespace {
 
-constexpr int kAttnThreads = 128;
-
-
-// Eight bf16 (one 16-byte load) widened to fp32; widening is exact.
-__device__ __forceinline__ void UnpackBf16x8(const uint4& v, float (&f)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-
-// Decode attention, one block per (part, KV head and subgroup, query row): kGroup query
-// heads of the KV head's group (all of them, or one of group / kGroup subgroups) against
-// the part's tokens [t0, t1), in one pass over its K and V rows.
-//
-// Threads: kLanes lanes share a token, each holding 8 of its dims (one 16-byte chunk of the
-// bf16 row): head_dim / 8 rounded up to a power of two, so a lane group is a shuffle
-// group within a warp (head_dim 80 and 96 leave lanes 10..15 and 12..15 idle, holding zeros);
-// the block's kRows lane groups take different tokens.
-// Every thread copies, with cp.async, exactly the chunks it later reads, so the
-// kStages-deep pipeline needs no barrier: each thread waits only on its own copies. Each
-// lane group keeps its own online softmax (max, sum, output) per head, in log2 units
-// (q is pre-scaled by scale * log2(e)); the groups are merged through shared memory at
-// the end. One part per row (gridDim.x == 1) writes out/lse directly, otherwise the
-// part's normalised output and natural-log lse go to the workspace for MergePartsKernel.
+// One block per (part, KV head and subgroup, query row): DecodePartBlock.
 template <int kHeadDim, int kGroup>
-__global__ void __launch_bounds__(kAttnThreads)
-    PagedDecodeKernel(const float* __restrict__ q, const uint16_t* __restrict__ k_pages,
-                      const uint16_t* __restrict__ v_pages, int page_size, int kv_heads,
-                      const int32_t* __restrict__ indptr, const int32_t* __restrict__ indices,
-                      const int32_t* __restrict__ last_page_len, const int32_t* __restrict__ qo_indptr, int batch,
-                      int num_heads, int group, float scale_log2, int split_tokens, float* ws_o, float* ws_lse,
-                      float* out, float* lse) {
-  constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks of a row
-  constexpr int kLanes = kChunks <= 8 ? 8 : kChunks <= 16 ? 16 : 32;
-  static_assert(kHeadDim % 8 == 0 && kChunks <= kLanes && kLanes <= 32);
-  constexpr int kRows = kAttnThreads / kLanes;
-  constexpr int kPerThread = 2;  // tokens per thread per stage
-  constexpr int kStageTokens = kRows * kPerThread;
-  constexpr int kStages = 4;
-  constexpr int kStageBytes = kStages * 2 * kStageTokens * kLanes * 16;
-  constexpr int kMergeBytes = kRows * kGroup * (kHeadDim + 2) * 4;
-  __shared__ __align__(16) unsigned char smem[kStageBytes > kMergeBytes ? kStageBytes : kMergeBytes];
-  uint4(*stage)[2][kStageTokens][kLanes] = reinterpret_cast<uint4(*)[2][kStageTokens][kLanes]>(smem);
-
-  const int split = blockIdx.x, r = blockIdx.z, splits = gridDim.x;
-  const int subgroups = group / kGroup, kvh = blockIdx.y / subgroups;
-  const int hb = kvh * group + (blockIdx.y % subgroups) * kGroup;  // the block's first query head
-  const int tx = threadIdx.x % kLanes, ty = threadIdx.x / kLanes;
-  const bool lane_active = tx < kChunks;  // idle lanes copy nothing and hold zeros
-  const int chunk = lane_active ? tx : 0;
-  // Query row r belongs to sequence b; with qo_indptr (prefill) it is the j-th of that
-  // sequence's new tokens and sees all but the sequence's last (rows - 1 - j) tokens.
-  int b = r;
-  int hidden = 0;
-  if (qo_indptr != nullptr) {
-    int lo = 0, hi = batch - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (qo_indptr[mid] <= r) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    b = lo;
-    hidden = qo_indptr[b + 1] - 1 - r;
-  }
-  const int first_page = indptr[b], pages = indptr[b + 1] - first_page;
-  // Token counts fit in int: the launch checks max_tokens.
-  const int len = (pages == 0 ? 0 : (pages - 1) * page_size + last_page_len[b]) - hidden;
-  const int t0 = split * split_tokens;
-  const int t1 = min(len, t0 + split_tokens);
-  const int64_t head0 = int64_t{r} * num_heads + hb;
-  if (t0 >= t1) {  // an empty part: weight zero in the merge (or, alone, an empty sequence)
-    float* o = splits == 1 ? out + head0 * kHeadDim
-                           : ws_o + ((int64_t{r} * splits + split) * num_heads + hb) * kHeadDim;
-    for (int x = threadIdx.x; x < kGroup * kHeadDim; x += kAttnThreads) o[x] = 0.0f;
-    if (threadIdx.x < kGroup) {
-      if (splits > 1) {
-        ws_lse[(int64_t{r} * splits + split) * num_heads + hb + threadIdx.x] = -INFINITY;
-      } else if (lse != nullptr) {
-        lse[head0 + threadIdx.x] = -INFINITY;
-      }
-    }
-    return;
-  }
-
-  const int64_t row_elems = int64_t{kv_heads} * kHeadDim;
-  const int stages = (t1 - t0 + kStageTokens - 1) / kStageTokens;
-  // Issues stage s's copies: this thread's tokens ty + j * kRows, chunk tx, of K and V.
-  auto issue = [&](int s) {
-    const int buf = s % kStages;
-    if (s >= stages) {  // past the end: an empty group keeps the wait counts uniform
-      CpAsyncCommit();
-      return;
-    }
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
-      const int i = j * kRows + ty;
-      const int t = t0 + s * kStageTokens + i;
-      const bool valid = t < t1;
-      const int tt = valid ? t : t0;
-      const int64_t page = indices[first_page + tt / page_size];
-      const int64_t at = (page * page_size + tt % page_size) * row_elems + int64_t{kvh} * kHeadDim + chunk * 8;
-      CpAsync16(&stage[buf][0][i][tx], k_pages + at, valid && lane_active);
-      CpAsync16(&stage[buf][1][i][tx], v_pages + at, valid && lane_active);
-    }
-    CpAsyncCommit();
-  };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(s);
-
-  float qr[kGroup][8];
-#pragma unroll
-  for (int g = 0; g < kGroup; ++g) {
-    const float4* qg = reinterpret_cast<const float4*>(q + (head0 + g) * kHeadDim + chunk * 8);
-    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    const float4 a = lane_active ? qg[0] : zero, c = lane_active ? qg[1] : zero;
-    const float v[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
-#pragma unroll
-    for (int e = 0; e < 8; ++e) qr[g][e] = v[e] * scale_log2;
-  }
-  float m[kGroup], l[kGroup], acc[kGroup][8];
-#pragma unroll
-  for (int g = 0; g < kGroup; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
-  }
-
-  for (int s = 0; s < stages; ++s) {
-    issue(s + kStages - 1);  // into the buffer read at s - 1, which this thread is done with
-    CpAsyncWait<kStages - 1>();
-    const int buf = s % kStages;
-    float score[kPerThread][kGroup];
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
-      float kf[8];
-      UnpackBf16x8(stage[buf][0][j * kRows + ty][tx], kf);
-      const bool valid = t0 + s * kStageTokens + j * kRows + ty < t1;
-#pragma unroll
-      for (int g = 0; g < kGroup; ++g) {
-        float d = qr[g][0] * kf[0];
-#pragma unroll
-        for (int e = 1; e < 8; ++e) d = __fmaf_rn(qr[g][e], kf[e], d);
-#pragma unroll
-        for (int o = kLanes / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-        score[j][g] = valid ? d : -INFINITY;
-      }
-    }
-    float p[kPerThread][kGroup];
-#pragma unroll
-    for (int g = 0; g < kGroup; ++g) {
-      float mx = score[0][g];
-#pragma unroll
-      for (int j = 1; j < kPerThread; ++j) mx = fmaxf(mx, score[j][g]);
-      const float m_new = fmaxf(m[g], mx);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = FastExp2(m[g] - m_use);
-      m[g] = m_new;
-      float sum = l[g] * alpha;
-#pragma unroll
-      for (int j = 0; j < kPerThread; ++j) {
-        p[j][g] = FastExp2(score[j][g] - m_use);
-        sum += p[j][g];
-      }
-      l[g] = sum;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[g][e] *= alpha;
-    }
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
-      float vf[8];
-      UnpackBf16x8(stage[buf][1][j * kRows + ty][tx], vf);
-#pragma unroll
-      for (int g = 0; g < kGroup; ++g) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[g][e] = __fmaf_rn(p[j][g], vf[e], acc[g][e]);
-      }
-    }
-  }
-  CpAsyncWait<0>();
-  __syncthreads();  // every thread is done with the stages: the buffer becomes the merge area
-
-  float* merge_acc = reinterpret_cast<float*>(smem);              // [kRows][kGroup][kHeadDim]
-  float* merge_m = merge_acc + kRows * kGroup * kHeadDim;         // [kRows][kGroup]
-  float* merge_l = merge_m + kRows * kGroup;                      // [kRows][kGroup]
-#pragma unroll
-  for (int g = 0; g < kGroup; ++g) {
-    if (lane_active) {
-      float4* dst = reinterpret_cast<float4*>(merge_acc + (ty * kGroup + g) * kHeadDim + tx * 8);
-      dst[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
-      dst[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
-    }
-    if (tx == 0) {
-      merge_m[ty * kGroup + g] = m[g];
-      merge_l[ty * kGroup + g] = l[g];
-    }
-  }
-  __syncthreads();
-  constexpr float kLn2 = 0.693147180559945309f;
-  for (int x = threadIdx.x; x < kGroup * kHeadDim; x += kAttnThreads) {
-    const int g = x / kHeadDim, d = x % kHeadDim;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int y = 0; y < kRows; ++y) mx = fmaxf(mx, merge_m[y * kGroup + g]);  // finite: the part is not empty
-    float sum = 0.0f, o = 0.0f;
-#pragma unroll
-    for (int y = 0; y < kRows; ++y) {
-      const float w = FastExp2(merge_m[y * kGroup + g] - mx);
-      sum += merge_l[y * kGroup + g] * w;
-      o += merge_acc[(y * kGroup + g) * kHeadDim + d] * w;
-    }
-    const float part_lse = (mx + __log2f(sum)) * kLn2;
-    if (splits == 1) {
-      out[(head0 + g) * kHeadDim + d] = o / sum;
-      if (d == 0 && lse != nullptr) lse[head0 + g] = part_lse;
-    } else {
-      const int64_t part_row = (int64_t{r} * splits + split) * num_heads + hb + g;
-      ws_o[part_row * kHeadDim + d] = o / sum;
-      if (d == 0) ws_lse[part_row] = part_lse;
-    }
-  }
+__global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const SplitKvArgs a) {
+  __shared__ __align__(16) unsigned char smem[DecodeBlockShape<kHeadDim, kGroup>::kSmemBytes];
+  DecodePartBlock<kHeadDim, kGroup>(a, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, smem);
 }
 
 }  // namespace
@@ -248,13 +26,10 @@ cudaError_t PagedDecodeAttentionAsync(const SplitKvArgs& a, cudaStream_t stream)
   const int group = a.num_heads / a.kv_heads, subgroup = GqaSubgroupSize(group);
   if (subgroup == 0) return cudaErrorInvalidValue;
   const dim3 grid(a.splits, a.kv_heads * (group / subgroup), a.rows);
-  const float scale_log2 = a.scale * 1.4426950408889634f;
   cudaError_t e = cudaErrorInvalidValue;
   STRATA_DISPATCH_HEAD_DIM(a.head_dim, kHeadDim, {
     STRATA_DISPATCH_GQA_GROUP_SIZE(subgroup, kGroup, {
-      PagedDecodeKernel<kHeadDim, kGroup><<<grid, kAttnThreads, 0, stream>>>(
-          a.q, a.k_pages, a.v_pages, a.page_size, a.kv_heads, a.indptr, a.indices, a.last_page_len, a.qo_indptr,
-          a.batch, a.num_heads, group, scale_log2, a.split_tokens, a.ws_o, a.ws_lse, a.out, a.lse);
+      PagedDecodeKernel<kHeadDim, kGroup><<<grid, kDecodeThreads, 0, stream>>>(a);
       e = cudaGetLastError();
     })
   })

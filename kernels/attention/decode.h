@@ -76,6 +76,11 @@ struct DecodeAttentionParams {
 };
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream);
 
+// True when LaunchPagedDecodeAttention with `kernel` runs a decode of this shape on the
+// tensor cores (the rule above for kAuto); false without CUDA and for shapes it refuses.
+bool DecodeRunsOnTensorCores(DecodeKernel kernel, int head_dim, int num_heads, int kv_heads, int batch,
+                             int64_t max_tokens);
+
 // Floats of workspace a decode (or CUDA-core prefill, with batch = its rows) of this shape
 // needs; 0 for empty shapes and without CUDA. Reads the current device's SM count.
 int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t max_tokens);

@@ -27,6 +27,11 @@ struct SplitKvArgs {
   float* ws_lse;             // [rows][splits][num_heads] (splits > 1)
   float* out;
   float* lse;                // or null
+  // Where the parts go: with ws_row_parts > 0, part s of row r is row r * ws_row_parts +
+  // ws_first_part + s of ws_o / ws_lse (in units of [num_heads][head_dim] / [num_heads]),
+  // and every part goes there, a lone one too (relay attention's fused launch, whose merge
+  // takes them with its system part's); 0: [rows][splits] as above.
+  int ws_row_parts = 0, ws_first_part = 0;
 };
 
 // The parts' attention, then (with more than one part) their merge (merge_launch.h).

@@ -38,7 +38,69 @@ __global__ void MergePartsKernel(const float* ws_o, const float* ws_lse, int spl
   if (lse != nullptr && threadIdx.x == 0) lse[row] = total > 0 ? m + logf(total) : -INFINITY;
 }
 
+constexpr int kRowMergeWarps = 4;
+
+// One warp per (row, head): the parts' weights exp(lse - max) one a lane (32 at a time,
+// passed round by shuffles), each lane accumulating 4 dims (float4) of every part.
+__global__ void __launch_bounds__(kRowMergeWarps * 32)
+    MergeRowPartsKernel(const float* __restrict__ ws_o, const float* __restrict__ ws_lse, int row_parts,
+                        int full_rows, int few_parts, int rows, int num_heads, int head_dim, float* __restrict__ out) {
+  const int lane = threadIdx.x & 31;
+  const int64_t item = int64_t{blockIdx.x} * kRowMergeWarps + (threadIdx.x >> 5);
+  if (item >= int64_t{rows} * num_heads) return;  // a whole warp
+  const int b = static_cast<int>(item / num_heads), h = static_cast<int>(item % num_heads);
+  const int parts = b < full_rows ? row_parts : few_parts;
+  const float* lse = ws_lse + int64_t{b} * row_parts * num_heads + h;  // part s at lse[s * num_heads]
+  const float* o = ws_o + (int64_t{b} * row_parts * num_heads + h) * head_dim;
+  const int64_t part_stride = int64_t{num_heads} * head_dim;
+  float m = -INFINITY;
+  for (int s = lane; s < parts; s += 32) m = fmaxf(m, lse[int64_t{s} * num_heads]);
+  for (int x = 16; x > 0; x >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
+  float total = 0.0f;
+  for (int s = lane; s < parts; s += 32) {
+    const float l = lse[int64_t{s} * num_heads];
+    total += l == -INFINITY ? 0.0f : expf(l - m);
+  }
+  for (int x = 16; x > 0; x >>= 1) total += __shfl_xor_sync(0xffffffffu, total, x);
+  // Every lane runs every round (the shuffles need the whole warp); lanes past head_dim load nothing.
+  for (int d0 = 0; d0 < head_dim; d0 += 128) {
+    const int d = d0 + lane * 4;
+    const bool active = d < head_dim;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int s0 = 0; s0 < parts; s0 += 32) {
+      const float l = s0 + lane < parts ? lse[int64_t{s0 + lane} * num_heads] : -INFINITY;
+      const float w_lane = l == -INFINITY ? 0.0f : expf(l - m);
+      const int n = min(32, parts - s0);
+#pragma unroll 4
+      for (int j = 0; j < n; ++j) {
+        const float w = __shfl_sync(0xffffffffu, w_lane, j);
+        if (active && w > 0.0f) {
+          const float4 v = *reinterpret_cast<const float4*>(o + (s0 + j) * part_stride + d);
+          acc.x += w * v.x;
+          acc.y += w * v.y;
+          acc.z += w * v.z;
+          acc.w += w * v.w;
+        }
+      }
+    }
+    if (active) {
+      const float4 r = total > 0.0f ? make_float4(acc.x / total, acc.y / total, acc.z / total, acc.w / total)
+                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      *reinterpret_cast<float4*>(out + (int64_t{b} * num_heads + h) * head_dim + d) = r;
+    }
+  }
+}
+
 }  // namespace
+
+cudaError_t MergeRowPartsAsync(const float* ws_o, const float* ws_lse, int row_parts, int full_rows, int few_parts,
+                               int rows, int num_heads, int head_dim, float* out, cudaStream_t stream) {
+  const int64_t items = int64_t{rows} * num_heads;
+  const unsigned blocks = static_cast<unsigned>((items + kRowMergeWarps - 1) / kRowMergeWarps);
+  MergeRowPartsKernel<<<blocks, kRowMergeWarps * 32, 0, stream>>>(ws_o, ws_lse, row_parts, full_rows, few_parts,
+                                                                  rows, num_heads, head_dim, out);
+  return cudaGetLastError();
+}
 
 cudaError_t MergeStatesAsync(const float* ws_o, const float* ws_lse, int splits, int rows, int num_heads,
                              int head_dim, float* out, float* lse, cudaStream_t stream, const float* out_lse) {

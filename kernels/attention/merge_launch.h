@@ -22,6 +22,15 @@ cudaError_t MergeStatesAsync(const float* ws_o, const float* ws_lse, int splits,
                              int head_dim, float* out, float* lse, cudaStream_t stream,
                              const float* out_lse = nullptr);
 
+// The same merge with rows of different part counts, for relay attention's fused launch:
+// part s of row b at ws_o[((b * row_parts + s) * num_heads + h) * head_dim] and
+// ws_lse[(b * row_parts + s) * num_heads + h]; rows [0, full_rows) merge all row_parts
+// parts, the rows after them only their first few_parts (the rest are never read). Writes
+// out [rows][num_heads][head_dim] (no lse). One warp per (row, head); ws_o and out must be
+// 16-byte aligned and head_dim a multiple of 4.
+cudaError_t MergeRowPartsAsync(const float* ws_o, const float* ws_lse, int row_parts, int full_rows, int few_parts,
+                               int rows, int num_heads, int head_dim, float* out, cudaStream_t stream);
+
 }  // namespace strata::kernels::internal
 
 #endif  // STRATA_KERNELS_ATTENTION_MERGE_LAUNCH_H_

@@ -32,6 +32,10 @@ struct PrefillTcParams {
   int key_splits = 1;
   float* ws_o = nullptr;
   float* ws_lse = nullptr;
+  // With ws_row_parts > 0, part s of row r goes to row r * ws_row_parts + ws_first_part + s
+  // of ws_o / ws_lse instead (relay attention's fused launch: the context part's parts
+  // beside the system part's).
+  int ws_row_parts = 0, ws_first_part = 0;
   // When set, nothing is launched: the chosen form's resident blocks per SM (the occupancy
   // calculator's) are written here.
   int* resident_blocks_out = nullptr;

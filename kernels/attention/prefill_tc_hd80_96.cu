@@ -1,9 +1,13 @@
-// The tensor-core prefill kernels of head_dim 80 and 96 (prefill_tc_kernel.cuh).
+// The tensor-core prefill kernels of head_dim 80 and 96 (prefill_tc_kernel.cuh),
+// and relay attention's fused kernel of the same head dims (relay_kernel.cuh).
 #include "kernels/attention/prefill_tc_kernel.cuh"
+#include "kernels/attention/relay_kernel.cuh"
 
 namespace strata::kernels::internal {
 
 STRATA_PREFILL_TC_HEAD_DIM(, 80)
 STRATA_PREFILL_TC_HEAD_DIM(, 96)
+template cudaError_t RelayFusedForHeadDim<80>(const RelayFusedArgs&, cudaStream_t);
+template cudaError_t RelayFusedForHeadDim<96>(const RelayFusedArgs&, cudaStream_t);
 
 }  // namespace strata::kernels::internal

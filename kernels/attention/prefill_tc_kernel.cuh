@@ -68,8 +68,14 @@ constexpr int SmemBytes(int tile_rows, int key_tile, int stages) {
 //
 // Shared-memory rows are padded by 16 bytes, so the 8 rows an ldmatrix reads fall in
 // different banks.
+//
+// As a device function (for PagedPrefillTcKernel, and relay attention's fused launch that
+// runs it beside decode blocks): the block (bx, by, b) of a grid grid_x wide; `smem` holds
+// SmemBytes<kHeadDim>(...) bytes, 16-byte aligned. Every thread of the block must call it;
+// it ends with no barrier pending and smem free.
 template <int kHeadDim, int kGroup, int kWarps, int kMTiles, int kKeyTile, int kStages>
-__global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const PrefillTcParams p) {
+__device__ __forceinline__ void PrefillTcBlock(const PrefillTcParams& p, int bx, int by, int b, int grid_x,
+                                               uint16_t* smem) {
   static_assert(kStages >= 2);
   constexpr int kThreads = kWarps * 32;
   constexpr int kWarpRows = 16 * kMTiles;
@@ -83,17 +89,15 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
   constexpr int kDimSteps = kHeadDim / 16;  // k-steps of Q K^T
   constexpr int kKeyFrags = kKeyTile / 8;   // 8-key column blocks of S
   constexpr int kDimFrags = kHeadDim / 8;   // 8-dim column blocks of O
-  extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* s_q = smem;
   uint16_t* s_k = s_q + kTileRows * kStride;           // [kStages][kKeyTile][kStride]
   uint16_t* s_v = s_k + kStages * kKeyTile * kStride;  // [kStages][kKeyTile][kStride]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int b = blockIdx.z;
-  const int group = p.num_heads / p.kv_heads, subgroups = group / kGroup, kvh = blockIdx.y / subgroups;
-  const int hb = kvh * group + (blockIdx.y % subgroups) * kGroup;  // the block's first query head
-  const int split = blockIdx.x % p.key_splits;
-  const int tile = gridDim.x / p.key_splits - 1 - blockIdx.x / p.key_splits;
+  const int group = p.num_heads / p.kv_heads, subgroups = group / kGroup, kvh = by / subgroups;
+  const int hb = kvh * group + (by % subgroups) * kGroup;  // the block's first query head
+  const int split = bx % p.key_splits;
+  const int tile = grid_x / p.key_splits - 1 - bx / p.key_splits;
   // Without qo_indptr (decode), row b is sequence b's one new token, the last of its keys.
   const int q_begin = p.qo_indptr != nullptr ? p.qo_indptr[b] : b;
   const int new_tokens = p.qo_indptr != nullptr ? p.qo_indptr[b + 1] - q_begin : 1;
@@ -325,9 +329,10 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
       const int token = m / kGroup, g = m % kGroup;
       if (token >= new_tokens) continue;
       const int64_t head_row = (int64_t{q_begin} + token) * p.num_heads + hb + g;
-      // Into parts: the part's row of the workspace (row, split, head).
+      // Into parts: the part's row of the workspace (row, part, head).
+      const int row_parts = p.ws_row_parts > 0 ? p.ws_row_parts : p.key_splits;
       const int64_t part_row =
-          ((int64_t{q_begin} + token) * p.key_splits + split) * p.num_heads + hb + g;
+          ((int64_t{q_begin} + token) * row_parts + p.ws_first_part + split) * p.num_heads + hb + g;
       float* dst = (p.ws_o != nullptr ? p.ws_o + part_row * kHeadDim : p.out + head_row * kHeadDim) + (lane & 3) * 2;
       // sum >= 1 when the part has keys (the row's maximum contributes exp2(0)); 0 when empty.
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
@@ -345,6 +350,13 @@ __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const Prefil
       }
     }
   }
+}
+
+template <int kHeadDim, int kGroup, int kWarps, int kMTiles, int kKeyTile, int kStages>
+__global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const PrefillTcParams p) {
+  extern __shared__ __align__(16) uint16_t smem[];
+  PrefillTcBlock<kHeadDim, kGroup, kWarps, kMTiles, kKeyTile, kStages>(p, blockIdx.x, blockIdx.y, blockIdx.z,
+                                                                       gridDim.x, smem);
 }
 
 template <int kHeadDim, int kGroup, int kWarps, int kMTiles, int kKeyTile, int kStages = 2>

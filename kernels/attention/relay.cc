@@ -1,6 +1,8 @@
 #include "kernels/attention/relay.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 #include "kernels/attention/decode.h"
 #include "kernels/attention/prefill.h"
@@ -9,6 +11,7 @@
 #if defined(STRATA_WITH_CUDA)
 #include "kernels/attention/merge_launch.h"
 #include "kernels/attention/prefill_launch.h"
+#include "kernels/attention/relay_launch.h"
 #include "kernels/cuda_check.h"
 #include "kernels/dispatch.h"
 #endif
@@ -22,44 +25,139 @@ namespace {
 constexpr int kSysTileRows = 64;        // the system part runs 64-row query tiles
 constexpr int64_t kMinSplitKeys = 256;  // no part of the prefix shorter than this
 constexpr int kSysBlocksPerSm = 2;
+constexpr int kContextBlocksPerSm = 2;
+
+using internal::Align4Floats;
+
+int Subgroup(const RelayShape& s) { return GqaSubgroupSize(GqaGroupSize(s.num_heads, s.kv_heads)); }
 
 // Parts along the prefix: enough that the system part has kSysBlocksPerSm blocks per SM.
-int SystemSplits(const RelayShape& s) {
+int SystemSplits(const RelayShape& s, int blocks_per_sm = kSysBlocksPerSm) {
   if (s.groups <= 0 || s.kv_heads <= 0) return 1;
   const int64_t gqa = s.num_heads / s.kv_heads;
   const int64_t tiles = (int64_t{s.max_group_rows} * gqa + kSysTileRows - 1) / kSysTileRows;
   const int64_t blocks = std::max<int64_t>(1, tiles * s.kv_heads * s.groups);
-  const int64_t want = (int64_t{kSysBlocksPerSm} * CurrentDeviceSmCount() + blocks - 1) / blocks;
+  const int64_t want = (int64_t{blocks_per_sm} * CurrentDeviceSmCount() + blocks - 1) / blocks;
   return static_cast<int>(std::clamp<int64_t>(want, 1, std::max<int64_t>(1, s.max_prefix_tokens / kMinSplitKeys)));
 }
 
-using internal::Align4Floats;
+// The fused launch's parts along each row's own tokens, by the split-K decode's rule
+// (decode.h): enough that the context part alone has blocks_per_sm blocks per SM, each part
+// a multiple of kDecodePartAlign tokens.
+struct ContextSplit {
+  int parts, part_tokens;
+};
+ContextSplit ContextSplitOf(const RelayShape& s, int blocks_per_sm = kContextBlocksPerSm) {
+  const int subgroup = std::max(1, Subgroup(s));
+  const int64_t blocks_per_part =
+      std::max<int64_t>(1, int64_t{s.rows} * s.kv_heads * (s.num_heads / std::max(1, s.kv_heads) / subgroup));
+  const int64_t tokens = std::max<int64_t>(1, s.max_context_tokens);
+  const int64_t want = (int64_t{blocks_per_sm} * CurrentDeviceSmCount() + blocks_per_part - 1) / blocks_per_part;
+  const int64_t parts = std::clamp<int64_t>(want, 1, (tokens + kDecodePartAlign - 1) / kDecodePartAlign);
+  int64_t part_tokens = (tokens + parts - 1) / parts;
+  part_tokens = (part_tokens + kDecodePartAlign - 1) / kDecodePartAlign * kDecodePartAlign;
+  return ContextSplit{static_cast<int>((tokens + part_tokens - 1) / part_tokens), static_cast<int>(part_tokens)};
+}
 
-}  // namespace
+// The fused launch takes a shape with groups whose context part runs on the CUDA cores
+// (the fused kernel's decode block); where the decode would take the tensor cores, the
+// three launches do.
+bool FusedShape(const RelayShape& s) {
+  return s.groups > 0 && s.num_heads > 0 && IsDispatchedHeadDim(s.head_dim) && Subgroup(s) > 0 &&
+         !DecodeRunsOnTensorCores(DecodeKernel::kAuto, s.head_dim, s.num_heads, s.kv_heads, s.rows,
+                                  s.max_context_tokens);
+}
 
-int64_t RelayDecodeWorkspaceFloats(const RelayShape& s) {
-  if (s.rows <= 0 || s.num_heads <= 0 || s.head_dim <= 0) return 0;
+int64_t ThreeLaunchWorkspaceFloats(const RelayShape& s) {
   const int splits = SystemSplits(s);
   return Align4Floats(DecodeWorkspaceFloats(s.rows, s.num_heads, s.head_dim, s.max_context_tokens)) +
-         Align4Floats(int64_t{s.rows} * s.num_heads) + Align4Floats(int64_t{s.grouped_rows} * splits * s.num_heads * s.head_dim) +
+         Align4Floats(int64_t{s.rows} * s.num_heads) +
+         Align4Floats(int64_t{s.grouped_rows} * splits * s.num_heads * s.head_dim) +
          int64_t{s.grouped_rows} * splits * s.num_heads;
 }
 
-absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t stream) {
-  if (p.rows < 0 || p.groups < 0 || p.grouped_rows < 0 || p.grouped_rows > p.rows || p.max_group_rows < 0 ||
-      (p.groups == 0) != (p.grouped_rows == 0) || p.max_prefix_tokens < 0) {
-    return absl::InvalidArgumentError("relay attention: bad row or group counts");
-  }
+// Every row's parts, [rows][parts][num_heads][head_dim] then their lse [rows][parts][num_heads].
+int64_t FusedPartsFloats(const RelayShape& s, int parts) {
+  return Align4Floats(int64_t{s.rows} * parts * s.num_heads * s.head_dim);
+}
+int64_t FusedWorkspaceFloats(const RelayShape& s, const internal::RelayTuning& t) {
+  const int parts = ContextSplitOf(s, t.context_blocks_per_sm).parts + SystemSplits(s, t.system_blocks_per_sm);
+  return FusedPartsFloats(s, parts) + int64_t{s.rows} * parts * s.num_heads;
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// What LaunchPagedDecodeAttention checks of the context part, for the fused launch that
+// runs its kernel directly.
+absl::Status CheckContextPart(const RelayDecodeParams& p) {
   const PagedKv& kv = p.context;
-  if (kv.k_pages != p.prefixes.k_pages || kv.v_pages != p.prefixes.v_pages || kv.page_size != p.prefixes.page_size ||
-      kv.kv_heads != p.prefixes.kv_heads || kv.head_dim != p.prefixes.head_dim) {
-    return absl::InvalidArgumentError("relay attention: context and prefixes must be views of one pool");
+  if (absl::Status s = internal::CheckSizes(p.rows, p.num_heads, p.max_context_tokens); !s.ok()) return s;
+  if (!IsDispatchedHeadDim(kv.head_dim)) {
+    return absl::InvalidArgumentError("paged attention takes head_dim 64, 80, 96, 128 or 256");
   }
-  if (p.rows == 0) return absl::OkStatus();
-  const RelayShape shape{p.rows,      p.groups,    p.grouped_rows,       p.max_group_rows,   p.num_heads,
-                         kv.kv_heads, kv.head_dim, p.max_context_tokens, p.max_prefix_tokens};
+  if (!IsDispatchedGqaGroupSize(GqaGroupSize(p.num_heads, kv.kv_heads)) || kv.page_size <= 0) {
+    return absl::InvalidArgumentError("paged attention needs 1 to 64 query heads per KV head (a divisor of the heads)");
+  }
+  if (!Aligned16(p.q) || !Aligned16(kv.k_pages) || !Aligned16(kv.v_pages)) {
+    return absl::InvalidArgumentError("paged attention needs q, k_pages and v_pages 16-byte aligned");
+  }
+  if (p.max_context_tokens > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError("max_tokens too large");
+  }
+  return absl::OkStatus();
+}
+
+// Both parts in one launch, each block writing its part to the workspace, then the merge.
+absl::Status LaunchFused(const RelayDecodeParams& p, const RelayShape& shape, const internal::RelayTuning& t,
+                         cudaStream_t stream) {
+  const PagedKv& kv = p.context;
+  const int subgroup = Subgroup(shape), subgroups = p.num_heads / kv.kv_heads / subgroup;
+  const ContextSplit context = ContextSplitOf(shape, t.context_blocks_per_sm);
+  const int system_splits = SystemSplits(shape, t.system_blocks_per_sm);
+  const int parts = context.parts + system_splits;
+  float* parts_o = p.workspace;
+  float* parts_lse = parts_o + FusedPartsFloats(shape, parts);
+
+  internal::RelayFusedArgs a{};
+  PrefillAttentionTcParams prompt_part{p.q,         p.prefixes, p.group_rows,     p.groups, p.grouped_rows,
+                                       p.num_heads, p.scale,    p.max_group_rows, nullptr,  nullptr};
+  prompt_part.all_keys = true;
+  a.system = internal::ToTcParams(prompt_part);
+  a.system.key_splits = system_splits;
+  a.system.ws_o = parts_o;
+  a.system.ws_lse = parts_lse;
+  a.system.ws_row_parts = parts;
+  a.system.ws_first_part = context.parts;
+  const int64_t tiles = (int64_t{p.max_group_rows} * subgroup + kSysTileRows - 1) / kSysTileRows;
+  a.context = internal::SplitKvArgs{p.q,          kv.k_pages, kv.v_pages,  kv.page_size,        kv.kv_heads,
+                                    kv.head_dim,  kv.indptr,  kv.indices,  kv.last_page_len,    nullptr,
+                                    p.rows,       p.rows,     p.num_heads, p.scale,             context.parts,
+                                    context.part_tokens, parts_o, parts_lse, p.out,             nullptr,
+                                    parts,        0};
+  a.context_grid_y = kv.kv_heads * subgroups;
+  const int64_t system_blocks = tiles * system_splits * a.context_grid_y * p.groups;
+  const int64_t blocks = system_blocks + int64_t{context.parts} * a.context_grid_y * p.rows;
+  if (blocks > std::numeric_limits<int32_t>::max()) return absl::InvalidArgumentError("relay attention too large");
+  a.system_grid_x = static_cast<int>(tiles * system_splits);
+  a.system_grid_y = a.context_grid_y;
+  a.system_blocks = static_cast<int>(system_blocks);
+  a.blocks = static_cast<int>(blocks);
+  a.context_first = t.context_first;
+  cudaError_t e = cudaErrorInvalidValue;
+  STRATA_DISPATCH_HEAD_DIM(kv.head_dim, kHeadDim, { e = internal::RelayFusedForHeadDim<kHeadDim>(a, stream); })
+  STRATA_CUDA_RETURN_IF_ERROR(e);
+  STRATA_CUDA_RETURN_IF_ERROR(internal::MergeRowPartsAsync(parts_o, parts_lse, parts, p.grouped_rows, context.parts,
+                                                           p.rows, p.num_heads, kv.head_dim, p.out, stream));
+  return absl::OkStatus();
+}
+
+// The context part (paged decode with its lse), the system part (the tensor-core prefill
+// kernel, split along the prefix), and one merge of both.
+absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, cudaStream_t stream) {
+  const PagedKv& kv = p.context;
   const int64_t head_floats = int64_t{p.num_heads} * kv.head_dim;
-  float* ctx_lse = p.workspace + Align4Floats(DecodeWorkspaceFloats(p.rows, p.num_heads, kv.head_dim, p.max_context_tokens));
+  float* ctx_lse =
+      p.workspace + Align4Floats(DecodeWorkspaceFloats(p.rows, p.num_heads, kv.head_dim, p.max_context_tokens));
   float* parts_o = ctx_lse + Align4Floats(int64_t{p.rows} * p.num_heads);
   // The context part (it validates the shapes the system part shares).
   if (absl::Status s = LaunchPagedDecodeAttention(
@@ -68,7 +166,6 @@ absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t
     return s;
   }
   if (p.groups == 0) return absl::OkStatus();
-  if (p.groups > 65535) return absl::InvalidArgumentError("relay attention takes at most 65535 groups");
   const int splits = SystemSplits(shape);
   float* parts_lse = parts_o + Align4Floats(int64_t{p.grouped_rows} * splits * head_floats);
   PrefillAttentionTcParams prompt_part{p.q,         p.prefixes, p.group_rows,     p.groups, p.grouped_rows,
@@ -86,10 +183,55 @@ absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t
   return absl::OkStatus();
 }
 
+}  // namespace
+
+int64_t RelayDecodeWorkspaceFloats(const RelayShape& s) {
+  if (s.rows <= 0 || s.num_heads <= 0 || s.head_dim <= 0) return 0;
+  const int64_t three = ThreeLaunchWorkspaceFloats(s);
+  return FusedShape(s) ? std::max(three, FusedWorkspaceFloats(s, internal::RelayTuning{})) : three;
+}
+
+int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTuning& t) {
+  if (s.rows <= 0 || s.num_heads <= 0 || s.head_dim <= 0) return 0;
+  const int64_t three = ThreeLaunchWorkspaceFloats(s);
+  return FusedShape(s) ? std::max(three, FusedWorkspaceFloats(s, t)) : three;
+}
+
+absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t stream) {
+  return internal::LaunchRelayDecodeAttention(p, internal::RelayTuning{}, stream);
+}
+
+absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t,
+                                                  cudaStream_t stream) {
+  if (p.rows < 0 || p.groups < 0 || p.grouped_rows < 0 || p.grouped_rows > p.rows || p.max_group_rows < 0 ||
+      (p.groups == 0) != (p.grouped_rows == 0) || (p.groups > 0 && p.max_group_rows == 0) ||
+      p.max_prefix_tokens < 0) {
+    return absl::InvalidArgumentError("relay attention: bad row or group counts");
+  }
+  const PagedKv& kv = p.context;
+  if (kv.k_pages != p.prefixes.k_pages || kv.v_pages != p.prefixes.v_pages || kv.page_size != p.prefixes.page_size ||
+      kv.kv_heads != p.prefixes.kv_heads || kv.head_dim != p.prefixes.head_dim) {
+    return absl::InvalidArgumentError("relay attention: context and prefixes must be views of one pool");
+  }
+  if (p.rows == 0) return absl::OkStatus();
+  if (p.groups > 65535) return absl::InvalidArgumentError("relay attention takes at most 65535 groups");
+  const RelayShape shape{p.rows,      p.groups,    p.grouped_rows,       p.max_group_rows,   p.num_heads,
+                         kv.kv_heads, kv.head_dim, p.max_context_tokens, p.max_prefix_tokens};
+  if (!t.three_launches && FusedShape(shape) && Aligned16(p.workspace) && Aligned16(p.out)) {
+    if (absl::Status s = CheckContextPart(p); !s.ok()) return s;
+    return LaunchFused(p, shape, t, stream);
+  }
+  return LaunchThree(p, shape, stream);
+}
+
 #else  // !STRATA_WITH_CUDA
 
 int64_t RelayDecodeWorkspaceFloats(const RelayShape&) { return 0; }
+int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape&, const RelayTuning&) { return 0; }
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams&, cudaStream_t) { return internal::NoCuda(); }
+absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams&, const RelayTuning&, cudaStream_t) {
+  return internal::NoCuda();
+}
 
 #endif  // STRATA_WITH_CUDA
 

@@ -3,14 +3,21 @@
 // they share in the pool) attend to it as a group, so the prefix's KV is read once per
 // group and step instead of once per sequence. Conventions: decode.h.
 //
-//   context part: every row against its own pages (LaunchPagedDecodeAttention over
-//                 `context`, with the lse);
+//   context part: every row against its own pages (the split-K paged decode, decode.h),
+//                 split along the row's tokens into parts;
 //   system part:  each group's rows against the group's prefix pages, all of them (the
 //                 tensor-core prefill kernel with all_keys: the group's queries are the rows
 //                 of its tiles, so K and V of the prefix are read once per tile), split along
 //                 the prefix so that a few groups still fill the device, into parts;
-//   merge:        the parts and the context part on log-sum-exp in one pass, in place in
-//                 the context part's output (MergeStatesAsync, the split-K decode's merge).
+//   merge:        every row's parts on log-sum-exp in one pass.
+//
+// Two launches: one grid runs both parts at once (its first blocks the system part's
+// tiles, the rest the context part's blocks; each writes its part's (o, lse) to the
+// workspace), then the merge writes `out`. Where the context part would run on the tensor
+// cores (DecodeRunsOnTensorCores: 8 or more query heads per KV head), or the workspace is
+// not 16-byte aligned, it runs as three: the paged decode (with its own merge when split),
+// the system part, and a merge of both into the decode's output. Nothing depends on host
+// state beyond the params, so the launches may be captured in a graph and replayed.
 //
 // Rows [0, group_rows[groups]) belong to groups (group g: rows [group_rows[g],
 // group_rows[g+1])); the rows after them have no shared prefix (their context is all
@@ -49,9 +56,23 @@ struct RelayShape {
   int rows, groups, grouped_rows, max_group_rows, num_heads, kv_heads, head_dim;
   int64_t max_context_tokens, max_prefix_tokens;
 };
-// Floats of workspace a relay decode of this shape needs (the decode split's, the context
-// part's lse, the system part's parts and their merge). Reads the device's SM count.
+// Floats of workspace a relay decode of this shape needs (every part's (o, lse) of either
+// form). Reads the device's SM count; 0 for an empty shape and without CUDA.
 int64_t RelayDecodeWorkspaceFloats(const RelayShape& s);
+
+namespace internal {
+// The fused launch's balance, for relay_attention_bench's comparison of forms: blocks per
+// SM each part is split to give on its own, which part's blocks come first in the grid, or
+// the three launches instead.
+struct RelayTuning {
+  int system_blocks_per_sm = 2;
+  int context_blocks_per_sm = 2;
+  bool three_launches = false;
+  bool context_first = false;
+};
+absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t, cudaStream_t stream);
+int64_t RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTuning& t);
+}  // namespace internal
 
 }  // namespace strata::kernels
 

@@ -7,7 +7,10 @@
 //
 // Tolerances are the tensor-core prefill's (prefill_test.cc: the system part rounds Q and
 // P to bf16): ||got - want|| / ||want|| <= 1e-2 over the call, <= 2e-2 per (row, head).
-// Outputs are poisoned with NaN first, so an unwritten element fails.
+// Outputs and workspaces are poisoned with NaN first, so an unwritten element fails. Each
+// case runs both forms (the fused launch where the shape takes it, and the three launches),
+// and the default form again as a CUDA graph, replayed twice (the second time on new
+// queries written into the same buffer), which must give the eager launch's bits.
 #include "kernels/attention/relay.h"
 
 #include <cuda_runtime_api.h>
@@ -140,7 +143,47 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
     const absl::Status s = LaunchRelayDecodeAttention(p, stream_);
     ASSERT_TRUE(s.ok()) << what << ": " << s;
     Sync();
-    test_support::ExpectAttentionNear(out.ToHost(), want, rows, heads, d, what + " (relay vs CPU)");
+    const std::vector<float> got = out.ToHost();
+    test_support::ExpectAttentionNear(got, want, rows, heads, d, what + " (relay vs CPU)");
+
+    // The three-launch form on the same inputs (its workspace poisoned again).
+    DeviceVector<float> ws_three{std::vector<float>(
+        static_cast<size_t>(std::max<int64_t>(1, RelayDecodeWorkspaceFloats(shape))), std::nanf(""))};
+    DeviceVector<float> out_three{std::vector<float>(q.size(), std::nanf(""))};
+    RelayDecodeParams three = p;
+    three.workspace = ws_three.get();
+    three.out = out_three.get();
+    internal::RelayTuning three_launches;
+    three_launches.three_launches = true;
+    ASSERT_TRUE(internal::LaunchRelayDecodeAttention(three, three_launches, stream_).ok()) << what;
+    Sync();
+    test_support::ExpectAttentionNear(out_three.ToHost(), want, rows, heads, d, what + " (three launches vs CPU)");
+
+    // Captured in a graph and replayed: the eager launch's bits, then new queries' bits.
+    DeviceVector<float> out_graph{std::vector<float>(q.size(), std::nanf(""))};
+    RelayDecodeParams replayed = p;
+    replayed.out = out_graph.get();
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    const absl::Status captured = LaunchRelayDecodeAttention(replayed, stream_);
+    ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
+    ASSERT_TRUE(captured.ok()) << what << ": " << captured;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    Sync();
+    EXPECT_TRUE(out_graph.ToHost() == got) << what << ": a graph replay differs from the eager launch";
+    const std::vector<float> q2 = test_support::RandomFloats(q.size(), seed + 2, -c.q_range, c.q_range);
+    ASSERT_EQ(cudaMemcpy(dq.get(), q2.data(), q2.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    Sync();
+    const std::vector<float> replay2 = out_graph.ToHost();
+    ASSERT_TRUE(LaunchRelayDecodeAttention(p, stream_).ok()) << what;
+    Sync();
+    EXPECT_TRUE(replay2 == out.ToHost()) << what << ": a replay on new queries differs from their eager launch";
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    ASSERT_EQ(cudaMemcpy(dq.get(), q.data(), q.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
 
     // The plain device decode over the whole pages, for the same rows.
     int64_t max_full = 0;
@@ -153,7 +196,8 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
                                            stream_)
                     .ok());
     Sync();
-    test_support::ExpectAttentionNear(out.ToHost(), plain.ToHost(), rows, heads, d,
+    // (`out` now holds the replay check's new queries' result: compare the first launch's.)
+    test_support::ExpectAttentionNear(got, plain.ToHost(), rows, heads, d,
                                       what + " (relay vs plain decode on the device)");
   }
 };
@@ -193,6 +237,15 @@ TEST_F(CudaRelayAttentionTest, LargeGroupsAndLongPromptsAtLlamaShapes) {
   for (int n : many.group_sizes) grouped += n;
   for (int r = 0; r < grouped + 3; ++r) many.contexts.push_back(1 + (r * 13) % 300);
   Check(many, 12);
+}
+
+TEST_F(CudaRelayAttentionTest, EmptyContextsSeeTheirPrefixAlone) {
+  // Grouped rows with no tokens of their own (between rows that have some), at two shapes.
+  for (int head_dim : {64, 128}) {
+    RelayCase c{{64, 512}, {4, 6}, {}, 2, 4, head_dim, 16, 1.0f};
+    for (int r = 0; r < 10 + 1; ++r) c.contexts.push_back(r % 3 == 0 ? 0 : 1 + (r * 29) % 100);
+    Check(c, 31 + static_cast<uint32_t>(head_dim));
+  }
 }
 
 TEST_F(CudaRelayAttentionTest, NoGroupsIsPlainDecode) {

@@ -185,6 +185,13 @@ int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t ma
   return int64_t{split.parts} * batch * num_heads * (int64_t{head_dim} + 1);
 }
 
+bool DecodeRunsOnTensorCores(DecodeKernel kernel, int head_dim, int num_heads, int kv_heads, int batch,
+                             int64_t max_tokens) {
+  const int subgroup = GqaSubgroupSize(GqaGroupSize(num_heads, kv_heads));
+  if (!IsDispatchedHeadDim(head_dim) || subgroup == 0) return false;
+  return UseTensorCores(kernel, head_dim, subgroup, batch, max_tokens);
+}
+
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream) {
   return LaunchPagedAttention(p.q, p.kv, nullptr, p.batch, p.batch, p.num_heads, p.scale, p.max_tokens, p.workspace,
                               p.out, p.lse, stream, p.kernel);
@@ -198,6 +205,7 @@ absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams& p, cudaSt
 #else  // !STRATA_WITH_CUDA
 
 int64_t DecodeWorkspaceFloats(int, int, int, int64_t) { return 0; }
+bool DecodeRunsOnTensorCores(DecodeKernel, int, int, int, int, int64_t) { return false; }
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams&, cudaStream_t) { return internal::NoCuda(); }
 absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams&, cudaStream_t) { return internal::NoCuda(); }
 

@@ -7,16 +7,29 @@
 // sequence, as without page sharing); relay reads them once per step for the group.
 // Printed beside: the paper's bound on relay's speedup, p = (s+c+2)/(s/b+c+7), the bytes
 // relay must read (prompt once + every context) over its time as GB/s and as a share of
-// the device-to-device copy rate (bytes read + written per second), and whether the
-// backend's rule (cuda_model.h, relay_min_saved_tokens) would take the relay path. L2 is
-// flushed before each timed run.
+// the device-to-device copy rate (bytes read + written per second) of 1 GiB and of a copy
+// of relay's bytes (what the memory system gives at that size, launch included), whether
+// the backend's rule (cuda_model.h, relay_min_saved_tokens) would take the relay path,
+// relay in its three-launch form (decode, system part, merge: the form before the fused
+// launch, and what runs where the context part takes the tensor cores), and relay's
+// launches captured in a CUDA graph and replayed (as the decode graphs run it). L2 is
+// flushed before each timed run. K and V are random bf16 (a 64 MiB random block repeated
+// through the pool).
 //
-//   build/tests/bench/relay_attention_bench        (needs a CUDA device; says so otherwise)
+//   build/tests/bench/relay_attention_bench           (needs a CUDA device; says so otherwise)
+//   build/tests/bench/relay_attention_bench --sweep   and after the table, the fused launch's
+//                                                     balance (blocks per SM of each part) at batch >= 32
+//   build/tests/bench/relay_attention_bench --shape=B,S,C   that one row alone (e.g. under a profiler)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention/decode.h"
@@ -43,9 +56,91 @@ float* Floats(int64_t n) {
   return p;
 }
 
+// The pages of RandomPagedPool's pool (shuffled through the pool the same way; K and V
+// left empty) and the pool's size in pages.
+strata::kernels::test_support::PagedPool PoolPages(const std::vector<int64_t>& lengths, int page_size,
+                                                   int32_t* total_pages) {
+  strata::kernels::test_support::PagedPool pool;
+  pool.page_size = page_size;
+  *total_pages = 3;  // pages nobody owns, as RandomPagedPool
+  for (int64_t n : lengths) *total_pages += static_cast<int32_t>((n + page_size - 1) / page_size);
+  std::vector<int32_t> order(static_cast<size_t>(*total_pages));
+  for (int32_t i = 0; i < *total_pages; ++i) order[static_cast<size_t>(i)] = i;
+  std::mt19937 gen(1);
+  std::shuffle(order.begin(), order.end(), gen);
+  pool.indptr.push_back(0);
+  size_t next = 0;
+  for (int64_t n : lengths) {
+    const int64_t pages = (n + page_size - 1) / page_size;
+    for (int64_t i = 0; i < pages; ++i) pool.indices.push_back(order[next++]);
+    pool.indptr.push_back(static_cast<int32_t>(pool.indices.size()));
+    pool.last_page_len.push_back(static_cast<int32_t>(n - (pages - 1) * page_size));
+  }
+  return pool;
+}
+
+// A device buffer of `elements` bf16 values in [-2, 2): a 64 MiB random block (splitmix64,
+// drawn once a seed) repeated. Timing needs random values, not distinct ones, and drawing
+// the largest row's 2.4 GB on the host would take most of a minute.
+uint16_t* RandomDeviceBf16(size_t elements, uint64_t seed) {
+  constexpr size_t kBlock = size_t{32} << 20;
+  static std::vector<std::vector<uint16_t>> blocks;
+  static std::vector<uint16_t*> device_blocks;
+  while (blocks.size() <= seed) {
+    std::vector<uint16_t> block(kBlock);
+    uint64_t state = 0x5eed0000ull + blocks.size();
+    for (size_t i = 0; i < kBlock; i += 4) {
+      uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      for (size_t j = 0; j < 4; ++j) {
+        const float f = static_cast<float>((z >> (16 * j)) & 0xffff) * (4.0f / 65536.0f) - 2.0f;
+        uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        block[i + j] = static_cast<uint16_t>(bits >> 16);
+      }
+    }
+    device_blocks.push_back(Upload(block));
+    blocks.push_back(std::move(block));
+  }
+  uint16_t* p = nullptr;
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(1, elements) * sizeof(uint16_t)));
+  for (size_t at = 0; at < elements; at += kBlock) {
+    CHECK_CUDA(cudaMemcpy(p + at, device_blocks[seed], std::min(kBlock, elements - at) * sizeof(uint16_t),
+                          cudaMemcpyDeviceToDevice));
+  }
+  return p;
+}
+
+// Median milliseconds of `reps` replays of a graph holding what fn enqueues on `stream`.
+template <typename Fn, typename Flush>
+float GraphMedianMs(cudaStream_t stream, int reps, Fn fn, Flush flush) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  fn();
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  const float ms = MedianMs(stream, reps, [&] { CHECK_CUDA(cudaGraphLaunch(exec, stream)); }, flush);
+  CHECK_CUDA(cudaGraphExecDestroy(exec));
+  CHECK_CUDA(cudaGraphDestroy(graph));
+  return ms;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  bool sweep = false;
+  long long only_batch = 0, only_prompt = 0, only_ctx = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--sweep") == 0) {
+      sweep = true;
+    } else if (std::sscanf(argv[i], "--shape=%lld,%lld,%lld", &only_batch, &only_prompt, &only_ctx) != 3) {
+      std::fprintf(stderr, "usage: relay_attention_bench [--sweep] [--shape=batch,S,ctx]\n");
+      return 2;
+    }
+  }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("no CUDA device: relay_attention_bench needs a GPU (skipped)\n");
@@ -60,10 +155,21 @@ int main() {
   const double copy_gbps = ceiling.Gbps();  // read + write
   std::printf("%s, %d SMs; device-to-device copy of 1 GiB: %.0f GB/s (read + write)\n\n", prop.name,
               prop.multiProcessorCount, copy_gbps);
+  // The fused launch's balances the sweep compares: blocks per SM of the system part, of the
+  // context part.
+  const std::vector<std::pair<int, int>> balances = {{1, 1}, {1, 2}, {2, 1}, {2, 2}, {2, 4}, {4, 2}, {4, 4}, {3, 3}};
+  std::string sweep_table = "| batch | S | ctx | three launches (ms) |";
+  for (auto [sys, ctx] : balances) {
+    sweep_table += " fused " + std::to_string(sys) + "/" + std::to_string(ctx) + " (ms) |";
+  }
+  sweep_table += " fused 2/2, context first (ms) | fused vs three launches, rel. L2 diff |\n|---|---|---|---|---|---|";
+  for (size_t i = 0; i < balances.size(); ++i) sweep_table += "---|";
+  sweep_table += "\n";
   std::printf(
       "| batch | S | ctx | plain, shared pages (ms) | plain, a copy each (ms) | relay (ms) | relay vs shared pages | "
-      "relay vs a copy each | paper's bound | relay GB/s read | vs copy | rule takes relay |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "relay vs a copy each | paper's bound | relay GB/s read | vs copy | same-size copy GB/s | "
+      "vs same-size copy | rule takes relay | three launches (ms) | relay, graph (ms) |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const int kv_heads = 8, heads = 32, head_dim = 128, page = 16;
   const float scale = 0.088f;
   const double token_bytes = 2.0 * kv_heads * head_dim * 2;  // K and V, bf16
@@ -71,12 +177,14 @@ int main() {
   for (int64_t prompt : {1024, 4096, 8192}) {
     for (int64_t ctx : {128, 1024}) {
       for (int batch : {1, 8, 32, 64}) {
+        if (only_batch > 0 && (batch != only_batch || prompt != only_prompt || ctx != only_ctx)) continue;
         // Sequences 0..batch-1: a copy of the prompt each (for the unshared plain run);
         // sequence batch: the shared prompt; then each sequence's own context.
         std::vector<int64_t> lengths(static_cast<size_t>(batch), prompt);
         lengths.push_back(prompt);
         for (int b = 0; b < batch; ++b) lengths.push_back(ctx);
-        const auto pool = strata::kernels::test_support::RandomPagedPool(lengths, page, kv_heads, head_dim, 1);
+        int32_t pool_pages = 0;
+        const auto pool = PoolPages(lengths, page, &pool_pages);
         auto pages_of = [&](int s) {
           return std::vector<int32_t>(pool.indices.begin() + pool.indptr[s], pool.indices.begin() + pool.indptr[s + 1]);
         };
@@ -95,8 +203,9 @@ int main() {
           ctx_indptr.push_back(static_cast<int32_t>(ctx_indices.size()));
           last.push_back(pool.last_page_len[static_cast<size_t>(batch + 1 + b)]);
         }
-        uint16_t* k = Upload(pool.k);
-        uint16_t* v = Upload(pool.v);
+        const size_t pool_elements = static_cast<size_t>(pool_pages) * page * kv_heads * head_dim;
+        uint16_t* k = RandomDeviceBf16(pool_elements, 0);
+        uint16_t* v = RandomDeviceBf16(pool_elements, 1);
         int32_t *d_shared_indptr = Upload(shared_indptr), *d_shared_indices = Upload(shared_indices),
                 *d_copy_indptr = Upload(copy_indptr), *d_copy_indices = Upload(copy_indices),
                 *d_ctx_indptr = Upload(ctx_indptr), *d_ctx_indices = Upload(ctx_indices), *d_last = Upload(last),
@@ -107,9 +216,14 @@ int main() {
         float* q = Upload(qh);
         float* out = Floats(static_cast<int64_t>(qh.size()));
         const int64_t total = prompt + ctx;
-        float* ws = Floats(std::max(strata::kernels::DecodeWorkspaceFloats(batch, heads, head_dim, total),
-                                    strata::kernels::RelayDecodeWorkspaceFloats(
-                                        {batch, 1, batch, batch, heads, kv_heads, head_dim, ctx, prompt})));
+        const strata::kernels::RelayShape shape{batch, 1, batch, batch, heads, kv_heads, head_dim, ctx, prompt};
+        int64_t ws_floats = std::max(strata::kernels::DecodeWorkspaceFloats(batch, heads, head_dim, total),
+                                     strata::kernels::RelayDecodeWorkspaceFloats(shape));
+        for (auto [sys, ctx_blocks] : balances) {
+          ws_floats = std::max(ws_floats,
+                               strata::kernels::internal::RelayDecodeWorkspaceFloats(shape, {sys, ctx_blocks, false}));
+        }
+        float* ws = Floats(ws_floats);
         auto plain = [&](const int32_t* indptr, const int32_t* indices) {
           const strata::kernels::PagedKv kv{k, v, page, kv_heads, head_dim, indptr, indices, d_last};
           return MedianMs(
@@ -120,28 +234,61 @@ int main() {
               },
               flush);
         };
-        const float shared_ms = plain(d_shared_indptr, d_shared_indices);
-        const float copy_each_ms = plain(d_copy_indptr, d_copy_indices);
         const strata::kernels::PagedKv context{k, v, page, kv_heads, head_dim, d_ctx_indptr, d_ctx_indices, d_last};
         const strata::kernels::PagedKv prefixes{
             k, v, page, kv_heads, head_dim, d_prefix_indptr, d_prefix_indices, d_prefix_last};
+        const strata::kernels::RelayDecodeParams params{
+            q, context, prefixes, d_group_rows, batch, 1, batch, batch, heads, scale, ctx, prompt, ws, out};
+        auto relay = [&](const strata::kernels::internal::RelayTuning& t) {
+          Check(strata::kernels::internal::LaunchRelayDecodeAttention(params, t, stream));
+        };
+        const float three_ms = MedianMs(stream, 20, [&] { relay({2, 2, true}); }, flush);
+        if (sweep && batch >= 32) {
+          char cell[64];
+          std::snprintf(cell, sizeof(cell), "| %d | %lld | %lld | %.3f |", batch, static_cast<long long>(prompt),
+                        static_cast<long long>(ctx), three_ms);
+          sweep_table += cell;
+          for (auto [sys, ctx_blocks] : balances) {
+            std::snprintf(cell, sizeof(cell), " %.3f |",
+                          MedianMs(stream, 20, [&] { relay({sys, ctx_blocks, false}); }, flush));
+            sweep_table += cell;
+          }
+          std::snprintf(cell, sizeof(cell), " %.3f |",
+                        MedianMs(stream, 20, [&] { relay({2, 2, false, true}); }, flush));
+          sweep_table += cell;
+          // The two forms' outputs on these inputs (a check at these shapes; relay_test is the test).
+          std::vector<float> fused_out(qh.size()), three_out(qh.size());
+          relay({2, 2, true});
+          CHECK_CUDA(cudaMemcpy(three_out.data(), out, qh.size() * sizeof(float), cudaMemcpyDeviceToHost));
+          relay({2, 2, false});
+          CHECK_CUDA(cudaMemcpy(fused_out.data(), out, qh.size() * sizeof(float), cudaMemcpyDeviceToHost));
+          double diff = 0, norm = 0;
+          for (size_t i = 0; i < qh.size(); ++i) {
+            diff += (fused_out[i] - three_out[i]) * static_cast<double>(fused_out[i] - three_out[i]);
+            norm += three_out[i] * static_cast<double>(three_out[i]);
+          }
+          std::snprintf(cell, sizeof(cell), " %.2e |\n", std::sqrt(diff / norm));
+          sweep_table += cell;
+        }
+        const float shared_ms = plain(d_shared_indptr, d_shared_indices);
+        const float copy_each_ms = plain(d_copy_indptr, d_copy_indices);
         const float relay_ms = MedianMs(
-            stream, 20,
-            [&] {
-              Check(strata::kernels::LaunchRelayDecodeAttention(
-                  {q, context, prefixes, d_group_rows, batch, 1, batch, batch, heads, scale, ctx, prompt, ws, out},
-                  stream));
-            },
-            flush);
+            stream, 20, [&] { Check(strata::kernels::LaunchRelayDecodeAttention(params, stream)); }, flush);
+        const float graph_ms = GraphMedianMs(
+            stream, 20, [&] { Check(strata::kernels::LaunchRelayDecodeAttention(params, stream)); }, flush);
         const double relay_bytes = token_bytes * (prompt + batch * ctx);
+        const double same_size_gbps = ceiling.Gbps(static_cast<size_t>(relay_bytes));
         const double s = static_cast<double>(prompt), c = static_cast<double>(ctx);
         const double bound = (s + c + 2) / (s / batch + c + 7);
         const double read_gbps = relay_bytes / (relay_ms * 1e-3) / 1e9;
         const bool rule = batch >= 2 && (batch - 1) * prompt >= defaults.relay_min_saved_tokens;
-        std::printf("| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.2f | %s |\n", batch,
-                    static_cast<long long>(prompt), static_cast<long long>(ctx), shared_ms, copy_each_ms, relay_ms,
-                    shared_ms / relay_ms, copy_each_ms / relay_ms, bound, read_gbps, read_gbps / copy_gbps,
-                    rule ? "yes" : "no");
+        std::printf(
+            "| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.2f | %.0f | %.2f | %s | %.3f | "
+            "%.3f |\n",
+            batch, static_cast<long long>(prompt), static_cast<long long>(ctx), shared_ms, copy_each_ms, relay_ms,
+            shared_ms / relay_ms, copy_each_ms / relay_ms, bound, read_gbps, read_gbps / copy_gbps, same_size_gbps,
+            read_gbps / same_size_gbps, rule ? "yes" : "no", three_ms, graph_ms);
+        std::fflush(stdout);
         for (void* p :
              {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(d_shared_indptr),
               static_cast<void*>(d_shared_indices), static_cast<void*>(d_copy_indptr),
@@ -154,5 +301,6 @@ int main() {
       }
     }
   }
+  if (sweep) std::printf("\nThe fused launch's balance (system / context blocks per SM):\n\n%s", sweep_table.c_str());
   return 0;
 }
