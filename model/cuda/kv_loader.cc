@@ -74,12 +74,19 @@ int KvLoader::StepLayers(int64_t block) const {
 }
 
 std::vector<std::pair<int, int>> KvLoader::LayerSteps(int step) const {
-  // Whole steps, then the last step's layers halved down to one layer: the layers of the
-  // last DMA are what the step still computes after the last byte landed, so the tail
-  // runs one layer behind the bus, for a few smaller (slightly less efficient) copies.
+  // A half step first: layer 0's attention waits for the whole first round (a short
+  // history's load is no longer than the compute, and this wait is then most of what it
+  // adds). Then whole steps, and the last step's layers halved down to one layer: the
+  // layers of the last DMA are what the step still computes after the last byte landed,
+  // so the tail runs one layer behind the bus, for a few smaller (slightly less
+  // efficient) copies.
   std::vector<std::pair<int, int>> steps;
   int first = 0;
   const int n = config_.num_layers;
+  if (step > 1 && n > step) {
+    steps.emplace_back(0, step / 2);
+    first = step / 2;
+  }
   while (n - first > step) {
     steps.emplace_back(first, step);
     first += step;
