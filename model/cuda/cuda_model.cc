@@ -46,10 +46,16 @@ absl::Status CudaModel::Impl::Init(int device) {
     return absl::FailedPreconditionError(absl::StrCat("GPU ", prop.name, " (sm_", prop.major, prop.minor,
                                                       ") is older than strata's CUDA kernels need (sm_90)"));
   }
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&write_stream, cudaStreamNonBlocking));
+  // The steps' kernels (and the loads' placement, which steps wait for) come first; a
+  // write-back's gathers take the SMs they leave (blocks of higher-priority streams are
+  // scheduled first): the write-back is never on a turn's path.
+  int least = 0, greatest = 0;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&write_stream, cudaStreamNonBlocking, least));
   if (absl::Status s = loader.Init(config, {options.kv_read_buffer_layers, options.kv_read_group_tokens,
-                                                  options.kv_read_copy_bytes}); !s.ok()) {
+                                            options.kv_read_copy_bytes, greatest});
+      !s.ok()) {
     return s;
   }
   const ModelConfig& c = config;

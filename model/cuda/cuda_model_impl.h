@@ -4,6 +4,8 @@
 // Streams: `stream` computes steps (Forward and RandomizeKvPool synchronise it before
 // they return); the loader's copy and place streams bring stored KV in layer by layer
 // (kv_loader.h); `write_stream` gathers and copies KV out to chunk payloads (SaveKv).
+// `stream` and the place stream have the device's greatest priority, `write_stream` its
+// least, so a write-back's kernels yield the SMs to the steps.
 // Every hand-off is an event: a step's layer l waits for the loads' layer l; a save waits
 // for the loads into its sequence still in flight; the engine hears that saves completed
 // from events polled by ticket (MarkKvSaves / KvSavesDone), and keeps their sequences

@@ -47,7 +47,7 @@ absl::Status KvLoader::Init(const ModelConfig& config, const KvLoaderOptions& op
   config_ = config;
   options_ = options;
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&place_, cudaStreamNonBlocking));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&place_, cudaStreamNonBlocking, options.place_priority));
   layer_ready_.resize(static_cast<size_t>(config.num_layers));
   slot_filled_.resize(static_cast<size_t>(options.buffer_layers));
   slot_free_.resize(static_cast<size_t>(options.buffer_layers));

@@ -48,6 +48,7 @@ struct KvLoaderOptions {
   int buffer_layers = 16;       // layers of a group of chunks the read buffer holds
   int64_t group_tokens = 4096;  // tokens of chunks a group holds
   int64_t copy_bytes = int64_t{8} << 20;  // about what one DMA moves (whole layers of a chunk)
+  int place_priority = 0;                 // of the place stream (cudaStreamCreateWithPriority)
 };
 
 class KvLoader {
