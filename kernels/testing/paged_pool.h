@@ -33,18 +33,16 @@ inline uint16_t RandomBf16(std::mt19937& gen) {
   return static_cast<uint16_t>(bits >> 16);  // truncation: any bf16 value will do
 }
 
-inline PagedPool RandomPagedPool(const std::vector<int64_t>& lengths, int page_size, int kv_heads, int head_dim,
-                                 uint32_t seed) {
+// The pages of sequences of the given lengths, shuffled through a pool of their pages and
+// 3 pages nobody owns (K and V left empty); its size in pages in *total_pages.
+inline PagedPool ShuffledPages(const std::vector<int64_t>& lengths, int page_size, std::mt19937& gen,
+                               int32_t* total_pages) {
   PagedPool p;
   p.page_size = page_size;
-  p.kv_heads = kv_heads;
-  p.head_dim = head_dim;
-  std::mt19937 gen(seed);
-  int32_t total_pages = 0;
-  for (int64_t n : lengths) total_pages += static_cast<int32_t>((n + page_size - 1) / page_size);
-  total_pages += 3;  // pages nobody owns
-  std::vector<int32_t> order(static_cast<size_t>(total_pages));
-  for (int32_t i = 0; i < total_pages; ++i) order[i] = i;
+  *total_pages = 3;  // pages nobody owns
+  for (int64_t n : lengths) *total_pages += static_cast<int32_t>((n + page_size - 1) / page_size);
+  std::vector<int32_t> order(static_cast<size_t>(*total_pages));
+  for (int32_t i = 0; i < *total_pages; ++i) order[static_cast<size_t>(i)] = i;
   std::shuffle(order.begin(), order.end(), gen);
   p.indptr.push_back(0);
   size_t next = 0;
@@ -54,6 +52,16 @@ inline PagedPool RandomPagedPool(const std::vector<int64_t>& lengths, int page_s
     p.indptr.push_back(static_cast<int32_t>(p.indices.size()));
     p.last_page_len.push_back(static_cast<int32_t>(n - (pages - 1) * page_size));
   }
+  return p;
+}
+
+inline PagedPool RandomPagedPool(const std::vector<int64_t>& lengths, int page_size, int kv_heads, int head_dim,
+                                 uint32_t seed) {
+  std::mt19937 gen(seed);
+  int32_t total_pages = 0;
+  PagedPool p = ShuffledPages(lengths, page_size, gen, &total_pages);
+  p.kv_heads = kv_heads;
+  p.head_dim = head_dim;
   const size_t elements = static_cast<size_t>(total_pages) * page_size * kv_heads * head_dim;
   p.k.resize(elements);
   p.v.resize(elements);

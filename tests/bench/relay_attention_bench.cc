@@ -56,27 +56,12 @@ float* Floats(int64_t n) {
   return p;
 }
 
-// The pages of RandomPagedPool's pool (shuffled through the pool the same way; K and V
-// left empty) and the pool's size in pages.
+// The pages of the sequences, shuffled through the pool (K and V left empty), and the
+// pool's size in pages.
 strata::kernels::test_support::PagedPool PoolPages(const std::vector<int64_t>& lengths, int page_size,
                                                    int32_t* total_pages) {
-  strata::kernels::test_support::PagedPool pool;
-  pool.page_size = page_size;
-  *total_pages = 3;  // pages nobody owns, as RandomPagedPool
-  for (int64_t n : lengths) *total_pages += static_cast<int32_t>((n + page_size - 1) / page_size);
-  std::vector<int32_t> order(static_cast<size_t>(*total_pages));
-  for (int32_t i = 0; i < *total_pages; ++i) order[static_cast<size_t>(i)] = i;
   std::mt19937 gen(1);
-  std::shuffle(order.begin(), order.end(), gen);
-  pool.indptr.push_back(0);
-  size_t next = 0;
-  for (int64_t n : lengths) {
-    const int64_t pages = (n + page_size - 1) / page_size;
-    for (int64_t i = 0; i < pages; ++i) pool.indices.push_back(order[next++]);
-    pool.indptr.push_back(static_cast<int32_t>(pool.indices.size()));
-    pool.last_page_len.push_back(static_cast<int32_t>(n - (pages - 1) * page_size));
-  }
-  return pool;
+  return strata::kernels::test_support::ShuffledPages(lengths, page_size, gen, total_pages);
 }
 
 // A device buffer of `elements` bf16 values in [-2, 2): a 64 MiB random block (splitmix64,
