@@ -280,6 +280,10 @@ void StrataServer::Shutdown() {
 
 StrataServer::~StrataServer() {
   Shutdown();
+  // Nothing scrapes the registry any more: its collectors read the engine's model, which
+  // goes next.
+  exposer_.reset();
+  status_history_.reset();
   // The engine ends its turns before the services that stream them go away.
   engine_.reset();
   grpc_server_.reset();
