@@ -47,14 +47,12 @@ int SystemSplits(const RelayShape& s, int blocks_per_sm = kSysBlocksPerSm) {
 struct ContextSplit {
   int parts, part_tokens;
 };
-ContextSplit ContextSplitOf(const RelayShape& s, int blocks_per_sm = kContextBlocksPerSm,
-                            int64_t max_part_tokens = internal::RelayTuning{}.max_context_part_tokens) {
+ContextSplit ContextSplitOf(const RelayShape& s, int blocks_per_sm = kContextBlocksPerSm) {
   const int subgroup = std::max(1, Subgroup(s));
   const int64_t blocks_per_part =
       std::max<int64_t>(1, int64_t{s.rows} * s.kv_heads * (s.num_heads / std::max(1, s.kv_heads) / subgroup));
   const int64_t tokens = std::max<int64_t>(1, s.max_context_tokens);
-  int64_t want = (int64_t{blocks_per_sm} * CurrentDeviceSmCount() + blocks_per_part - 1) / blocks_per_part;
-  if (max_part_tokens > 0) want = std::max(want, (tokens + max_part_tokens - 1) / max_part_tokens);
+  const int64_t want = (int64_t{blocks_per_sm} * CurrentDeviceSmCount() + blocks_per_part - 1) / blocks_per_part;
   const int64_t parts = std::clamp<int64_t>(want, 1, (tokens + kDecodePartAlign - 1) / kDecodePartAlign);
   int64_t part_tokens = (tokens + parts - 1) / parts;
   part_tokens = (part_tokens + kDecodePartAlign - 1) / kDecodePartAlign * kDecodePartAlign;
@@ -83,8 +81,7 @@ int64_t FusedPartsFloats(const RelayShape& s, int parts) {
   return Align4Floats(int64_t{s.rows} * parts * s.num_heads * s.head_dim);
 }
 int64_t FusedWorkspaceFloats(const RelayShape& s, const internal::RelayTuning& t) {
-  const int parts = ContextSplitOf(s, t.context_blocks_per_sm, t.max_context_part_tokens).parts +
-                    SystemSplits(s, t.system_blocks_per_sm);
+  const int parts = ContextSplitOf(s, t.context_blocks_per_sm).parts + SystemSplits(s, t.system_blocks_per_sm);
   return FusedPartsFloats(s, parts) + int64_t{s.rows} * parts * s.num_heads;
 }
 
@@ -115,7 +112,7 @@ absl::Status LaunchFused(const RelayDecodeParams& p, const RelayShape& shape, co
                          cudaStream_t stream) {
   const PagedKv& kv = p.context;
   const int subgroup = Subgroup(shape), subgroups = p.num_heads / kv.kv_heads / subgroup;
-  const ContextSplit context = ContextSplitOf(shape, t.context_blocks_per_sm, t.max_context_part_tokens);
+  const ContextSplit context = ContextSplitOf(shape, t.context_blocks_per_sm);
   const int system_splits = SystemSplits(shape, t.system_blocks_per_sm);
   const int parts = context.parts + system_splits;
   float* parts_o = p.workspace;

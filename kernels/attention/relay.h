@@ -67,9 +67,6 @@ namespace internal {
 struct RelayTuning {
   int system_blocks_per_sm = 2;
   int context_blocks_per_sm = 2;
-  // No context part longer than this (0: no cap): at 1K of context a few long parts left
-  // the SMs short of loads in flight.
-  int64_t max_context_part_tokens = 512;
   bool three_launches = false;
   bool context_first = false;
 };
