@@ -12,10 +12,37 @@
 #include "kernels/attention/prefill.h"
 #include "kernels/testing/delay.h"
 #include "model/cpu/cpu_model.h"
+#include "model/cuda/kv_loader.h"
 #include "gtest/gtest.h"
 
 namespace strata::model {
 namespace {
+
+// The rounds a load's DMAs go in (no GPU needed): every layer once and in order, none
+// longer than the step, a half round first and one layer last.
+TEST(KvLoaderRoundsTest, EveryLayerOnceInOrderAHalfRoundFirstAndOneLayerLast) {
+  using cuda_internal::LoadRounds;
+  for (int layers : {1, 2, 3, 7, 16, 28, 32, 36, 80}) {
+    for (int step : {1, 2, 3, 4, 8, 16}) {
+      SCOPED_TRACE(::testing::Message() << layers << " layers, step " << step);
+      const std::vector<std::pair<int, int>> rounds = LoadRounds(layers, step);
+      ASSERT_FALSE(rounds.empty());
+      int next = 0;
+      for (const auto& [first, n] : rounds) {
+        EXPECT_EQ(first, next);
+        EXPECT_GE(n, 1);
+        EXPECT_LE(n, step);
+        next = first + n;
+      }
+      EXPECT_EQ(next, layers);
+      EXPECT_EQ(rounds.back().second, 1) << "the step's tail is one layer";
+      if (layers > step && step > 1) EXPECT_EQ(rounds.front().second, step / 2);
+    }
+  }
+  // Llama-3-8B's 32 layers in 8-layer rounds: 4, 8, 8, 8, then 4 halved down.
+  const std::vector<std::pair<int, int>> want = {{0, 4}, {4, 8}, {12, 8}, {20, 8}, {28, 2}, {30, 1}, {31, 1}};
+  EXPECT_EQ(LoadRounds(32, 8), want);
+}
 
 class CudaModelTest : public ::testing::Test {
  protected:

@@ -73,31 +73,31 @@ int KvLoader::StepLayers(int64_t block) const {
   return static_cast<int>(std::clamp<int64_t>(want, 1, most));
 }
 
-std::vector<std::pair<int, int>> KvLoader::LayerSteps(int step) const {
-  // A half step first: layer 0's attention waits for the whole first round (a short
+std::vector<std::pair<int, int>> LoadRounds(int layers, int step) {
+  // A half round first: layer 0's attention waits for the whole first round (a short
   // history's load is no longer than the compute, and this wait is then most of what it
-  // adds). Then whole steps, and the last step's layers halved down to one layer: the
+  // adds). Then whole rounds, and the last round's layers halved down to one layer: the
   // layers of the last DMA are what the step still computes after the last byte landed,
   // so the tail runs one layer behind the bus, for a few smaller (slightly less
   // efficient) copies.
-  std::vector<std::pair<int, int>> steps;
+  std::vector<std::pair<int, int>> rounds;
+  step = std::max(1, step);
   int first = 0;
-  const int n = config_.num_layers;
-  if (step > 1 && n > step) {
-    steps.emplace_back(0, step / 2);
+  if (step > 1 && layers > step) {
+    rounds.emplace_back(0, step / 2);
     first = step / 2;
   }
-  while (n - first > step) {
-    steps.emplace_back(first, step);
+  while (layers - first > step) {
+    rounds.emplace_back(first, step);
     first += step;
   }
-  for (int left = n - first; left > 0;) {
+  for (int left = layers - first; left > 0;) {
     const int take = left > 1 ? (left + 1) / 2 : 1;
-    steps.emplace_back(first, take);
+    rounds.emplace_back(first, take);
     first += take;
     left -= take;
   }
-  return steps;
+  return rounds;
 }
 
 int KvLoader::RowsToMove(const Chunk& c) const {
@@ -181,7 +181,7 @@ absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_fr
                                                 cudaMemcpyHostToDevice, place_));
     STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(index_copied_, place_));
     int64_t k = 0;
-    for (const auto& [first_layer, layers] : LayerSteps(step)) {
+    for (const auto& [first_layer, layers] : LoadRounds(config_.num_layers, step)) {
       for (int64_t g = 0; g < groups; ++g, ++k) {
         const size_t s = static_cast<size_t>(k % slots);
         std::byte* slot = buffer_.as<std::byte>() + static_cast<int64_t>(s) * slot_bytes_;

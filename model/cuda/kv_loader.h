@@ -51,6 +51,11 @@ struct KvLoaderOptions {
   int place_priority = 0;                 // of the place stream (cudaStreamCreateWithPriority)
 };
 
+// The (first layer, layers) of each round of a load's DMAs over `layers` layers, rounds of
+// at most `step` layers: a half round, whole rounds, then the last round's layers halved
+// down to one (see kv_loader.cc). Every layer in exactly one round, in order.
+std::vector<std::pair<int, int>> LoadRounds(int layers, int step);
+
 class KvLoader {
  public:
   KvLoader() = default;
@@ -120,8 +125,6 @@ class KvLoader {
   };
   // Layers of a chunk one DMA moves, for blocks (one layer of a chunk) of `block` bytes.
   int StepLayers(int64_t block) const;
-  // The (first layer, layers) of each round of DMAs, for rounds of at most `step` layers.
-  std::vector<std::pair<int, int>> LayerSteps(int step) const;
   // Rows of chunk `c` that cross the bus: through its last placed row.
   int RowsToMove(const Chunk& c) const;
   absl::Status Reserve(int64_t slot_bytes, int slots, int64_t index_entries);
