@@ -8,15 +8,17 @@
 // layers compute while the last ones are still on the bus.
 //
 // A chunk holds its layers back to back, so one DMA moves a few consecutive layers of a
-// chunk (about kCopyBytes: a copy much smaller than that pays a per-copy cost the bus
-// feels: 4 MiB DMAs loaded a 16K-token Llama-3-8B history in 43.6 ms on the H100, 8 MiB
-// ones in ~42; alternating them over two copy streams was slower); the last layers go in smaller rounds, so that the step's tail (what it computes
-// after the last byte landed) is one layer. A session's last, partly filled chunk moves
-// only its filled rows. The read buffer holds `buffer_layers` layers of up to `group_tokens` tokens of
-// chunks, as slots of that many layers (at least two slots when it holds two layers;
-// more chunks are moved in groups through the same slots): the copy into a slot waits for
-// the placement that last read it, so the bus and the kernels overlap, and the buffer
-// stays a few layers whatever the history's length.
+// chunk (about options.copy_bytes: a copy much smaller than that pays a per-copy cost the
+// bus feels: 4 MiB DMAs loaded a 16K-token Llama-3-8B history in 43.6 ms on the H100,
+// 8 MiB ones in ~42; alternating them over two copy streams was slower). The rounds of
+// DMAs are LoadRounds: a half round, whole rounds, then smaller ones down to one layer,
+// so that the step's tail (what it computes after the last byte landed) is one layer. A
+// session's last, partly filled chunk moves only its filled rows. The read buffer holds
+// `buffer_layers` layers of up to `group_tokens` tokens of chunks, as slots of that many
+// layers (at least two slots when it holds two layers; more chunks are moved in groups
+// through the same slots): the copy into a slot waits for the placement that last read
+// it, so the bus and the kernels overlap, and the buffer stays a few layers whatever the
+// history's length.
 //
 // Streams and events: copy and place streams are the loader's own; every hand-off
 // between them, and to the compute and write streams, is an event (nothing waits for a
