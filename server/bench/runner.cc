@@ -28,16 +28,7 @@ class Runner {
   Runner(const Workload& workload, const RunnerOptions& options)
       : workload_(workload), options_(options), histories_(workload.sessions.size()),
         next_turn_(workload.sessions.size(), 0), total_(workload.TotalTurns()) {
-    // Several connections, so that one HTTP/2 connection's flow control does not shape the load.
-    const int channels = std::min(options.client_threads, 8);
-    for (int i = 0; i < channels; ++i) {
-      grpc::ChannelArguments args;
-      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-      args.SetMaxReceiveMessageSize(-1);
-      args.SetMaxSendMessageSize(-1);
-      channels_.push_back(grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args));
-      stubs_.push_back(v1::ChatService::NewStub(channels_.back()));
-    }
+    Connect();
     for (size_t s = 0; s < workload.sessions.size(); ++s) {
       const WorkloadSession& session = workload.sessions[s];
       if (session.turns.empty()) continue;
@@ -48,14 +39,7 @@ class Runner {
   }
 
   RunResult Run() {
-    // Every connection is up before the clock starts: a turn sent on a channel still
-    // connecting fails at once (gRPC fails fast on a first connect attempt that did not
-    // take), which is not what the run measures. A server that never answers is left to
-    // the turns to report.
-    const absl::Time connect_deadline = absl::Now() + std::min(options_.request_timeout, absl::Seconds(30));
-    for (const std::shared_ptr<grpc::Channel>& channel : channels_) {
-      channel->WaitForConnected(absl::ToChronoTime(connect_deadline));
-    }
+    WaitForConnections();
     start_ = absl::Now();
     std::vector<std::thread> workers;
     for (int i = 0; i < options_.client_threads; ++i) workers.emplace_back([this, i] { Work(i); });
@@ -69,6 +53,32 @@ class Runner {
 
  private:
   double NowMs() const { return absl::ToDoubleMilliseconds(absl::Now() - start_); }
+
+  // New connections to the target. Several, so that one HTTP/2 connection's flow control
+  // does not shape the load. Only while no turn is in flight.
+  void Connect() {
+    channels_.clear();
+    stubs_.clear();
+    const int channels = std::min(options_.client_threads, 8);
+    for (int i = 0; i < channels; ++i) {
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      args.SetMaxReceiveMessageSize(-1);
+      args.SetMaxSendMessageSize(-1);
+      channels_.push_back(grpc::CreateCustomChannel(options_.target, grpc::InsecureChannelCredentials(), args));
+      stubs_.push_back(v1::ChatService::NewStub(channels_.back()));
+    }
+  }
+
+  // Every connection up before turns go out: a turn sent on a channel still connecting
+  // fails at once (gRPC fails fast on a first connect attempt that did not take), which
+  // is not what a run measures. A server that never answers is left to the turns to report.
+  void WaitForConnections() {
+    const absl::Time deadline = absl::Now() + std::min(options_.request_timeout, absl::Seconds(30));
+    for (const std::shared_ptr<grpc::Channel>& channel : channels_) {
+      channel->WaitForConnected(absl::ToChronoTime(deadline));
+    }
+  }
 
   void Work(int worker) {
     absl::MutexLock lock(&mu_);
@@ -90,8 +100,9 @@ class Runner {
       due_.pop();
       if (!due_.empty()) cv_.Signal();  // another turn may be due too
       const int turn = next_turn_[next.session]++;
+      v1::ChatService::Stub* stub = stubs_[static_cast<size_t>(worker) % stubs_.size()].get();
       mu_.Unlock();
-      TurnRecord record = SendTurn(*stubs_[worker % stubs_.size()], next.session, turn, next.at_ms);
+      TurnRecord record = SendTurn(*stub, next.session, turn, next.at_ms);
       mu_.Lock();
       Finish(std::move(record));
     }
@@ -195,6 +206,12 @@ class Runner {
         std::vector<std::string> ids;
         for (int s : waiting_) ids.push_back(options_.session_prefix + workload_.sessions[s].session_id);
         options_.between_rounds(ids);
+        // A restarted server: the old connections are gone (their GOAWAY may still be on its
+        // way to a channel); the next round goes out on new ones.
+        if (options_.server_restarts) {
+          Connect();
+          WaitForConnections();
+        }
       }
       const double now = NowMs() + workload_.round_gap_ms;
       for (int s : waiting_) due_.push(Due{now, s});
@@ -207,6 +224,8 @@ class Runner {
 
   const Workload& workload_;
   const RunnerOptions& options_;
+  // Made before the run and, after a server restart, again between rounds by the worker
+  // that ended the round (holding mu_, nothing in flight); workers take a stub under mu_.
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::ChatService::Stub>> stubs_;
   absl::Time start_;
