@@ -114,6 +114,13 @@ class Registry : public prometheus::Collectable {
   mutable Mutex collect_mu_;
 };
 
+// Raises `c` to `total`, a count kept elsewhere (a component's own statistics, mirrored
+// at each scrape by a collector); a total below the counter's value changes nothing.
+inline void SyncCounter(Counter& c, double total) {
+  const double delta = total - c.Value();
+  if (delta > 0) c.Increment(delta);
+}
+
 }  // namespace strata::metrics
 
 #endif  // STRATA_BASE_METRICS_H_

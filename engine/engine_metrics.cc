@@ -80,19 +80,15 @@ void ExportKvTransferMetrics(metrics::Registry& r, const model::ModelBackend* mo
                              "Time forward steps waited at a layer for that layer's cached KV to land (0 when "
                              "the loads keep ahead of the compute).")
                     .WithLabels({});
-  auto sync = [](metrics::Counter& c, double total) {
-    const double delta = total - c.Value();
-    if (delta > 0) c.Increment(delta);
-  };
   bytes.WithLabels({{"direction", "load"}});
   bytes.WithLabels({{"direction", "save"}});
   r.AddCollector([=, &bytes, &loads, &load_seconds, &stall] {
     const model::KvTransferStats s = model->kv_transfer_stats();
-    sync(bytes.WithLabels({{"direction", "load"}}), static_cast<double>(s.load_bytes));
-    sync(bytes.WithLabels({{"direction", "save"}}), static_cast<double>(s.save_bytes));
-    sync(loads, static_cast<double>(s.loads));
-    sync(load_seconds, s.load_seconds);
-    sync(stall, s.load_stall_seconds);
+    metrics::SyncCounter(bytes.WithLabels({{"direction", "load"}}), static_cast<double>(s.load_bytes));
+    metrics::SyncCounter(bytes.WithLabels({{"direction", "save"}}), static_cast<double>(s.save_bytes));
+    metrics::SyncCounter(loads, static_cast<double>(s.loads));
+    metrics::SyncCounter(load_seconds, s.load_seconds);
+    metrics::SyncCounter(stall, s.load_stall_seconds);
   });
 }
 

@@ -4,10 +4,7 @@ namespace strata::storage {
 
 namespace {
 
-void Sync(metrics::Counter& c, int64_t total) {
-  const double delta = static_cast<double>(total) - c.Value();
-  if (delta > 0) c.Increment(delta);
-}
+void Sync(metrics::Counter& c, int64_t total) { metrics::SyncCounter(c, static_cast<double>(total)); }
 
 // Tenant quotas: the quota reasons of strata_cache_evictions_total, the store-wide quota
 // counters, and with `tenants` the per-tenant series (see the header), filled at each
