@@ -15,6 +15,7 @@ namespace strata::engine {
 namespace {
 
 using testing::Collect;
+using testing::Count;
 using testing::RunAll;
 using testing::HostOnlyStore;
 using testing::SmallConfig;
@@ -36,10 +37,6 @@ TurnRequest BatchTurn(int index, const std::vector<int32_t>& prefix, int own, in
   r.max_new_tokens = max_new;
   r.batch = true;
   return r;
-}
-
-double Count(metrics::Registry& registry, const std::string& name, const metrics::Labels& labels) {
-  return registry.AddCounter(name, "").WithLabels(labels).Value();
 }
 
 class BatchTurnsTest : public ::testing::Test {

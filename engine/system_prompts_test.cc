@@ -20,6 +20,7 @@ namespace strata::engine {
 namespace {
 
 using testing::Collect;
+using testing::Count;
 using testing::RunAll;
 using testing::HostOnlyStore;
 using testing::SmallConfig;
@@ -40,10 +41,6 @@ TurnRequest Turn(const std::string& session, const std::vector<int32_t>& system,
   r.system_tokens = static_cast<int64_t>(system.size());
   r.max_new_tokens = max_new;
   return r;
-}
-
-double Count(metrics::Registry& registry, const std::string& name, const metrics::Labels& labels) {
-  return registry.AddCounter(name, "").WithLabels(labels).Value();
 }
 
 class SystemPromptEngineTest : public ::testing::Test {

@@ -29,10 +29,6 @@ bool Get(std::string_view* in, T* v) {
   return true;
 }
 
-absl::Status Errno(const std::string& what) {
-  return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
-}
-
 }  // namespace
 
 std::string AckedWrites::EncodeSlot(const State& state) {
@@ -94,7 +90,7 @@ absl::StatusOr<std::unique_ptr<AckedWrites>> AckedWrites::Open(const std::string
   const int fd = ::open(acked->path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return acked;
-    return Errno(absl::StrCat("open ", acked->path_));
+    return absl::ErrnoToStatus(errno, absl::StrCat("open ", acked->path_));
   }
   std::string bytes(2 * kSlotBytes, '\0');
   const ssize_t n = ::pread(fd, bytes.data(), bytes.size(), 0);
@@ -102,7 +98,7 @@ absl::StatusOr<std::unique_ptr<AckedWrites>> AckedWrites::Open(const std::string
   ::close(fd);
   if (n < 0) {
     errno = err;
-    return Errno(absl::StrCat("read ", acked->path_));
+    return absl::ErrnoToStatus(errno, absl::StrCat("read ", acked->path_));
   }
   bytes.resize(static_cast<size_t>(n));
   bool have = false;
@@ -158,11 +154,11 @@ absl::Status AckedWrites::WriteSlot() {
   if (fd_ < 0) {
     const bool existed = std::filesystem::exists(path_);
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) return Errno(absl::StrCat("open ", path_));
+    if (fd_ < 0) return absl::ErrnoToStatus(errno, absl::StrCat("open ", path_));
     if (!existed) {
       // Both slots' room at once (later writes change no metadata), and the new name made
       // durable in the directory.
-      if (::ftruncate(fd_, 2 * kSlotBytes) != 0) return Errno(absl::StrCat("ftruncate ", path_));
+      if (::ftruncate(fd_, 2 * kSlotBytes) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("ftruncate ", path_));
       const std::string dir = std::filesystem::path(path_).parent_path().string();
       const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (dfd >= 0) {
@@ -174,10 +170,10 @@ absl::Status AckedWrites::WriteSlot() {
   std::string slot = EncodeSlot(state_);
   slot.resize(static_cast<size_t>(kSlotBytes), '\0');
   const off_t at = static_cast<off_t>(state_.generation % 2) * kSlotBytes;
-  if (::pwrite(fd_, slot.data(), slot.size(), at) != static_cast<ssize_t>(slot.size())) {
-    return Errno(absl::StrCat("pwrite ", path_));
-  }
-  if (::fdatasync(fd_) != 0) return Errno(absl::StrCat("fdatasync ", path_));
+  const ssize_t n = ::pwrite(fd_, slot.data(), slot.size(), at);
+  if (n < 0) return absl::ErrnoToStatus(errno, absl::StrCat("pwrite ", path_));
+  if (n != static_cast<ssize_t>(slot.size())) return absl::UnavailableError(absl::StrCat("pwrite ", path_, ": short"));
+  if (::fdatasync(fd_) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("fdatasync ", path_));
   return absl::OkStatus();
 }
 

@@ -18,8 +18,6 @@
 namespace strata::storage {
 namespace {
 
-absl::Status Errno(const std::string& what) { return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno))); }
-
 // An index file opened for writing: its length as written, journaled at each sync.
 class JournaledFile final : public rocksdb::FSWritableFileOwnerWrapper {
  public:
@@ -136,7 +134,7 @@ absl::StatusOr<std::unique_ptr<WriteJournal>> WriteJournal::Open(const std::stri
   if (ec) return absl::InternalError(absl::StrCat("cannot create journal directory ", dir, ": ", ec.message()));
   const std::string path = dir + "/journal";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0) return Errno("open " + path);
+  if (fd < 0) return absl::ErrnoToStatus(errno, "open " + path);
   return std::unique_ptr<WriteJournal>(new WriteJournal(dir, fd));
 }
 
@@ -241,10 +239,12 @@ absl::Status ApplyPowerCut(const std::string& dir) {
     std::vector<char> bytes(static_cast<size_t>(p.bytes), 0);
     image.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     const int out = ::open(where.first.c_str(), O_WRONLY | O_CLOEXEC);
-    if (out < 0) return Errno("open " + where.first);
+    if (out < 0) return absl::ErrnoToStatus(errno, "open " + where.first);
     const ssize_t n = ::pwrite(out, bytes.data(), bytes.size(), static_cast<off_t>(where.second));
+    const int err = errno;
     ::close(out);
-    if (n != static_cast<ssize_t>(bytes.size())) return Errno("pwrite " + where.first);
+    if (n < 0) return absl::ErrnoToStatus(err, "pwrite " + where.first);
+    if (n != static_cast<ssize_t>(bytes.size())) return absl::InternalError("pwrite " + where.first + ": short");
   }
   // Index files: cut to what was synced; never synced and new: gone.
   for (const auto& [path, f] : files) {

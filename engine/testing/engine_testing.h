@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
+#include "base/metrics.h"
 #include "engine/engine.h"
 #include "engine/turn.h"
 #include "model/cpu/cpu_model.h"
@@ -56,6 +57,11 @@ inline std::vector<TurnOutput> RunAll(Engine& engine, const std::vector<TurnRequ
   std::vector<TurnOutput> out;
   for (auto& s : streams) out.push_back(Collect(s));
   return out;
+}
+
+// A counter's value in `registry` (0 when it was never incremented).
+inline double Count(metrics::Registry& registry, const std::string& name, const metrics::Labels& labels) {
+  return registry.AddCounter(name, "").WithLabels(labels).Value();
 }
 
 inline model::ModelConfig SmallConfig() {
