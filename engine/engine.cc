@@ -73,6 +73,11 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend
       LOG(WARNING) << "the host tier could not be pinned for DMA; KV loads and saves go through staging copies: "
                    << s;
     }
+    // The first write-back would allocate the backend's save staging on the engine thread,
+    // between two steps: done here instead.
+    if (absl::Status s = model_->PrepareKvSaves(store_->layout()); !s.ok()) {
+      LOG(WARNING) << "the save staging is allocated at the first write-back instead: " << s;
+    }
   }
   if (options_.warmup_tokens > 0) Warmup();
   loop_ = std::thread([this] { Loop(); });
@@ -120,13 +125,14 @@ absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) 
   const int64_t window = context_tokens_;
   const int64_t prompt = static_cast<int64_t>(request.prompt.size());
   if (prompt == 0) return absl::InvalidArgumentError("the conversation is empty");
-  for (size_t i = 0; i < request.prompt.size(); ++i) {
-    int32_t t = request.prompt[i];
-    if (t < 0 || t >= tokenizer_->vocab_size()) {
-      return absl::InvalidArgumentError(absl::StrCat("token_ids[", i, "] = ", t,
-                                                     " is outside the vocabulary [0, ",
-                                                     tokenizer_->vocab_size(), ")"));
-    }
+  // One pass, the vocabulary size read once (a long conversation is resent every turn).
+  const int32_t vocab = tokenizer_->vocab_size();
+  const auto outside = std::find_if(request.prompt.begin(), request.prompt.end(),
+                                    [vocab](int32_t t) { return static_cast<uint32_t>(t) >= static_cast<uint32_t>(vocab); });
+  if (outside != request.prompt.end()) {
+    const size_t i = static_cast<size_t>(outside - request.prompt.begin());
+    return absl::InvalidArgumentError(
+        absl::StrCat("token_ids[", i, "] = ", *outside, " is outside the vocabulary [0, ", vocab, ")"));
   }
   if (prompt >= window) {
     return absl::InvalidArgumentError(absl::StrCat("the conversation is ", prompt,
@@ -420,7 +426,6 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   r->base = std::move(base);
   r->admitted = admitted;
   r->lent_by = lent_by;
-  if (metrics_) metrics_->TurnStarted(*r);
   const int64_t prompt = static_cast<int64_t>(r->tokens.size());
   // The shared prompt's tokens are in its sequence already; the session's own follow.
   r->reused = base_tokens;
@@ -472,6 +477,7 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
     metrics_->prefill_reused.Increment(static_cast<double>(r->reused));
     metrics_->prefill_computed.Increment(static_cast<double>(prompt - r->reused));
     if (metrics_->tenants) metrics_->tenants->PromptTokens(r->request.key.tenant, prompt - r->reused, r->reused);
+    metrics_->TurnStarted(*r);  // after the admission's work: it is timed
   }
   return r;
 }

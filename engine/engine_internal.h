@@ -88,6 +88,12 @@ struct Engine::Metrics {
                              "Time from request arrival to admission into the running batch.",
                              {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300})
                   .WithLabels({})),
+        admit(r.AddHistogram("strata_admit_seconds",
+                             "Time a turn's admission took (part of its prefill time): its sequence taken (resident "
+                             "in HBM, lent by a write-back, or new pages), its cached prefix matched, its loads "
+                             "queued.",
+                             {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1})
+                  .WithLabels({})),
         prefill(r.AddHistogram("strata_prefill_seconds",
                                "Time from admission to the first token: the prompt's prefill, cached KV loads "
                                "included.",
@@ -125,7 +131,7 @@ struct Engine::Metrics {
   // the turn's stream ends, so whoever saw the end sees it counted. Prompt jobs are not
   // turns: these ignore them.
   //
-  // Admitted into the running batch: its time in the queue.
+  // Admitted into the running batch: its time in the queue, and the admission's own.
   void TurnStarted(const Running& r);
   // Its first token drawn: its prefill time and TTFT.
   void FirstToken(const Running& r);
@@ -153,6 +159,7 @@ struct Engine::Metrics {
   metrics::Gauge& prompt_bytes;
   metrics::Histogram& e2e;
   metrics::Histogram& queue;
+  metrics::Histogram& admit;
   metrics::Histogram& prefill;
   metrics::Histogram& decode;
   metrics::Histogram& prompt_tokens;

@@ -34,6 +34,7 @@ TurnEnd EndOf(const absl::Status& why) {
 void Engine::Metrics::TurnStarted(const Running& r) {
   if (r.prompt_job) return;
   queue.Observe(absl::ToDoubleSeconds(r.admitted - r.request.arrival));
+  admit.Observe(absl::ToDoubleSeconds(absl::Now() - r.admitted));
 }
 
 void Engine::Metrics::FirstToken(const Running& r) {

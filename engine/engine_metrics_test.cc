@@ -1,4 +1,4 @@
-// The engine's per-turn metrics (strata_e2e_request_seconds, strata_queue_seconds,
+// The engine's per-turn metrics (strata_e2e_request_seconds, strata_queue_seconds, strata_admit_seconds,
 // strata_prefill_seconds, strata_decode_seconds, strata_prompt_tokens,
 // strata_generation_tokens, strata_finished_turns_total{reason}): what each turn adds to
 // them, by how it ended, read from the registry's exposition as a scrape would.
@@ -23,8 +23,9 @@ using testing::TurnOutput;
 
 const char* const kReasons[] = {"stop", "length", "cancelled", "deadline", "error", "shutdown"};
 const char* const kHistograms[] = {"strata_e2e_request_seconds", "strata_queue_seconds",
-                                   "strata_prefill_seconds",     "strata_decode_seconds",
-                                   "strata_prompt_tokens",       "strata_generation_tokens"};
+                                   "strata_admit_seconds",       "strata_prefill_seconds",
+                                   "strata_decode_seconds",      "strata_prompt_tokens",
+                                   "strata_generation_tokens"};
 
 // The byte tokenizer, except that a turn ends only on the token the test chooses (none at
 // first): whatever the random model draws, a turn ends by its length or on that token.
@@ -117,6 +118,10 @@ TEST_F(EngineMetricsTest, ATurnCutAtMaxNewTokensCountsAsLengthWithItsTimesAndTok
   EXPECT_NEAR(queue + prefill, out.result.ttft_ms / 1000, 1e-6);
   EXPECT_NEAR(queue + prefill + decode, e2e, 1e-6);
   EXPECT_GT(prefill, 0);
+  // The admission is timed from the same instant as the prefill, and is part of it.
+  const double admit = Value("strata_admit_seconds_sum");
+  EXPECT_GT(admit, 0);
+  EXPECT_LT(admit, prefill);
   EXPECT_GT(decode, 0) << "eleven more tokens were drawn after the first";
 }
 
@@ -176,6 +181,7 @@ TEST_F(EngineMetricsTest, ATurnTheKvMemoryCanNeverHoldCountsAsError) {
   EXPECT_EQ(Finished("error"), 1);
   EXPECT_EQ(Value("strata_e2e_request_seconds_count"), 1);
   EXPECT_EQ(Value("strata_queue_seconds_count"), 0) << "it was never admitted";
+  EXPECT_EQ(Value("strata_admit_seconds_count"), 0);
 }
 
 }  // namespace

@@ -66,6 +66,7 @@ ServerCounters CountersBetween(const MetricsSample& before, const MetricsSample&
   c.ttft_sum_s = delta("strata_ttft_seconds_sum");
   c.queue_sum_s = delta("strata_queue_seconds_sum");
   c.prefill_sum_s = delta("strata_prefill_seconds_sum");
+  c.admit_sum_s = delta("strata_admit_seconds_sum");
   c.kv_load_bytes = delta("strata_kv_transfer_bytes_total{direction=\"load\"}");
   c.kv_save_bytes = delta("strata_kv_transfer_bytes_total{direction=\"save\"}");
   c.kv_loads = delta("strata_kv_loads_total");
@@ -94,7 +95,7 @@ void Accumulate(ServerCounters& total, const ServerCounters& part) {
   for (double ServerCounters::*f :
        {&ServerCounters::prefill_computed_tokens, &ServerCounters::prefill_reused_tokens,
         &ServerCounters::cache_lookups, &ServerCounters::generated_tokens, &ServerCounters::ttft_count,
-        &ServerCounters::ttft_sum_s, &ServerCounters::queue_sum_s, &ServerCounters::prefill_sum_s,
+        &ServerCounters::ttft_sum_s, &ServerCounters::queue_sum_s, &ServerCounters::prefill_sum_s, &ServerCounters::admit_sum_s,
         &ServerCounters::kv_load_bytes, &ServerCounters::kv_save_bytes, &ServerCounters::kv_loads,
         &ServerCounters::kv_load_device_s, &ServerCounters::kv_load_stall_s, &ServerCounters::system_prompt_hits,
         &ServerCounters::system_prompts_computed}) {

@@ -29,9 +29,11 @@ struct ServerCounters {
   double ttft_count = 0;      // strata_ttft_seconds_count
   double ttft_sum_s = 0;      // strata_ttft_seconds_sum
   // Where the server's TTFT went, summed over the run's turns: arrival to admission, and
-  // admission to the first token (queue + prefill = TTFT).
+  // admission to the first token (queue + prefill = TTFT), of which the admission's own work
+  // (sequence taken, prefix matched, loads queued).
   double queue_sum_s = 0;     // strata_queue_seconds_sum
   double prefill_sum_s = 0;   // strata_prefill_seconds_sum
+  double admit_sum_s = 0;     // strata_admit_seconds_sum
   // Cached KV moved (strata_kv_transfer_bytes_total) and, on a device backend, the loads'
   // device time and the time steps waited for them.
   double kv_load_bytes = 0;          // {direction="load"}

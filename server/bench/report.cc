@@ -155,8 +155,9 @@ void PrintSummary(std::FILE* out, const RunSummary& s) {
                  c.host_sessions > 0 ? c.host_bytes / c.host_sessions / (1 << 20) : 0.0, c.system_prompt_hits,
                  c.system_prompts_computed);
     if (c.ttft_count > 0) {
-      std::fprintf(out, "  server TTFT per turn (mean): queue %.2f ms + prefill %.2f ms\n",
-                   1000 * c.queue_sum_s / c.ttft_count, 1000 * c.prefill_sum_s / c.ttft_count);
+      std::fprintf(out, "  server TTFT per turn (mean): queue %.2f ms + prefill %.2f ms (admission %.3f ms)\n",
+                   1000 * c.queue_sum_s / c.ttft_count, 1000 * c.prefill_sum_s / c.ttft_count,
+                   1000 * c.admit_sum_s / c.ttft_count);
     }
     if (c.kv_load_bytes > 0 || c.kv_save_bytes > 0) {
       std::fprintf(out, "  cached KV moved: %.1f MiB loaded, %.1f MiB saved", c.kv_load_bytes / (1 << 20),
@@ -219,6 +220,7 @@ nlohmann::json SummaryToJson(const RunSummary& s) {
                     {"system_prompts_computed", c.system_prompts_computed},
                     {"queue_sum_s", c.queue_sum_s},
                     {"prefill_sum_s", c.prefill_sum_s},
+                    {"admit_sum_s", c.admit_sum_s},
                     {"kv_load_bytes", c.kv_load_bytes},
                     {"kv_save_bytes", c.kv_save_bytes},
                     {"kv_loads", c.kv_loads},
