@@ -42,7 +42,7 @@ class Runner {
     WaitForConnections();
     start_ = absl::Now();
     std::vector<std::thread> workers;
-    for (int i = 0; i < options_.client_threads; ++i) workers.emplace_back([this, i] { Work(i); });
+    for (int i = 0; i < options_.client_threads; ++i) workers.emplace_back([this] { Work(); });
     for (std::thread& t : workers) t.join();
     RunResult result;
     result.turns = std::move(records_);
@@ -80,7 +80,7 @@ class Runner {
     }
   }
 
-  void Work(int worker) {
+  void Work() {
     absl::MutexLock lock(&mu_);
     for (;;) {
       if (done_ + not_sent_ >= total_) {
@@ -100,7 +100,9 @@ class Runner {
       due_.pop();
       if (!due_.empty()) cv_.Signal();  // another turn may be due too
       const int turn = next_turn_[next.session]++;
-      v1::ChatService::Stub* stub = stubs_[static_cast<size_t>(worker) % stubs_.size()].get();
+      // A session keeps its connection, as behind a gateway's connection pool: its next
+      // turn goes out on a connection already in use, not on whichever the worker holds.
+      v1::ChatService::Stub* stub = stubs_[static_cast<size_t>(next.session) % stubs_.size()].get();
       mu_.Unlock();
       TurnRecord record = SendTurn(*stub, next.session, turn, next.at_ms);
       mu_.Lock();
