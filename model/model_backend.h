@@ -166,6 +166,9 @@ class ModelBackend {
   // which outlives the backend: a device backend pins it so loads and saves are DMA.
   // Errors only say that copies stay staged; nothing else changes.
   virtual absl::Status RegisterHostMemory(absl::Span<std::byte> /*memory*/) { return absl::OkStatus(); }
+  // Sets up what SaveKv of chunks of `layout` needs (a device backend's staging buffers), so
+  // that the first write-back allocates nothing. Errors leave that to the first SaveKv.
+  virtual absl::Status PrepareKvSaves(const storage::ChunkLayout& /*layout*/) { return absl::OkStatus(); }
 };
 
 // The chunk layout the session cache must use for `backend`'s KV.

@@ -228,6 +228,19 @@ absl::Status CudaModel::RegisterHostMemory(absl::Span<std::byte> memory) {
   return absl::OkStatus();
 }
 
+absl::Status CudaModel::PrepareKvSaves(const storage::ChunkLayout& layout) {
+  Impl& m = *impl_;
+  if (m.saves_pending) return absl::OkStatus();  // saves have run: what they need is there
+  if (absl::Status s = m.UseDevice(); !s.ok()) return s;
+  // What StageSave reserves at the first save.
+  for (absl::Status s : {m.save_stored.Reserve(layout.PayloadBytes(), &m.save_generation),
+                         m.save_host_meta.Reserve(Impl::kMaxSaveIndexBytes, &m.save_generation),
+                         m.save_meta.Reserve(Impl::kMaxSaveIndexBytes, &m.save_generation)}) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CudaModel::RandomizeKvPool(uint64_t seed) {
   Impl& m = *impl_;
   if (absl::Status s = m.FinishKvTransfers(); !s.ok()) return s;

@@ -110,6 +110,8 @@ class CudaModel final : public ModelBackend {
   absl::StatusOr<bool> KvSavesDone(uint64_t ticket) override;
   // cudaHostRegister of the host tier's arena (unregistered when the model goes).
   absl::Status RegisterHostMemory(absl::Span<std::byte> memory) override;
+  // Allocates the save staging (one chunk's payload, the index room) before any save.
+  absl::Status PrepareKvSaves(const storage::ChunkLayout& layout) override;
 
   // For benchmarks: fills every page of the pool with random bf16 values, so decode steps
   // can be timed at long contexts without computing them first.
