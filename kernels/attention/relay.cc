@@ -26,6 +26,12 @@ constexpr int kSysTileRows = 64;        // the system part runs 64-row query til
 constexpr int64_t kMinSplitKeys = 256;  // no part of the prefix shorter than this
 constexpr int kSysBlocksPerSm = 2;
 constexpr int kContextBlocksPerSm = 2;
+// Where the rows' own tokens are most of the bytes (64 rows of 1K), the context part runs
+// twice the blocks: 0.143 -> 0.124 ms at 64 x 1K x 1K on the H100, 5-7% at 64 x 4K/8K x 1K;
+// at 32 rows or 128-token contexts it loses up to 13% (relay_attention_bench --sweep,
+// docs/BENCHMARKS.md).
+constexpr int64_t kManyContextTokens = 64 * 1024;
+constexpr int kManyContextBlocksPerSm = 4;
 
 using internal::Align4Floats;
 
@@ -83,6 +89,13 @@ int64_t FusedPartsFloats(const RelayShape& s, int parts) {
 int64_t FusedWorkspaceFloats(const RelayShape& s, const internal::RelayTuning& t) {
   const int parts = ContextSplitOf(s, t.context_blocks_per_sm).parts + SystemSplits(s, t.system_blocks_per_sm);
   return FusedPartsFloats(s, parts) + int64_t{s.rows} * parts * s.num_heads;
+}
+
+// The balance the public launch takes for a shape.
+internal::RelayTuning DefaultTuning(const RelayShape& s) {
+  internal::RelayTuning t;
+  if (int64_t{s.rows} * s.max_context_tokens >= kManyContextTokens) t.context_blocks_per_sm = kManyContextBlocksPerSm;
+  return t;
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -188,7 +201,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, cu
 int64_t RelayDecodeWorkspaceFloats(const RelayShape& s) {
   if (s.rows <= 0 || s.num_heads <= 0 || s.head_dim <= 0) return 0;
   const int64_t three = ThreeLaunchWorkspaceFloats(s);
-  return FusedShape(s) ? std::max(three, FusedWorkspaceFloats(s, internal::RelayTuning{})) : three;
+  return FusedShape(s) ? std::max(three, FusedWorkspaceFloats(s, DefaultTuning(s))) : three;
 }
 
 int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTuning& t) {
@@ -198,7 +211,9 @@ int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTun
 }
 
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t stream) {
-  return internal::LaunchRelayDecodeAttention(p, internal::RelayTuning{}, stream);
+  const RelayShape shape{p.rows,      p.groups,    p.grouped_rows,       p.max_group_rows,   p.num_heads,
+                         p.context.kv_heads, p.context.head_dim, p.max_context_tokens, p.max_prefix_tokens};
+  return internal::LaunchRelayDecodeAttention(p, DefaultTuning(shape), stream);
 }
 
 absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t,

@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount, copy_gbps);
   // The fused launch's balances the sweep compares: blocks per SM of the system part, of the
   // context part.
-  const std::vector<std::pair<int, int>> balances = {{1, 1}, {1, 2}, {2, 1}, {2, 2}, {2, 4}, {4, 2}, {4, 4}, {3, 3}};
+  const std::vector<std::pair<int, int>> balances = {{1, 2}, {2, 2}, {1, 4}, {2, 4}, {3, 4}, {2, 6}, {2, 8}, {4, 4}};
   std::string sweep_table = "| batch | S | ctx | three launches (ms) |";
   for (auto [sys, ctx] : balances) {
     sweep_table += " fused " + std::to_string(sys) + "/" + std::to_string(ctx) + " (ms) |";

@@ -12,6 +12,9 @@
 #   bench-host-history, bench-hbm-history  the one-session history sweeps alone
 #   bench-host-settled  the host history sweep with turn 2 sent 500 ms after turn 1 (its
 #             write-back landed: the history is settled on host)
+#   bench-hbm-settled  the HBM history sweep with turn 2 sent 500 ms after turn 1 (resident
+#             in HBM, no write-back beside it)
+#   relay-sweep  relay_attention_bench --sweep: the fused launch's balances at batch >= 32
 #   diag-host the 16K host-tier turn alone (5 repeats, no cache-off server) settled (500 ms
 #             after turn 1) and at once, and from HBM: where its TTFT goes (queue, prefill,
 #             the loads' device time and the steps' stalls, from /metrics)
@@ -282,6 +285,9 @@ for phase in "$@"; do
     hf-old) run_hf_old ;; kvload) run_kvload ;; writeback) run_writeback ;; gputests) run_gpu_tests cuda_model_kernels_test cuda_model_test cuda_engine_test ;;
     bench-ssd) run_bench_ssd ;; bench-host-history) run_bench_history bench-host --hbm_cache_bytes=0 ;;
     bench-hbm-history) run_bench_history bench-hbm "" ;;
+    bench-hbm-settled) SWEEP_GAP=500 run_bench_history bench-hbm-settled "" ;;
+    relay-sweep) "$B/relay_attention_bench" --sweep >"$OUT/relay_sweep.txt" 2>&1
+      note "relay_attention_bench --sweep: rc=$?"; sed -n '/balance/,$p' "$OUT/relay_sweep.txt" >>"$summary" ;;
     bench-host-settled) SWEEP_GAP=500 run_bench_history bench-host-settled --hbm_cache_bytes=0 ;;
     diag-host) for gap in 500 0; do
                  HISTORY=16384 REPEATS=5 COMPARE= SWEEP_GAP=$gap run_bench_history diag-host-gap$gap --hbm_cache_bytes=0
