@@ -75,13 +75,14 @@ absl::Status LaunchPlaceStoredKv(const uint16_t* stored, const StoredKvParams& p
   return absl::OkStatus();
 }
 
-absl::Status LaunchGatherStoredKv(const StoredKvParams& p, uint16_t* stored, cudaStream_t stream) {
+absl::Status LaunchGatherStoredKv(const StoredKvParams& p, uint16_t* stored, cudaStream_t stream, int max_blocks) {
   if (absl::Status s = CheckStoredKv(p); !s.ok()) return s;
   if (p.index_stride != 0 || p.stored_block_stride != 0) {
     return absl::InvalidArgumentError("GatherStoredKv takes no index or block stride");
   }
   if (p.n == 0 || p.layers == 0) return absl::OkStatus();
-  STRATA_CUDA_RETURN_IF_ERROR(internal::GatherStoredKvAsync(p, stored, stream));
+  if (max_blocks < 0) return absl::InvalidArgumentError("GatherStoredKv: max_blocks must be >= 0");
+  STRATA_CUDA_RETURN_IF_ERROR(internal::GatherStoredKvAsync(p, stored, max_blocks, stream));
   return absl::OkStatus();
 }
 
@@ -91,7 +92,7 @@ absl::Status LaunchApplyRope(const ApplyRopeParams&, cudaStream_t) { return inte
 absl::Status LaunchPlaceKvPaged(const PlaceKvPagedParams&, cudaStream_t) { return internal::NoCuda(); }
 absl::Status LaunchQkvRopePlace(const QkvPlaceParams&, cudaStream_t) { return internal::NoCuda(); }
 absl::Status LaunchPlaceStoredKv(const uint16_t*, const StoredKvParams&, cudaStream_t) { return internal::NoCuda(); }
-absl::Status LaunchGatherStoredKv(const StoredKvParams&, uint16_t*, cudaStream_t) { return internal::NoCuda(); }
+absl::Status LaunchGatherStoredKv(const StoredKvParams&, uint16_t*, cudaStream_t, int) { return internal::NoCuda(); }
 
 #endif  // STRATA_WITH_CUDA
 

@@ -1,6 +1,7 @@
 // Device kernels behind rope.h (plain CUDA C++, no Abseil).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda_device.cuh"
@@ -149,31 +150,34 @@ __global__ void PlaceStoredKvKernel(const uint16_t* __restrict__ stored, StoredK
   }
 }
 
-// Grid (n, layers).
+// Grid: up to n * layers blocks, each taking rows r = blockIdx.x, + gridDim.x, ...: row r
+// is token r % n of layer r / n.
 __global__ void GatherStoredKvKernel(StoredKvParams p, uint16_t* __restrict__ stored, bool vectorized) {
-  const int i = blockIdx.x, l = blockIdx.y;
   const int kvd = p.kv_heads * p.head_dim;
-  const int64_t src = l * p.layer_stride + p.slots[i] * kvd;
-  uint16_t* ks = stored + ((static_cast<int64_t>(l) * 2 + 0) * p.chunk_tokens + i) * kvd;
-  uint16_t* vs = stored + ((static_cast<int64_t>(l) * 2 + 1) * p.chunk_tokens + i) * kvd;
-  // 16-byte moves where every row is 16-byte aligned (kv_dim a multiple of 8 and the bases
-  // aligned; the launch checks): an eighth of the instructions, so the write-back's gathers
-  // hold the multiprocessors a running step needs for less time.
-  if (vectorized) {
-    const int n16 = kvd / 8;
-    const auto* k16 = reinterpret_cast<const uint4*>(p.k_raw + src);
-    const auto* v16 = reinterpret_cast<const uint4*>(p.v + src);
-    auto* ks16 = reinterpret_cast<uint4*>(ks);
-    auto* vs16 = reinterpret_cast<uint4*>(vs);
-    for (int j = threadIdx.x; j < n16; j += blockDim.x) {
-      ks16[j] = k16[j];
-      vs16[j] = v16[j];
+  const int64_t rows = int64_t{p.n} * p.layers;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int i = static_cast<int>(r % p.n), l = static_cast<int>(r / p.n);
+    const int64_t src = l * p.layer_stride + p.slots[i] * kvd;
+    uint16_t* ks = stored + ((static_cast<int64_t>(l) * 2 + 0) * p.chunk_tokens + i) * kvd;
+    uint16_t* vs = stored + ((static_cast<int64_t>(l) * 2 + 1) * p.chunk_tokens + i) * kvd;
+    // 16-byte moves where every row is 16-byte aligned (kv_dim a multiple of 8 and the
+    // bases aligned; the launch checks): an eighth of the instructions.
+    if (vectorized) {
+      const int n16 = kvd / 8;
+      const auto* k16 = reinterpret_cast<const uint4*>(p.k_raw + src);
+      const auto* v16 = reinterpret_cast<const uint4*>(p.v + src);
+      auto* ks16 = reinterpret_cast<uint4*>(ks);
+      auto* vs16 = reinterpret_cast<uint4*>(vs);
+      for (int j = threadIdx.x; j < n16; j += blockDim.x) {
+        ks16[j] = k16[j];
+        vs16[j] = v16[j];
+      }
+      continue;
     }
-    return;
-  }
-  for (int j = threadIdx.x; j < kvd; j += blockDim.x) {
-    ks[j] = p.k_raw[src + j];
-    vs[j] = p.v[src + j];
+    for (int j = threadIdx.x; j < kvd; j += blockDim.x) {
+      ks[j] = p.k_raw[src + j];
+      vs[j] = p.v[src + j];
+    }
   }
 }
 
@@ -206,12 +210,14 @@ cudaError_t PlaceStoredKvAsync(const uint16_t* stored, const StoredKvParams& p, 
   return cudaGetLastError();
 }
 
-cudaError_t GatherStoredKvAsync(const StoredKvParams& p, uint16_t* stored, cudaStream_t stream) {
+cudaError_t GatherStoredKvAsync(const StoredKvParams& p, uint16_t* stored, int max_blocks, cudaStream_t stream) {
   const int kvd = p.kv_heads * p.head_dim;
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   const bool vectorized = kvd % 8 == 0 && p.layer_stride % 8 == 0 && aligned(p.k_raw) && aligned(p.v) &&
                           aligned(stored);
-  GatherStoredKvKernel<<<dim3(p.n, p.layers), kRowThreads, 0, stream>>>(p, stored, vectorized);
+  const int64_t rows = int64_t{p.n} * p.layers;
+  const int64_t blocks = max_blocks > 0 ? std::min<int64_t>(rows, max_blocks) : rows;
+  GatherStoredKvKernel<<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(p, stored, vectorized);
   return cudaGetLastError();
 }
 

@@ -63,8 +63,12 @@ absl::Status LaunchQkvRopePlace(const QkvPlaceParams& p, cudaStream_t stream);
 // device buffer of [layers][2][chunk_tokens][kv_dim] bf16) into the pool's planes, rotating
 // K, or the raw K and V rows of the pool back into it. InvalidArgument for negative sizes,
 // a head_dim that is not even and in 2..256, n > chunk_tokens or more than 65535 layers.
+// GatherStoredKv runs one block per row, or at most max_blocks blocks (> 0) each taking
+// rows in turn: writing host memory through its device mapping, a row's stores wait on
+// the bus, and a few blocks keep it busy while leaving the SMs to other streams.
 absl::Status LaunchPlaceStoredKv(const uint16_t* stored, const StoredKvParams& p, cudaStream_t stream);
-absl::Status LaunchGatherStoredKv(const StoredKvParams& p, uint16_t* stored, cudaStream_t stream);
+absl::Status LaunchGatherStoredKv(const StoredKvParams& p, uint16_t* stored, cudaStream_t stream,
+                                  int max_blocks = 0);
 
 }  // namespace strata::kernels
 

@@ -206,6 +206,11 @@ TEST_F(CudaModelKernelsTest, QkvRopePlaceMatchesCpuAndLoadGivesTheSameK) {
                         int64_t{slots_total} * kvd, nullptr, host.k_raw.data(), host.v.data()};
       GatherStoredKv(hp, stored_want.data());
       EXPECT_EQ(stored.ToHost(), stored_want) << what << ": stored chunk rows";
+      // With fewer blocks than rows (each taking rows in turn): the same rows.
+      DeviceVector<uint16_t> few{std::vector<uint16_t>(2 * chunk * kvd, 0)};
+      ASSERT_TRUE(LaunchGatherStoredKv(sp, few.get(), stream_, /*max_blocks=*/2).ok());
+      Sync();
+      EXPECT_EQ(few.ToHost(), stored_want) << what << ": stored chunk rows, 2 blocks";
     }
   }
 }

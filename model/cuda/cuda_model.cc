@@ -405,7 +405,8 @@ absl::Status CudaModel::SaveKv(const SequenceState& seq, int64_t begin, int coun
   if (absl::Status st = m.StageSave(*s, begin, count, layout.PayloadBytes()); !st.ok()) return st;
   DrainOnError drain(m.write_stream);
   if (absl::Status e = cuda_internal::EnqueueSaveChunk(m.config, m.pool, m.SaveStaging(), count, payload.data(),
-                                                       layout, m.write_stream);
+                                                       layout, m.options.kv_save_direct_blocks,
+                                                       m.write_stream);
       !e.ok()) {
     m.saves_pending = false;  // drained: nothing is left in flight
     m.kv_meta_used = 0;

@@ -60,6 +60,12 @@ struct CudaModelOptions {
   // split each tile's keys across the SMs and merge the parts (kernels/attention/prefill.h).
   // Off: one block per tile walks every key (kept for the benchmark's comparison).
   bool prefill_key_splits = true;
+  // A save into registered host memory (the host tier's arena) is one gather kernel of
+  // this many blocks that writes the payload through its device mapping: the KV is read
+  // from HBM once, with no staging written and read back by a DMA, and the few blocks
+  // leave the SMs to the steps. 0: gather into device staging, then a D2H copy (always so
+  // for pageable payloads).
+  int kv_save_direct_blocks = 8;
 };
 
 class CudaModel final : public ModelBackend {

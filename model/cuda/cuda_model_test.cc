@@ -2,6 +2,7 @@
 // weights, and the session-cache properties on the GPU. Skips, saying so, without a GPU.
 #include "model/cuda/cuda_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -427,6 +428,55 @@ TEST_F(CudaModelTest, SavesAreEnqueuedWithoutWaitingForTheWriteStream) {
   ForwardEntry b{loaded.get(), chunk * chunks, absl::Span<const int32_t>(&next, 1), got.data()};
   ASSERT_TRUE(m.Forward({&b, 1}).ok());
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+}
+
+// A save into registered host memory is one gather writing the payload through its
+// device mapping (kv_save_direct_blocks); it writes the bytes the staged path (gather into
+// device staging, then a copy out) writes, and a partly filled chunk's other rows stay
+// as they were.
+TEST_F(CudaModelTest, DirectSavesWriteWhatStagedSavesWrite) {
+  const ModelConfig c = Config();
+  const int chunk = 32, n = 80;  // two full chunks and one of 16 tokens
+  const std::vector<int32_t> tokens = Tokens(n, 5);
+  std::vector<std::byte> arenas[2];  // outlive the models, which unregister them
+  std::unique_ptr<CudaModel> models[2];
+  storage::ChunkLayout layout;
+  for (int direct = 0; direct < 2; ++direct) {
+    CudaModelOptions o = SmallPool();
+    o.kv_save_direct_blocks = direct == 1 ? 3 : 0;  // few blocks: each takes rows in turn
+    auto made = CudaModel::Create(ModelWeights::Random(c, 11, {}), o);
+    ASSERT_TRUE(made.ok()) << made.status();
+    models[direct] = *std::move(made);
+    CudaModel& m = *models[direct];
+    layout = ChunkLayoutFor(m, chunk);
+    const size_t bytes = static_cast<size_t>(layout.PayloadBytes());
+    arenas[direct].assign(bytes * 3, std::byte{0x5a});
+    ASSERT_TRUE(m.RegisterHostMemory(absl::MakeSpan(arenas[direct])).ok());
+    auto seq = *m.NewSequence(n);
+    ForwardEntry fill{seq.get(), 0, tokens};
+    ASSERT_TRUE(m.Forward({&fill, 1}).ok());
+    for (int i = 0; i * chunk < n; ++i) {
+      const int count = std::min(chunk, n - i * chunk);
+      ASSERT_TRUE(
+          m.SaveKv(*seq, int64_t{i} * chunk, count, absl::MakeSpan(arenas[direct]).subspan(bytes * i, bytes), layout)
+              .ok());
+    }
+    ASSERT_TRUE(m.FinishKvSaves().ok());
+  }
+  ASSERT_EQ(arenas[0].size(), arenas[1].size());
+  EXPECT_EQ(0, std::memcmp(arenas[0].data(), arenas[1].data(), arenas[0].size()))
+      << "the direct gather wrote other bytes than the staged copy";
+  const std::byte* last = arenas[1].data() + 2 * layout.PayloadBytes();
+  for (int l = 0; l < c.num_layers; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      const std::byte* rows = last + layout.RowOffset(l, kv, 0);
+      const std::byte* tail = last + layout.RowOffset(l, kv, 16);
+      EXPECT_TRUE(std::any_of(rows, tail, [](std::byte b) { return b != std::byte{0x5a}; })) << l << " " << kv;
+      EXPECT_TRUE(std::all_of(tail, tail + (chunk - 16) * layout.row_bytes, [](std::byte b) {
+        return b == std::byte{0x5a};
+      })) << "layer " << l << (kv ? " V" : " K") << ": rows past the chunk's 16 tokens were written";
+    }
+  }
 }
 
 // Decode steps run as captured graphs (per batch and context bucket) give the

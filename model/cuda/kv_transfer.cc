@@ -25,16 +25,37 @@ void WriteChunkIndex(const KvPool& pool, const CudaSequence& seq, int64_t begin,
   }
 }
 
+namespace {
+
+// `payload`'s address on the device when it lies in registered host memory, else null.
+std::byte* DeviceMapping(std::byte* payload) {
+  void* mapped = nullptr;
+  if (cudaHostGetDevicePointer(&mapped, payload, 0) != cudaSuccess) {
+    cudaGetLastError();  // pageable memory: not an error for the next launch to report
+    return nullptr;
+  }
+  return static_cast<std::byte*>(mapped);
+}
+
+}  // namespace
+
 absl::Status EnqueueSaveChunk(const ModelConfig& c, const KvPool& pool, const ChunkStaging& staging, int count,
-                              std::byte* payload, const storage::ChunkLayout& layout, cudaStream_t st) {
+                              std::byte* payload, const storage::ChunkLayout& layout, int direct_blocks,
+                              cudaStream_t st) {
   STRATA_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(staging.index, staging.host_index, ChunkIndexBytes(count), cudaMemcpyHostToDevice, st));
   kernels::StoredKvParams p{count, c.num_layers, layout.chunk_tokens, c.num_kv_heads, c.head_dim,
                             nullptr, reinterpret_cast<const int64_t*>(staging.index), nullptr, pool.layer_stride(),
                             nullptr, pool.k_raw(), pool.v()};
-  if (absl::Status e = kernels::LaunchGatherStoredKv(p, reinterpret_cast<uint16_t*>(staging.stored), st); !e.ok()) {
+  // The staging's layout is the payload's: the gather may write either.
+  std::byte* mapped = direct_blocks > 0 ? DeviceMapping(payload) : nullptr;
+  if (absl::Status e = kernels::LaunchGatherStoredKv(
+          p, reinterpret_cast<uint16_t*>(mapped != nullptr ? mapped : staging.stored), st,
+          mapped != nullptr ? direct_blocks : 0);
+      !e.ok()) {
     return e;
   }
+  if (mapped != nullptr) return absl::OkStatus();
   const size_t pitch = static_cast<size_t>(layout.chunk_tokens * layout.row_bytes);
   if (count == layout.chunk_tokens) {
     // A full chunk is one run of bytes: one copy. (A strided copy of blocks this far apart

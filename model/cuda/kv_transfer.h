@@ -5,7 +5,8 @@
 // A payload is laid [layer][K before RoPE | V][chunk_tokens][kv_dim] bf16
 // (storage/chunk_format.h); its first `count` tokens come from `count` consecutive
 // positions of a sequence. Saving gathers K before RoPE and V
-// (kernels::LaunchGatherStoredKv) and copies them back in one strided copy.
+// (kernels::LaunchGatherStoredKv), into the payload itself where it is registered, else
+// into device staging and back in one copy.
 //
 // One copy goes: WriteChunkIndex fills the tokens' slots and positions in pinned host
 // memory; EnqueueSaveChunk puts the copies and the kernel on a stream.
@@ -48,11 +49,14 @@ absl::Status CheckChunk(const ModelConfig& config, const CudaSequence* s, const 
 // `host_index` (ChunkIndexBytes(count) of it).
 void WriteChunkIndex(const KvPool& pool, const CudaSequence& seq, int64_t begin, int count, std::byte* host_index);
 
-// Enqueues on `stream`: the index's copy, the gather of `count` tokens' K before RoPE and
-// V into staging.stored, and one strided copy of each (layer, K|V) block's first `count`
-// rows into `payload`.
+// Enqueues on `stream`: the index's copy, then the gather of `count` tokens' K before RoPE
+// and V. With direct_blocks > 0 and a payload in registered host memory, a gather of that
+// many blocks writes the payload itself through its device mapping (PCIe writes from the
+// SMs; the payload's other rows untouched). Otherwise it gathers into staging.stored and
+// one copy moves each (layer, K|V) block's first `count` rows into `payload`.
 absl::Status EnqueueSaveChunk(const ModelConfig& config, const KvPool& pool, const ChunkStaging& staging, int count,
-                              std::byte* payload, const storage::ChunkLayout& layout, cudaStream_t stream);
+                              std::byte* payload, const storage::ChunkLayout& layout, int direct_blocks,
+                              cudaStream_t stream);
 
 }  // namespace strata::model::cuda_internal
 

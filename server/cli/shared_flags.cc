@@ -38,6 +38,10 @@ ABSL_FLAG(int64_t, cuda_kv_read_group_tokens, 4096,
 ABSL_FLAG(int64_t, cuda_kv_read_copy_bytes, int64_t{8} << 20,
           "serve: on the GPU, about the bytes one DMA of a loading history moves (whole layers of a chunk)");
 
+ABSL_FLAG(int, cuda_kv_save_direct_blocks, 8,
+          "serve: on the GPU, a write-back's gather writes the pinned host tier through its device mapping with "
+          "this many blocks (KV read once from HBM); 0: it gathers into device staging and a DMA copies that out");
+
 namespace strata::server::cli {
 
 std::string TargetFromFlags() {
@@ -57,6 +61,7 @@ engine::ServedModelOptions ServedModelFromFlags() {
   o.backend.cuda.kv_read_buffer_layers = absl::GetFlag(FLAGS_cuda_kv_read_buffer_layers);
   o.backend.cuda.kv_read_group_tokens = absl::GetFlag(FLAGS_cuda_kv_read_group_tokens);
   o.backend.cuda.kv_read_copy_bytes = absl::GetFlag(FLAGS_cuda_kv_read_copy_bytes);
+  o.backend.cuda.kv_save_direct_blocks = absl::GetFlag(FLAGS_cuda_kv_save_direct_blocks);
   return o;
 }
 
