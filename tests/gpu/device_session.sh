@@ -12,6 +12,7 @@
 #   bench-host-history, bench-hbm-history  the one-session history sweeps alone
 #   bench-host-settled  the host history sweep with turn 2 sent 500 ms after turn 1 (its
 #             write-back landed: the history is settled on host)
+#   bench-host-concurrent  bench-host's 32 and 64 sessions at once alone (CONC_HISTORY)
 #   bench-hbm-settled  the HBM history sweep with turn 2 sent 500 ms after turn 1 (resident
 #             in HBM, no write-back beside it)
 #   relay-sweep  relay_attention_bench --sweep: the fused launch's balances at batch >= 32
@@ -117,9 +118,14 @@ run_ppl() {
 }
 
 run_bench() {
+  run_bench_history "$1" "$2"
+  run_bench_concurrent "$1" "$2"
+}
+
+# Many sessions returning at once (CONC_HISTORY, default 2K and 8K; 32 and 64 sessions).
+run_bench_concurrent() {
   local tag=$1 extra=$2
-  run_bench_history "$tag" "$extra"
-  "$B/strata" bench --sweep --history=2048,8192 --new_tokens=64 --concurrency=32,64 \
+  "$B/strata" bench --sweep --history=${CONC_HISTORY:-2048,8192} --new_tokens=64 --concurrency=32,64 \
     --sweep_answer_tokens=16 --compare=cache_off --serve_flags="$SERVE8B $extra --host_cache_bytes=$((80 << 30))" \
     --json="$OUT/$tag-concurrent.json" >"$OUT/$tag-concurrent.txt" 2>"$OUT/$tag-concurrent.err"
   note "$tag concurrent sweep: rc=$?"; cat "$OUT/$tag-concurrent.txt" >>"$summary"
@@ -286,6 +292,7 @@ for phase in "$@"; do
     bench-ssd) run_bench_ssd ;; bench-host-history) run_bench_history bench-host --hbm_cache_bytes=0 ;;
     bench-hbm-history) run_bench_history bench-hbm "" ;;
     bench-hbm-settled) SWEEP_GAP=500 run_bench_history bench-hbm-settled "" ;;
+    bench-host-concurrent) run_bench_concurrent bench-host --hbm_cache_bytes=0 ;;
     relay-sweep) "$B/relay_attention_bench" --sweep >"$OUT/relay_sweep.txt" 2>&1
       note "relay_attention_bench --sweep: rc=$?"; sed -n '/balance/,$p' "$OUT/relay_sweep.txt" >>"$summary" ;;
     bench-host-settled) SWEEP_GAP=500 run_bench_history bench-host-settled --hbm_cache_bytes=0 ;;
