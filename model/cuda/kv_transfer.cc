@@ -28,10 +28,18 @@ void WriteChunkIndex(const KvPool& pool, const CudaSequence& seq, int64_t begin,
 namespace {
 
 // `payload`'s address on the device when it lies in registered host memory, else null.
+// (Asked of the pointer's attributes first: pageable memory is no error there, where
+// cudaHostGetDevicePointer would fail the call.)
 std::byte* DeviceMapping(std::byte* payload) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, payload) != cudaSuccess) {
+    cudaGetLastError();  // not an error for the next launch to report
+    return nullptr;
+  }
+  if (attributes.type != cudaMemoryTypeHost || attributes.devicePointer == nullptr) return nullptr;
   void* mapped = nullptr;
   if (cudaHostGetDevicePointer(&mapped, payload, 0) != cudaSuccess) {
-    cudaGetLastError();  // pageable memory: not an error for the next launch to report
+    cudaGetLastError();
     return nullptr;
   }
   return static_cast<std::byte*>(mapped);
