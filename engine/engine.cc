@@ -127,8 +127,9 @@ absl::StatusOr<std::shared_ptr<TurnStream>> Engine::Submit(TurnRequest request) 
   if (prompt == 0) return absl::InvalidArgumentError("the conversation is empty");
   // One pass, the vocabulary size read once (a long conversation is resent every turn).
   const int32_t vocab = tokenizer_->vocab_size();
-  const auto outside = std::find_if(request.prompt.begin(), request.prompt.end(),
-                                    [vocab](int32_t t) { return static_cast<uint32_t>(t) >= static_cast<uint32_t>(vocab); });
+  const auto outside = std::find_if(request.prompt.begin(), request.prompt.end(), [vocab](int32_t t) {
+    return static_cast<uint32_t>(t) >= static_cast<uint32_t>(vocab);  // negatives wrap past it
+  });
   if (outside != request.prompt.end()) {
     const size_t i = static_cast<size_t>(outside - request.prompt.begin());
     return absl::InvalidArgumentError(

@@ -91,6 +91,11 @@ int64_t FusedWorkspaceFloats(const RelayShape& s, const internal::RelayTuning& t
   return FusedPartsFloats(s, parts) + int64_t{s.rows} * parts * s.num_heads;
 }
 
+RelayShape ShapeOf(const RelayDecodeParams& p) {
+  return RelayShape{p.rows,      p.groups,    p.grouped_rows,       p.max_group_rows,   p.num_heads,
+                    p.context.kv_heads, p.context.head_dim, p.max_context_tokens, p.max_prefix_tokens};
+}
+
 // The balance the public launch takes for a shape.
 internal::RelayTuning DefaultTuning(const RelayShape& s) {
   internal::RelayTuning t;
@@ -211,9 +216,7 @@ int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTun
 }
 
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t stream) {
-  const RelayShape shape{p.rows,      p.groups,    p.grouped_rows,       p.max_group_rows,   p.num_heads,
-                         p.context.kv_heads, p.context.head_dim, p.max_context_tokens, p.max_prefix_tokens};
-  return internal::LaunchRelayDecodeAttention(p, DefaultTuning(shape), stream);
+  return internal::LaunchRelayDecodeAttention(p, DefaultTuning(ShapeOf(p)), stream);
 }
 
 absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t,
@@ -230,8 +233,7 @@ absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, co
   }
   if (p.rows == 0) return absl::OkStatus();
   if (p.groups > 65535) return absl::InvalidArgumentError("relay attention takes at most 65535 groups");
-  const RelayShape shape{p.rows,      p.groups,    p.grouped_rows,       p.max_group_rows,   p.num_heads,
-                         kv.kv_heads, kv.head_dim, p.max_context_tokens, p.max_prefix_tokens};
+  const RelayShape shape = ShapeOf(p);
   if (!t.three_launches && FusedShape(shape) && Aligned16(p.workspace) && Aligned16(p.out)) {
     if (absl::Status s = CheckContextPart(p); !s.ok()) return s;
     return LaunchFused(p, shape, t, stream);

@@ -225,6 +225,14 @@ absl::Status CudaModel::RegisterHostMemory(absl::Span<std::byte> memory) {
     return kernels::CudaStatus(e, "cudaHostRegister", __FILE__, __LINE__);
   }
   m.registered = memory.data();
+  m.registered_bytes = static_cast<int64_t>(memory.size());
+  // Its device mapping, asked once: saves gather into it (kv_save_direct_blocks).
+  void* mapped = nullptr;
+  if (cudaHostGetDevicePointer(&mapped, memory.data(), 0) == cudaSuccess) {
+    m.registered_on_device = static_cast<std::byte*>(mapped);
+  } else {
+    cudaGetLastError();  // saves take the staged path
+  }
   return absl::OkStatus();
 }
 
@@ -404,8 +412,9 @@ absl::Status CudaModel::SaveKv(const SequenceState& seq, int64_t begin, int coun
   }
   if (absl::Status st = m.StageSave(*s, begin, count, layout.PayloadBytes()); !st.ok()) return st;
   DrainOnError drain(m.write_stream);
+  std::byte* mapped = m.options.kv_save_direct_blocks > 0 ? m.OnDevice(payload.data(), payload.size()) : nullptr;
   if (absl::Status e = cuda_internal::EnqueueSaveChunk(m.config, m.pool, m.SaveStaging(), count, payload.data(),
-                                                       layout, m.options.kv_save_direct_blocks,
+                                                       layout, mapped, m.options.kv_save_direct_blocks,
                                                        m.write_stream);
       !e.ok()) {
     m.saves_pending = false;  // drained: nothing is left in flight

@@ -81,6 +81,14 @@ struct CudaModel::Impl {
   int64_t save_bytes ABSL_GUARDED_BY(stats_mu) = 0;
 
   void* registered = nullptr;  // host memory pinned by RegisterHostMemory
+  int64_t registered_bytes = 0;
+  std::byte* registered_on_device = nullptr;  // its device mapping (null: none)
+  // Where `bytes` at `host` lie in the registered memory's device mapping; null outside it.
+  std::byte* OnDevice(const std::byte* host, size_t bytes) const {
+    const auto* base = static_cast<const std::byte*>(registered);
+    if (registered_on_device == nullptr || host < base || host + bytes > base + registered_bytes) return nullptr;
+    return registered_on_device + (host - base);
+  }
 
   ~Impl() {
     // Nothing may still read the host memory about to be unpinned, or the pool.

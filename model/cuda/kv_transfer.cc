@@ -25,38 +25,15 @@ void WriteChunkIndex(const KvPool& pool, const CudaSequence& seq, int64_t begin,
   }
 }
 
-namespace {
-
-// `payload`'s address on the device when it lies in registered host memory, else null.
-// (Asked of the pointer's attributes first: pageable memory is no error there, where
-// cudaHostGetDevicePointer would fail the call.)
-std::byte* DeviceMapping(std::byte* payload) {
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, payload) != cudaSuccess) {
-    cudaGetLastError();  // not an error for the next launch to report
-    return nullptr;
-  }
-  if (attributes.type != cudaMemoryTypeHost || attributes.devicePointer == nullptr) return nullptr;
-  void* mapped = nullptr;
-  if (cudaHostGetDevicePointer(&mapped, payload, 0) != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return static_cast<std::byte*>(mapped);
-}
-
-}  // namespace
-
 absl::Status EnqueueSaveChunk(const ModelConfig& c, const KvPool& pool, const ChunkStaging& staging, int count,
-                              std::byte* payload, const storage::ChunkLayout& layout, int direct_blocks,
-                              cudaStream_t st) {
+                              std::byte* payload, const storage::ChunkLayout& layout, std::byte* mapped,
+                              int direct_blocks, cudaStream_t st) {
   STRATA_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(staging.index, staging.host_index, ChunkIndexBytes(count), cudaMemcpyHostToDevice, st));
   kernels::StoredKvParams p{count, c.num_layers, layout.chunk_tokens, c.num_kv_heads, c.head_dim,
                             nullptr, reinterpret_cast<const int64_t*>(staging.index), nullptr, pool.layer_stride(),
                             nullptr, pool.k_raw(), pool.v()};
   // The staging's layout is the payload's: the gather may write either.
-  std::byte* mapped = direct_blocks > 0 ? DeviceMapping(payload) : nullptr;
   if (absl::Status e = kernels::LaunchGatherStoredKv(
           p, reinterpret_cast<uint16_t*>(mapped != nullptr ? mapped : staging.stored), st,
           mapped != nullptr ? direct_blocks : 0);

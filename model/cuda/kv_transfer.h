@@ -50,13 +50,13 @@ absl::Status CheckChunk(const ModelConfig& config, const CudaSequence* s, const 
 void WriteChunkIndex(const KvPool& pool, const CudaSequence& seq, int64_t begin, int count, std::byte* host_index);
 
 // Enqueues on `stream`: the index's copy, then the gather of `count` tokens' K before RoPE
-// and V. With direct_blocks > 0 and a payload in registered host memory, a gather of that
-// many blocks writes the payload itself through its device mapping (PCIe writes from the
-// SMs; the payload's other rows untouched). Otherwise it gathers into staging.stored and
-// one copy moves each (layer, K|V) block's first `count` rows into `payload`.
+// and V. With `mapped` (the payload's device mapping, in registered host memory), a gather
+// of direct_blocks blocks writes the payload itself through it (PCIe writes from the SMs;
+// the payload's other rows untouched). Otherwise it gathers into staging.stored and one
+// copy moves each (layer, K|V) block's first `count` rows into `payload`.
 absl::Status EnqueueSaveChunk(const ModelConfig& config, const KvPool& pool, const ChunkStaging& staging, int count,
-                              std::byte* payload, const storage::ChunkLayout& layout, int direct_blocks,
-                              cudaStream_t stream);
+                              std::byte* payload, const storage::ChunkLayout& layout, std::byte* mapped,
+                              int direct_blocks, cudaStream_t stream);
 
 }  // namespace strata::model::cuda_internal
 

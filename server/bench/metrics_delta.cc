@@ -95,7 +95,8 @@ void Accumulate(ServerCounters& total, const ServerCounters& part) {
   for (double ServerCounters::*f :
        {&ServerCounters::prefill_computed_tokens, &ServerCounters::prefill_reused_tokens,
         &ServerCounters::cache_lookups, &ServerCounters::generated_tokens, &ServerCounters::ttft_count,
-        &ServerCounters::ttft_sum_s, &ServerCounters::queue_sum_s, &ServerCounters::prefill_sum_s, &ServerCounters::admit_sum_s,
+        &ServerCounters::ttft_sum_s, &ServerCounters::queue_sum_s, &ServerCounters::prefill_sum_s,
+        &ServerCounters::admit_sum_s,
         &ServerCounters::kv_load_bytes, &ServerCounters::kv_save_bytes, &ServerCounters::kv_loads,
         &ServerCounters::kv_load_device_s, &ServerCounters::kv_load_stall_s, &ServerCounters::system_prompt_hits,
         &ServerCounters::system_prompts_computed}) {
