@@ -1,7 +1,7 @@
 // The parameter structs of the KV placement kernels that write the CUDA backend's paged
-// pool (rope.h's LaunchQkvRopePlace, LaunchPlaceStoredKv, LaunchGatherStoredKv). Plain
-// structs without Abseil, shared by the launches, their raw nvcc-side launches and the CPU
-// twins in kernels/testing/rope_cpu.h.
+// pool (rope.h's LaunchQkvRopePlace, LaunchPlaceStoredKv, LaunchGatherStoredKv,
+// LaunchGatherStoredKvChunks). Plain structs without Abseil, shared by the launches, their
+// raw nvcc-side launches and the CPU twins in kernels/testing/rope_cpu.h.
 //
 // Paged KV pool with three planes (the CUDA backend's): for one layer, k_rot, k_raw and v
 // each hold slot s's row of kv_dim = kv_heads * head_dim values at s * kv_dim. k_rot is K
@@ -64,6 +64,22 @@ struct StoredKvParams {
   int index_stride = 0;
   int64_t stored_block_stride = 0;
 };
+
+// Several chunks' gathers in one launch (a session's write-back, LaunchGatherStoredKvChunks):
+// chunk c's record, StoredChunkRecordWords(chunk_tokens) int64 words at
+// records + c * that, holds {where the chunk payload is written (an address the kernel
+// may store to: device memory or mapped host memory), its token count n (0..chunk_tokens),
+// the n tokens' slots (then unused words)}. Each chunk's first n rows of every layer are
+// written as GatherStoredKv writes them; its other rows are untouched.
+struct StoredChunksParams {
+  int chunks, layers, chunk_tokens, kv_heads, head_dim;
+  const int64_t* records;
+  int64_t layer_stride;  // values between one layer's plane and the next
+  const uint16_t* k_raw;
+  const uint16_t* v;
+};
+
+inline int64_t StoredChunkRecordWords(int chunk_tokens) { return 2 + int64_t{chunk_tokens}; }
 
 }  // namespace strata::kernels
 

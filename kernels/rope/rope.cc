@@ -86,6 +86,17 @@ absl::Status LaunchGatherStoredKv(const StoredKvParams& p, uint16_t* stored, cud
   return absl::OkStatus();
 }
 
+absl::Status LaunchGatherStoredKvChunks(const StoredChunksParams& p, cudaStream_t stream, int max_blocks) {
+  if (absl::Status s = CheckSizes(p.chunks, p.layers, p.kv_heads); !s.ok()) return s;
+  if (absl::Status s = HeadDim(p.head_dim); !s.ok()) return s;
+  if (p.chunk_tokens < 0) return absl::InvalidArgumentError("GatherStoredKvChunks: negative chunk_tokens");
+  if (max_blocks < 0) return absl::InvalidArgumentError("GatherStoredKvChunks: max_blocks must be >= 0");
+  if (p.chunks == 0 || p.layers == 0 || p.chunk_tokens == 0) return absl::OkStatus();
+  if (p.records == nullptr) return absl::InvalidArgumentError("GatherStoredKvChunks: no records");
+  STRATA_CUDA_RETURN_IF_ERROR(internal::GatherStoredKvChunksAsync(p, max_blocks, stream));
+  return absl::OkStatus();
+}
+
 #else  // !STRATA_WITH_CUDA
 
 absl::Status LaunchApplyRope(const ApplyRopeParams&, cudaStream_t) { return internal::NoCuda(); }
@@ -93,6 +104,7 @@ absl::Status LaunchPlaceKvPaged(const PlaceKvPagedParams&, cudaStream_t) { retur
 absl::Status LaunchQkvRopePlace(const QkvPlaceParams&, cudaStream_t) { return internal::NoCuda(); }
 absl::Status LaunchPlaceStoredKv(const uint16_t*, const StoredKvParams&, cudaStream_t) { return internal::NoCuda(); }
 absl::Status LaunchGatherStoredKv(const StoredKvParams&, uint16_t*, cudaStream_t, int) { return internal::NoCuda(); }
+absl::Status LaunchGatherStoredKvChunks(const StoredChunksParams&, cudaStream_t, int) { return internal::NoCuda(); }
 
 #endif  // STRATA_WITH_CUDA
 

@@ -150,6 +150,29 @@ __global__ void PlaceStoredKvKernel(const uint16_t* __restrict__ stored, StoredK
   }
 }
 
+// One row's K before RoPE and V, from the pool's planes at `src` to ks and vs, by the
+// block's threads. 16-byte moves where every row is 16-byte aligned (the caller checks):
+// an eighth of the instructions.
+__device__ __forceinline__ void GatherRow(const uint16_t* __restrict__ k_raw, const uint16_t* __restrict__ v,
+                                          int64_t src, int kvd, uint16_t* ks, uint16_t* vs, bool vectorized) {
+  if (vectorized) {
+    const int n16 = kvd / 8;
+    const auto* k16 = reinterpret_cast<const uint4*>(k_raw + src);
+    const auto* v16 = reinterpret_cast<const uint4*>(v + src);
+    auto* ks16 = reinterpret_cast<uint4*>(ks);
+    auto* vs16 = reinterpret_cast<uint4*>(vs);
+    for (int j = threadIdx.x; j < n16; j += blockDim.x) {
+      ks16[j] = k16[j];
+      vs16[j] = v16[j];
+    }
+    return;
+  }
+  for (int j = threadIdx.x; j < kvd; j += blockDim.x) {
+    ks[j] = k_raw[src + j];
+    vs[j] = v[src + j];
+  }
+}
+
 // Grid: up to n * layers blocks, each taking rows r = blockIdx.x, + gridDim.x, ...: row r
 // is token r % n of layer r / n.
 __global__ void GatherStoredKvKernel(StoredKvParams p, uint16_t* __restrict__ stored, bool vectorized) {
@@ -157,27 +180,28 @@ __global__ void GatherStoredKvKernel(StoredKvParams p, uint16_t* __restrict__ st
   const int64_t rows = int64_t{p.n} * p.layers;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int i = static_cast<int>(r % p.n), l = static_cast<int>(r / p.n);
-    const int64_t src = l * p.layer_stride + p.slots[i] * kvd;
     uint16_t* ks = stored + ((static_cast<int64_t>(l) * 2 + 0) * p.chunk_tokens + i) * kvd;
     uint16_t* vs = stored + ((static_cast<int64_t>(l) * 2 + 1) * p.chunk_tokens + i) * kvd;
-    // 16-byte moves where every row is 16-byte aligned (kv_dim a multiple of 8 and the
-    // bases aligned; the launch checks): an eighth of the instructions.
-    if (vectorized) {
-      const int n16 = kvd / 8;
-      const auto* k16 = reinterpret_cast<const uint4*>(p.k_raw + src);
-      const auto* v16 = reinterpret_cast<const uint4*>(p.v + src);
-      auto* ks16 = reinterpret_cast<uint4*>(ks);
-      auto* vs16 = reinterpret_cast<uint4*>(vs);
-      for (int j = threadIdx.x; j < n16; j += blockDim.x) {
-        ks16[j] = k16[j];
-        vs16[j] = v16[j];
-      }
-      continue;
-    }
-    for (int j = threadIdx.x; j < kvd; j += blockDim.x) {
-      ks[j] = p.k_raw[src + j];
-      vs[j] = p.v[src + j];
-    }
+    GatherRow(p.k_raw, p.v, l * p.layer_stride + p.slots[i] * kvd, kvd, ks, vs, vectorized);
+  }
+}
+
+// Grid: up to chunks * layers * chunk_tokens blocks taking rows in turn: row r is token
+// r % chunk_tokens of layer (r / chunk_tokens) % layers of chunk r / (layers *
+// chunk_tokens); tokens past the chunk's count are skipped.
+__global__ void GatherStoredKvChunksKernel(StoredChunksParams p, bool vectorized) {
+  const int kvd = p.kv_heads * p.head_dim;
+  const int64_t per_chunk = int64_t{p.layers} * p.chunk_tokens;
+  const int64_t rows = p.chunks * per_chunk, words = 2 + int64_t{p.chunk_tokens};  // StoredChunkRecordWords
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t* record = p.records + (r / per_chunk) * words;
+    const int i = static_cast<int>(r % p.chunk_tokens), l = static_cast<int>((r % per_chunk) / p.chunk_tokens);
+    if (i >= record[1]) continue;
+    auto* stored = reinterpret_cast<uint16_t*>(record[0]);
+    uint16_t* ks = stored + ((static_cast<int64_t>(l) * 2 + 0) * p.chunk_tokens + i) * kvd;
+    uint16_t* vs = stored + ((static_cast<int64_t>(l) * 2 + 1) * p.chunk_tokens + i) * kvd;
+    GatherRow(p.k_raw, p.v, l * p.layer_stride + record[2 + i] * kvd, kvd, ks, vs,
+              vectorized && record[0] % 16 == 0);
   }
 }
 
@@ -218,6 +242,17 @@ cudaError_t GatherStoredKvAsync(const StoredKvParams& p, uint16_t* stored, int m
   const int64_t rows = int64_t{p.n} * p.layers;
   const int64_t blocks = max_blocks > 0 ? std::min<int64_t>(rows, max_blocks) : rows;
   GatherStoredKvKernel<<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(p, stored, vectorized);
+  return cudaGetLastError();
+}
+
+cudaError_t GatherStoredKvChunksAsync(const StoredChunksParams& p, int max_blocks, cudaStream_t stream) {
+  const int kvd = p.kv_heads * p.head_dim;
+  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  // Each record's payload is checked for alignment in the kernel.
+  const bool vectorized = kvd % 8 == 0 && p.layer_stride % 8 == 0 && aligned(p.k_raw) && aligned(p.v);
+  const int64_t rows = int64_t{p.chunks} * p.layers * p.chunk_tokens;
+  const int64_t blocks = std::min<int64_t>(max_blocks > 0 ? std::min<int64_t>(rows, max_blocks) : rows, 1 << 30);
+  GatherStoredKvChunksKernel<<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(p, vectorized);
   return cudaGetLastError();
 }
 

@@ -69,6 +69,12 @@ absl::Status LaunchQkvRopePlace(const QkvPlaceParams& p, cudaStream_t stream);
 absl::Status LaunchPlaceStoredKv(const uint16_t* stored, const StoredKvParams& p, cudaStream_t stream);
 absl::Status LaunchGatherStoredKv(const StoredKvParams& p, uint16_t* stored, cudaStream_t stream,
                                   int max_blocks = 0);
+// GatherStoredKvChunks (kv_place_params.h): the gathers of p.chunks chunks, whose records
+// lie in device memory, in one launch of at most max_blocks blocks (> 0; 0: one a row):
+// a session's write-back is one enqueue, not one per chunk. InvalidArgument for negative
+// sizes, a head_dim that is not even and in 2..256, or a null record array with chunks.
+// A record's count past chunk_tokens is the caller's error (the kernel reads past it).
+absl::Status LaunchGatherStoredKvChunks(const StoredChunksParams& p, cudaStream_t stream, int max_blocks = 0);
 
 }  // namespace strata::kernels
 

@@ -19,6 +19,7 @@ cudaError_t PlaceKvPagedAsync(const float* k_raw, const float* v, const int32_t*
 cudaError_t QkvRopePlaceAsync(const QkvPlaceParams& p, cudaStream_t stream);
 cudaError_t PlaceStoredKvAsync(const uint16_t* stored, const StoredKvParams& p, cudaStream_t stream);
 cudaError_t GatherStoredKvAsync(const StoredKvParams& p, uint16_t* stored, int max_blocks, cudaStream_t stream);
+cudaError_t GatherStoredKvChunksAsync(const StoredChunksParams& p, int max_blocks, cudaStream_t stream);
 
 }  // namespace strata::kernels::internal
 

@@ -215,6 +215,51 @@ TEST_F(CudaModelKernelsTest, QkvRopePlaceMatchesCpuAndLoadGivesTheSameK) {
   }
 }
 
+// A write-back's chunks gathered in one launch: each chunk's payload holds what
+// GatherStoredKv writes for it alone (the CPU twin), a partial chunk's other rows keep
+// their bytes, a payload off the 16-byte grid takes the element-wise path, and any number
+// of blocks gives the same bytes.
+TEST_F(CudaModelKernelsTest, GatheredChunksEqualOneGatherPerChunk) {
+  const int layers = 3, chunk = 8, kv_heads = 2, head_dim = 64, slots_total = 40;
+  const int kvd = kv_heads * head_dim;
+  const int64_t layer_stride = int64_t{slots_total} * kvd;
+  std::vector<uint16_t> k_raw = ToBf16Vector(RandomFloats(layers * layer_stride, 31, -2, 2));
+  std::vector<uint16_t> v = ToBf16Vector(RandomFloats(layers * layer_stride, 32, -2, 2));
+  // Chunk c's tokens' slots: full, full, 3 tokens, empty.
+  const std::vector<std::vector<int64_t>> slots = {
+      {3, 4, 5, 6, 7, 8, 9, 10}, {39, 0, 17, 18, 2, 1, 30, 31}, {12, 11, 25}, {}};
+  const int chunks = static_cast<int>(slots.size());
+  // Payloads of `payload` values, `stride` apart (room for one off the grid).
+  const int64_t payload = int64_t{layers} * 2 * chunk * kvd, stride = payload + 8;
+  std::vector<uint16_t> want(chunks * stride, 0x5a5a);
+  for (int c = 0; c < chunks; ++c) {
+    StoredKvParams hp{static_cast<int>(slots[c].size()), layers, chunk, kv_heads, head_dim, nullptr,
+                      slots[c].data(), nullptr, layer_stride, nullptr, k_raw.data(), v.data()};
+    // Chunk 1's payload lies one value off the 16-byte grid.
+    GatherStoredKv(hp, want.data() + c * stride + (c == 1 ? 1 : 0));
+  }
+  DeviceVector<uint16_t> dk(k_raw), dv(v);
+  for (int blocks : {0, 1, 5}) {
+    DeviceVector<uint16_t> out{std::vector<uint16_t>(want.size(), 0x5a5a)};
+    const int64_t words = StoredChunkRecordWords(chunk);
+    std::vector<int64_t> records(chunks * words, -1);
+    for (int c = 0; c < chunks; ++c) {
+      records[c * words] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out.get() + c * stride + (c == 1)));
+      records[c * words + 1] = static_cast<int64_t>(slots[c].size());
+      std::copy(slots[c].begin(), slots[c].end(), records.begin() + c * words + 2);
+    }
+    DeviceVector<int64_t> drecords(records);
+    StoredChunksParams p{chunks, layers, chunk, kv_heads, head_dim, drecords.get(), layer_stride, dk.get(), dv.get()};
+    ASSERT_TRUE(LaunchGatherStoredKvChunks(p, stream_, blocks).ok());
+    Sync();
+    EXPECT_EQ(out.ToHost(), want) << blocks << " blocks (0: one a row)";
+  }
+  StoredChunksParams none{1, layers, chunk, kv_heads, head_dim, nullptr, layer_stride, dk.get(), dv.get()};
+  EXPECT_TRUE(absl::IsInvalidArgument(LaunchGatherStoredKvChunks(none, stream_))) << "records missing";
+  none.head_dim = 7;
+  EXPECT_TRUE(absl::IsInvalidArgument(LaunchGatherStoredKvChunks(none, stream_))) << "odd head_dim";
+}
+
 // Qwen3's q/k norms inside QkvRopePlace equal HeadRmsNorm on the rows followed by the plain
 // QkvRopePlace (up to the order of the sum of squares: q within fp32 rounding, K within a
 // bf16 unit), and V is untouched by them.

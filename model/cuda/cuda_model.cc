@@ -101,32 +101,6 @@ absl::Status CudaModel::Impl::ReserveStep(int64_t rows, int64_t logit_rows, int6
   return absl::OkStatus();
 }
 
-absl::Status CudaModel::Impl::StageSave(const CudaSequence& seq, int64_t begin, int count, int64_t payload_bytes) {
-  // Each chunk's index gets its own place, so earlier copies still in flight keep theirs.
-  const int64_t index_bytes = cuda_internal::AlignUp(cuda_internal::ChunkIndexBytes(count), 16);
-  const int64_t end = kv_meta_used + index_bytes;
-  // The index buffers hold kMaxSaveIndexBytes from the first save on.
-  if (saves_pending && (save_stored.bytes() < payload_bytes || end > kMaxSaveIndexBytes)) {
-    // The staging must grow, or the indexes of saves in flight fill their room: let what
-    // reads them finish first (rare: saves complete within a few steps).
-    if (absl::Status s = FinishSaves(); !s.ok()) return s;
-  }
-  const int64_t at = kv_meta_used;
-  // The index room is taken whole at the first save: grown chunk by chunk, every growth
-  // would wait for the saves in flight, and a long session's write-back would run on
-  // the engine thread.
-  const int64_t meta_bytes = std::max(at + index_bytes, kMaxSaveIndexBytes);
-  for (absl::Status s : {save_stored.Reserve(payload_bytes, &save_generation),
-                         save_host_meta.Reserve(meta_bytes, &save_generation),
-                         save_meta.Reserve(meta_bytes, &save_generation)}) {
-    if (!s.ok()) return s;
-  }
-  cuda_internal::WriteChunkIndex(pool, seq, begin, count, save_host_meta.data() + at);
-  kv_meta_at = at;
-  kv_meta_used = at + index_bytes;
-  return absl::OkStatus();
-}
-
 absl::StatusOr<uint64_t> CudaModel::Impl::StartLoads() {
   if (!loader.has_queued()) return loader.last_ticket();
   if (absl::Status s = UseDevice(); !s.ok()) return s;
@@ -140,21 +114,6 @@ absl::Status CudaModel::Impl::FinishKvTransfers() {
   if (absl::StatusOr<uint64_t> started = StartLoads(); !started.ok()) return started.status();
   if (absl::Status s = loader.Finish(); !s.ok()) return s;
   return FinishSaves();
-}
-
-absl::Status CudaModel::Impl::FinishSaves() {
-  if (!saves_pending) return absl::OkStatus();
-  if (absl::Status s = UseDevice(); !s.ok()) return s;
-  saves_pending = false;
-  saves_unmarked = false;
-  kv_meta_used = 0;
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(write_stream));
-  for (auto& [t, e] : saves_in_flight) {
-    saves_done_ticket = t;
-    spare_save_events.push_back(e);
-  }
-  saves_in_flight.clear();
-  return absl::OkStatus();
 }
 
 absl::Status CudaModel::Impl::AllocatePool() {
@@ -393,44 +352,6 @@ absl::Status CudaModel::LoadKvRows(SequenceState& seq, int64_t begin, int count,
   return absl::OkStatus();
 }
 
-absl::Status CudaModel::SaveKv(const SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
-                               const storage::ChunkLayout& layout) {
-  Impl& m = *impl_;
-  const auto* s = dynamic_cast<const CudaSequence*>(&seq);
-  if (absl::Status st = cuda_internal::CheckChunk(m.config, s, m.pool, begin, count, payload.size(), layout);
-      !st.ok()) {
-    return st;
-  }
-  if (count == 0) return absl::OkStatus();
-  if (absl::Status st = m.UseDevice(); !st.ok()) return st;
-  // The rows saved may have been loaded a moment ago: then the save follows the loads.
-  if (absl::StatusOr<uint64_t> started = m.StartLoads(); !started.ok()) return started.status();
-  if (s->load_ticket() != 0) {
-    absl::StatusOr<bool> landed = m.loader.Done(s->load_ticket());
-    if (!landed.ok()) return landed.status();
-    if (!*landed) STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(m.write_stream, m.loader.all_placed(), 0));
-  }
-  if (absl::Status st = m.StageSave(*s, begin, count, layout.PayloadBytes()); !st.ok()) return st;
-  DrainOnError drain(m.write_stream);
-  std::byte* mapped = m.options.kv_save_direct_blocks > 0 ? m.OnDevice(payload.data(), payload.size()) : nullptr;
-  if (absl::Status e = cuda_internal::EnqueueSaveChunk(m.config, m.pool, m.SaveStaging(), count, payload.data(),
-                                                       layout, mapped, m.options.kv_save_direct_blocks,
-                                                       m.write_stream);
-      !e.ok()) {
-    m.saves_pending = false;  // drained: nothing is left in flight
-    m.kv_meta_used = 0;
-    return e;
-  }
-  drain.Done();
-  {
-    absl::MutexLock lock(&m.stats_mu);
-    m.save_bytes += static_cast<int64_t>(layout.PayloadBytes());
-  }
-  m.saves_pending = true;   // FinishKvTransfers waits for it
-  m.saves_unmarked = true;  // no ticket covers it yet
-  return absl::OkStatus();
-}
-
 absl::StatusOr<uint64_t> CudaModel::StartKvTransfers() { return impl_->StartLoads(); }
 
 KvTransferStats CudaModel::kv_transfer_stats() const {
@@ -476,51 +397,6 @@ absl::StatusOr<bool> CudaModel::KvTransfersDone(uint64_t ticket) {
 }
 
 absl::Status CudaModel::FinishKvTransfers() { return impl_->FinishKvTransfers(); }
-
-absl::Status CudaModel::FinishKvSaves() { return impl_->FinishSaves(); }
-
-absl::StatusOr<uint64_t> CudaModel::MarkKvSaves() {
-  Impl& m = *impl_;
-  if (!m.saves_unmarked) return m.next_save_ticket - 1;  // nothing new: the last ticket covers it
-  if (absl::Status s = m.UseDevice(); !s.ok()) return s;
-  cudaEvent_t e = nullptr;
-  if (m.spare_save_events.empty()) {
-    STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  } else {
-    e = m.spare_save_events.back();
-    m.spare_save_events.pop_back();
-  }
-  STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(e, m.write_stream));
-  m.saves_in_flight.emplace_back(m.next_save_ticket, e);
-  m.saves_unmarked = false;
-  // The staging of the saves so far is the ticket's now: later saves take new index room
-  // until the ticket completes. (kv_meta_used restarts once nothing is in flight.)
-  return m.next_save_ticket++;
-}
-
-absl::StatusOr<bool> CudaModel::KvSavesDone(uint64_t ticket) {
-  Impl& m = *impl_;
-  if (ticket <= m.saves_done_ticket) return true;
-  if (absl::Status s = m.UseDevice(); !s.ok()) return s;
-  while (!m.saves_in_flight.empty()) {
-    auto [t, e] = m.saves_in_flight.front();
-    const cudaError_t q = cudaEventQuery(e);
-    if (q == cudaErrorNotReady) break;
-    if (q != cudaSuccess) {
-      cudaGetLastError();
-      return kernels::CudaStatus(q, "cudaEventQuery", __FILE__, __LINE__);
-    }
-    m.saves_done_ticket = t;
-    m.spare_save_events.push_back(e);
-    m.saves_in_flight.pop_front();
-  }
-  if (m.saves_in_flight.empty() && m.saves_pending && !m.saves_unmarked) {
-    // Every save enqueued is covered by a completed ticket: the staging is free again.
-    m.saves_pending = false;
-    m.kv_meta_used = 0;
-  }
-  return ticket <= m.saves_done_ticket;
-}
 
 CUstream_st* CudaModel::LoadCopyStreamForTesting() const { return impl_->loader.copy_stream(); }
 CUstream_st* CudaModel::LoadPlaceStreamForTesting() const { return impl_->loader.place_stream(); }

@@ -142,6 +142,20 @@ struct CudaModel::Impl {
   // `payload_bytes`: grows the save staging and writes the tokens' slots ([count] int64,
   // at save_host_meta) and positions ([count] int32, after them) for one copy to save_meta.
   absl::Status StageSave(const cuda_internal::CudaSequence& seq, int64_t begin, int count, int64_t payload_bytes);
+  // Makes room for `index_bytes` more of save index after kv_meta_used (and save staging
+  // of payload_bytes), waiting for the saves in flight where theirs fill it.
+  absl::Status ReserveSaveIndex(int64_t index_bytes, int64_t payload_bytes);
+  // For saving `count` tokens of `seq` from `begin` straight into a registered payload
+  // whose device mapping is `mapped`: adds the chunk's record (kernels::StoredChunksParams)
+  // to the direct saves FlushDirectSaves launches.
+  absl::Status QueueDirectSave(const cuda_internal::CudaSequence& seq, int64_t begin, int count, std::byte* mapped,
+                               const storage::ChunkLayout& layout);
+  // Enqueues the direct saves queued so far on write_stream: one copy of their records,
+  // one gather of kv_save_direct_blocks blocks. (kv_saves.cc)
+  absl::Status FlushDirectSaves();
+  int64_t direct_at = 0;        // the queued direct saves' records: offset in save_host_meta,
+  int direct_chunks = 0;        // how many,
+  int direct_chunk_tokens = 0;  // and their chunks' tokens
   // The staging StageSave prepared, for kv_transfer.h.
   cuda_internal::ChunkStaging SaveStaging() const {
     return {save_stored.as<std::byte>(), save_meta.as<std::byte>() + kv_meta_at,

@@ -430,10 +430,10 @@ TEST_F(CudaModelTest, SavesAreEnqueuedWithoutWaitingForTheWriteStream) {
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
 }
 
-// A save into registered host memory is one gather writing the payload through its
-// device mapping (kv_save_direct_blocks); it writes the bytes the staged path (gather into
-// device staging, then a copy out) writes, and a partly filled chunk's other rows stay
-// as they were.
+// Saves into registered host memory are gathers writing the payloads through their
+// device mapping (kv_save_direct_blocks), one launch for all queued; they write the bytes
+// the staged path (gather into device staging, then a copy out) writes, and a partly
+// filled chunk's other rows stay as they were.
 TEST_F(CudaModelTest, DirectSavesWriteWhatStagedSavesWrite) {
   const ModelConfig c = Config();
   const int chunk = 32, n = 80;  // two full chunks and one of 16 tokens
@@ -460,6 +460,9 @@ TEST_F(CudaModelTest, DirectSavesWriteWhatStagedSavesWrite) {
       ASSERT_TRUE(
           m.SaveKv(*seq, int64_t{i} * chunk, count, absl::MakeSpan(arenas[direct]).subspan(bytes * i, bytes), layout)
               .ok());
+      // Direct saves wait to go out together: the first two at the ticket, the third at
+      // the wait below.
+      if (i == 1) ASSERT_TRUE(m.MarkKvSaves().ok());
     }
     ASSERT_TRUE(m.FinishKvSaves().ok());
   }

@@ -26,21 +26,15 @@ void WriteChunkIndex(const KvPool& pool, const CudaSequence& seq, int64_t begin,
 }
 
 absl::Status EnqueueSaveChunk(const ModelConfig& c, const KvPool& pool, const ChunkStaging& staging, int count,
-                              std::byte* payload, const storage::ChunkLayout& layout, std::byte* mapped,
-                              int direct_blocks, cudaStream_t st) {
+                              std::byte* payload, const storage::ChunkLayout& layout, cudaStream_t st) {
   STRATA_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(staging.index, staging.host_index, ChunkIndexBytes(count), cudaMemcpyHostToDevice, st));
   kernels::StoredKvParams p{count, c.num_layers, layout.chunk_tokens, c.num_kv_heads, c.head_dim,
                             nullptr, reinterpret_cast<const int64_t*>(staging.index), nullptr, pool.layer_stride(),
                             nullptr, pool.k_raw(), pool.v()};
-  // The staging's layout is the payload's: the gather may write either.
-  if (absl::Status e = kernels::LaunchGatherStoredKv(
-          p, reinterpret_cast<uint16_t*>(mapped != nullptr ? mapped : staging.stored), st,
-          mapped != nullptr ? direct_blocks : 0);
-      !e.ok()) {
+  if (absl::Status e = kernels::LaunchGatherStoredKv(p, reinterpret_cast<uint16_t*>(staging.stored), st); !e.ok()) {
     return e;
   }
-  if (mapped != nullptr) return absl::OkStatus();
   const size_t pitch = static_cast<size_t>(layout.chunk_tokens * layout.row_bytes);
   if (count == layout.chunk_tokens) {
     // A full chunk is one run of bytes: one plain copy (a strided one cost the host ~20 us

@@ -5,8 +5,9 @@
 // A payload is laid [layer][K before RoPE | V][chunk_tokens][kv_dim] bf16
 // (storage/chunk_format.h); its first `count` tokens come from `count` consecutive
 // positions of a sequence. Saving gathers K before RoPE and V
-// (kernels::LaunchGatherStoredKv), into the payload itself where it is registered, else
-// into device staging and back in one copy.
+// (kernels::LaunchGatherStoredKv) into device staging and copies it back in one copy; a
+// payload in registered memory is gathered into directly instead, several chunks a launch
+// (kernels::LaunchGatherStoredKvChunks, kv_saves.cc).
 //
 // One copy goes: WriteChunkIndex fills the tokens' slots and positions in pinned host
 // memory; EnqueueSaveChunk puts the copies and the kernel on a stream.
@@ -49,14 +50,11 @@ absl::Status CheckChunk(const ModelConfig& config, const CudaSequence* s, const 
 // `host_index` (ChunkIndexBytes(count) of it).
 void WriteChunkIndex(const KvPool& pool, const CudaSequence& seq, int64_t begin, int count, std::byte* host_index);
 
-// Enqueues on `stream`: the index's copy, then the gather of `count` tokens' K before RoPE
-// and V. With `mapped` (the payload's device mapping, in registered host memory), a gather
-// of direct_blocks blocks writes the payload itself through it (PCIe writes from the SMs;
-// the payload's other rows untouched). Otherwise it gathers into staging.stored and one
-// copy moves each (layer, K|V) block's first `count` rows into `payload`.
+// Enqueues on `stream`: the index's copy, the gather of `count` tokens' K before RoPE and
+// V into staging.stored, and one copy of each (layer, K|V) block's first `count` rows into
+// `payload`. (A payload in registered memory is written directly instead: kv_saves.cc.)
 absl::Status EnqueueSaveChunk(const ModelConfig& config, const KvPool& pool, const ChunkStaging& staging, int count,
-                              std::byte* payload, const storage::ChunkLayout& layout, std::byte* mapped,
-                              int direct_blocks, cudaStream_t stream);
+                              std::byte* payload, const storage::ChunkLayout& layout, cudaStream_t stream);
 
 }  // namespace strata::model::cuda_internal
 
