@@ -29,6 +29,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/skinny_launch.h"
 #include "kernels/norm/norm.h"
 #include "kernels/rope/rope.h"
 #include "kernels/sampling/sampling.h"
@@ -335,8 +336,10 @@ TEST_F(CudaKernelsTest, ArgmaxMatchesGreedySampling) {
 }
 
 TEST_F(CudaKernelsTest, MatMulBf16MatchesCpu) {
-  for (auto [rows, in_dim, out_dim] : {std::tuple{1, 64, 96}, {7, 4096, 1024}, {64, 512, 4096}}) {
-    const std::string what = std::to_string(rows) + "x" + std::to_string(in_dim) + "x" + std::to_string(out_dim);
+  // cuBLAS everywhere; the skinny kernel for 1..16 rows (K ranges of the warps not a whole
+  // number of pipeline stages: 3584 = 112 chunks of 32, 28 a warp).
+  for (auto [rows, in_dim, out_dim] : {std::tuple{1, 64, 96}, {7, 4096, 1024}, {64, 512, 4096}, {16, 1024, 272},
+                                       {11, 2048, 4096}, {3, 14336, 512}, {9, 96, 16}, {5, 3584, 64}}) {
     std::mt19937 gen(rows + in_dim);
     std::vector<uint16_t> x(static_cast<size_t>(rows) * in_dim), w(static_cast<size_t>(out_dim) * in_dim);
     for (uint16_t& v : x) v = test_support::RandomBf16(gen);
@@ -344,19 +347,67 @@ TEST_F(CudaKernelsTest, MatMulBf16MatchesCpu) {
     std::vector<float> want(static_cast<size_t>(rows) * out_dim);
     MatMulBf16(x.data(), w.data(), want.data(), rows, in_dim, out_dim);
     DeviceVector<uint16_t> dx(x), dw(w);
-    DeviceVector<float> dout{std::vector<float>(want.size(), std::nanf(""))};
-    ASSERT_TRUE(LaunchMatMulBf16({dx.get(), dw.get(), dout.get(), rows, in_dim, out_dim}, stream_).ok());
-    Sync();
-    // fp32 sums of exact products in another order: relative to the sum's scale.
-    const std::vector<float> got = dout.ToHost();
-    double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_FALSE(std::isnan(got[i])) << what << " element " << i << " not written";
-      worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]) / std::sqrt(static_cast<double>(in_dim)));
+    const bool skinny = internal::SkinnyMatMulFits(dx.get(), dw.get(), rows, in_dim, out_dim);
+    EXPECT_EQ(skinny, rows <= 16) << "every shape here but 64 rows fits the skinny kernel";
+    for (int path = 0; path < (skinny ? 2 : 1); ++path) {
+      const std::string what =
+          std::to_string(rows) + "x" + std::to_string(in_dim) + "x" + std::to_string(out_dim) + (path ? " skinny" : " cuBLAS");
+      DeviceVector<float> dout{std::vector<float>(want.size(), std::nanf(""))};
+      const MatMulPath mp = path ? MatMulPath::kSkinny : MatMulPath::kCublas;
+      ASSERT_TRUE(LaunchMatMulBf16({dx.get(), dw.get(), dout.get(), rows, in_dim, out_dim, mp}, stream_).ok());
+      Sync();
+      // fp32 sums of exact products in another order: relative to the sum's scale.
+      const std::vector<float> got = dout.ToHost();
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_FALSE(std::isnan(got[i])) << what << " element " << i << " not written";
+        worst =
+            std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]) / std::sqrt(static_cast<double>(in_dim)));
+      }
+      EXPECT_LT(worst, 1e-4) << what;
     }
-    EXPECT_LT(worst, 1e-4) << what;
   }
   EXPECT_TRUE(absl::IsInvalidArgument(LaunchMatMulBf16({nullptr, nullptr, nullptr, 0, 1, 1}, stream_)));
+  DeviceVector<uint16_t> dx{std::vector<uint16_t>(17 * 64)}, dw{std::vector<uint16_t>(64 * 64)};
+  DeviceVector<float> dout{std::vector<float>(17 * 64)};
+  for (auto [rows, in_dim, out_dim] : {std::tuple{17, 64, 64}, {4, 48, 64}, {4, 64, 40}}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(
+        LaunchMatMulBf16({dx.get(), dw.get(), dout.get(), rows, in_dim, out_dim, MatMulPath::kSkinny}, stream_)))
+        << rows << "x" << in_dim << "x" << out_dim << " forced onto the skinny kernel";
+  }
+}
+
+// The skinny kernel gives a row the same bits whatever rides with it and wherever it sits:
+// a decode step's logits do not depend on the batch.
+TEST_F(CudaKernelsTest, SkinnyMatMulRowsDoNotDependOnTheBatch) {
+  const int in_dim = 4096, out_dim = 1024, rows = 13;
+  std::mt19937 gen(5);
+  std::vector<uint16_t> x(static_cast<size_t>(rows) * in_dim), w(static_cast<size_t>(out_dim) * in_dim);
+  for (uint16_t& v : x) v = test_support::RandomBf16(gen);
+  for (uint16_t& v : w) v = test_support::RandomBf16(gen);
+  DeviceVector<uint16_t> dw(w);
+  auto product = [&](const std::vector<uint16_t>& xs, int n) {
+    DeviceVector<uint16_t> dx(xs);
+    DeviceVector<float> out{std::vector<float>(static_cast<size_t>(n) * out_dim)};
+    EXPECT_TRUE(LaunchMatMulBf16({dx.get(), dw.get(), out.get(), n, in_dim, out_dim, MatMulPath::kSkinny}, stream_).ok());
+    Sync();
+    return out.ToHost();
+  };
+  const std::vector<float> batch = product(x, rows);
+  auto row_of = [&](int r) { return std::vector<uint16_t>(x.begin() + int64_t{r} * in_dim, x.begin() + (r + 1) * in_dim); };
+  for (int r : {0, 7, 8, 12}) {
+    // Alone, and as the last row of a batch of 16 whose other rows are row 0.
+    std::vector<uint16_t> moved;
+    for (int i = 0; i < 15; ++i) moved.insert(moved.end(), x.begin(), x.begin() + in_dim);
+    const std::vector<uint16_t> mine = row_of(r);
+    moved.insert(moved.end(), mine.begin(), mine.end());
+    const std::vector<float> alone = product(mine, 1), last = product(moved, 16);
+    EXPECT_EQ(0, std::memcmp(alone.data(), batch.data() + int64_t{r} * out_dim, out_dim * sizeof(float)))
+        << "row " << r << " alone differs from the same row in a batch of " << rows;
+    EXPECT_EQ(0, std::memcmp(last.data() + int64_t{15} * out_dim, batch.data() + int64_t{r} * out_dim,
+                             out_dim * sizeof(float)))
+        << "row " << r << " as row 15 of 16 differs from it as row " << r << " of " << rows;
+  }
 }
 
 }  // namespace

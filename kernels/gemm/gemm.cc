@@ -5,6 +5,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 
+#if defined(STRATA_WITH_CUDA)
+#include "kernels/cuda_check.h"
+#include "kernels/gemm/skinny_launch.h"
+#endif
 #if defined(STRATA_WITH_CUBLAS)
 #include <cublas_v2.h>
 #include <dlfcn.h>
@@ -71,14 +75,11 @@ absl::StatusOr<cublasHandle_t> ThreadHandle() {
   return handle;
 }
 
-}  // namespace
-
-absl::Status LaunchMatMulBf16(const MatMulBf16Params& p, cudaStream_t stream) {
+absl::Status CublasMatMulBf16(const MatMulBf16Params& p, cudaStream_t stream) {
   const uint16_t* x = p.x;
   const uint16_t* w = p.w;
   float* out = p.out;
   const int rows = p.rows, in_dim = p.in_dim, out_dim = p.out_dim;
-  if (rows <= 0 || in_dim <= 0 || out_dim <= 0) return absl::InvalidArgumentError("MatMulBf16 needs positive sizes");
   auto handle = ThreadHandle();
   if (!handle.ok()) return handle.status();
   const Cublas& cublas = LoadCublas();
@@ -98,12 +99,42 @@ absl::Status LaunchMatMulBf16(const MatMulBf16Params& p, cudaStream_t stream) {
   return absl::OkStatus();
 }
 
+}  // namespace
+
 #else
 
-absl::Status LaunchMatMulBf16(const MatMulBf16Params&, cudaStream_t) {
+namespace {
+
+absl::Status CublasMatMulBf16(const MatMulBf16Params&, cudaStream_t) {
   return absl::UnimplementedError("strata was built without cuBLAS");
 }
 
+}  // namespace
+
 #endif
+
+absl::Status LaunchMatMulBf16(const MatMulBf16Params& p, cudaStream_t stream) {
+  if (p.rows <= 0 || p.in_dim <= 0 || p.out_dim <= 0) {
+    return absl::InvalidArgumentError("MatMulBf16 needs positive sizes");
+  }
+#if defined(STRATA_WITH_CUDA)
+  const bool fits = internal::SkinnyMatMulFits(p.x, p.w, p.rows, p.in_dim, p.out_dim);
+  if (p.path == MatMulPath::kSkinny && !fits) {
+    return absl::InvalidArgumentError(absl::StrCat("the skinny product takes 1..", internal::kSkinnyMaxRows,
+                                                   " rows, in_dim a multiple of 32, out_dim of 16 and aligned "
+                                                   "operands, not ",
+                                                   p.rows, "x", p.in_dim, "x", p.out_dim));
+  }
+  if (p.path != MatMulPath::kCublas && fits) {
+    STRATA_CUDA_RETURN_IF_ERROR(
+        internal::SkinnyMatMulAsync(p.x, p.w, p.out, p.rows, p.in_dim, p.out_dim, stream));
+    return absl::OkStatus();
+  }
+  return CublasMatMulBf16(p, stream);
+#else
+  (void)stream;
+  return absl::UnimplementedError("strata was built without CUDA");
+#endif
+}
 
 }  // namespace strata::kernels

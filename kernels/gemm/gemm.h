@@ -1,6 +1,8 @@
-// kernels/gemm: linear layers on the GPU through cuBLAS (loaded with dlopen at the first
-// product; gemm.cc says why), bf16 operands, fp32 accumulation. The CPU specification is
-// MatMulWT (gemm_cpu.h); the bf16 twin tests use is kernels/testing/gemm_cpu.h.
+// kernels/gemm: linear layers on the GPU, bf16 operands, fp32 accumulation: through cuBLAS
+// (loaded with dlopen at the first product; gemm.cc says why), or, for the few rows of a
+// decode step, through strata's skinny kernel (skinny.cu), which reads the weights faster.
+// The CPU specification is MatMulWT (gemm_cpu.h); the bf16 twin tests use is
+// kernels/testing/gemm_cpu.h.
 #ifndef STRATA_KERNELS_GEMM_GEMM_H_
 #define STRATA_KERNELS_GEMM_GEMM_H_
 
@@ -15,17 +17,25 @@ namespace strata::kernels {
 // Linear layout) in bf16 (uint16_t), out fp32 [rows][out_dim]: the device twin of MatMulWT
 // on the widened operands. Every product of two bf16 values is exact in fp32; only the
 // summation order differs from the CPU.
+// Which kernel runs a product: kAuto takes the skinny kernel for 1..16 rows where the
+// shape fits it (in_dim a multiple of 32, out_dim of 16, x and w 16-byte aligned), else
+// cuBLAS; the others force one (tests and benchmarks).
+enum class MatMulPath { kAuto, kCublas, kSkinny };
+
 struct MatMulBf16Params {
   const uint16_t* x;
   const uint16_t* w;
   float* out;
   int rows, in_dim, out_dim;
+  MatMulPath path = MatMulPath::kAuto;
 };
 
-// Enqueues on `stream` with this thread's cuBLAS handle (created on first use); pointers
-// are device pointers the caller owns. InvalidArgument for non-positive sizes;
-// FailedPrecondition when cuBLAS cannot be loaded; InternalError naming the cuBLAS status
-// when the call fails; Unimplemented when strata was built without cuBLAS.
+// Enqueues on `stream` (cuBLAS with this thread's handle, created on first use); pointers
+// are device pointers the caller owns. The skinny kernel's result for a row does not
+// depend on the other rows. InvalidArgument for non-positive sizes, or kSkinny for a shape
+// it does not take; FailedPrecondition when cuBLAS cannot be loaded; InternalError naming
+// the cuBLAS status when the call fails; Unimplemented when strata was built without
+// CUDA, or without cuBLAS for a product that needs it.
 absl::Status LaunchMatMulBf16(const MatMulBf16Params& p, cudaStream_t stream);
 
 }  // namespace strata::kernels

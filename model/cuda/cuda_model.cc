@@ -218,6 +218,12 @@ absl::Status CudaModel::RandomizeKvPool(uint64_t seed) {
 
 void CudaModel::set_prefill_key_splits(bool on) { impl_->options.prefill_key_splits = on; }
 
+void CudaModel::set_skinny_matmul(bool on) {
+  if (impl_->options.skinny_matmul == on) return;
+  impl_->options.skinny_matmul = on;
+  impl_->graphs.Drop();  // they were captured with the other kernel
+}
+
 const ModelConfig& CudaModel::config() const { return impl_->config; }
 uint64_t CudaModel::fingerprint() const { return impl_->fingerprint; }
 int64_t CudaModel::weight_bytes() const { return impl_->weights.bytes; }

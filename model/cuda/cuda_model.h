@@ -66,6 +66,15 @@ struct CudaModelOptions {
   // leave the SMs to the steps. 0: gather into device staging, then a D2H copy (always so
   // for pageable payloads).
   int kv_save_direct_blocks = 8;
+  // The linear layers of decode steps of up to 16 sequences, and the LM head of up to 16
+  // rows, run on strata's skinny tensor-core kernel, which reads the weights nearer the
+  // copy rate than cuBLAS (kernels/gemm/skinny.cu), where a weight matrix holds at least
+  // skinny_min_weight_bytes (a smaller one is a few microseconds either way). Off: cuBLAS
+  // for every product. Neither kernel gives a row the same bits in a decode step as in a
+  // step that also holds prompt rows (cuBLAS picks its kernel by the row count), so greedy
+  // answers can part at a near-tie between runs whose steps were batched differently.
+  bool skinny_matmul = true;
+  int64_t skinny_min_weight_bytes = int64_t{4} << 20;
 };
 
 class CudaModel final : public ModelBackend {
@@ -122,8 +131,10 @@ class CudaModel final : public ModelBackend {
   // For benchmarks: fills every page of the pool with random bf16 values, so decode steps
   // can be timed at long contexts without computing them first.
   absl::Status RandomizeKvPool(uint64_t seed);
-  // For benchmarks: CudaModelOptions::prefill_key_splits, changed between steps.
+  // For benchmarks: CudaModelOptions::prefill_key_splits and skinny_matmul, changed
+  // between steps (the latter drops the captured step graphs).
   void set_prefill_key_splits(bool on);
+  void set_skinny_matmul(bool on);
 
   // Sizes, for logs and benchmarks.
   int64_t weight_bytes() const;

@@ -123,9 +123,15 @@ void ExpectCudaMatchesCpu(ModelWeights weights, const CudaModelOptions& options,
 }
 
 TEST_F(CudaModelTest, LogitsMatchTheCpuBackendWithinBf16) {
-  for (bool bias : {false, true}) {
-    ExpectCudaMatchesCpu(ModelWeights::Random(Config(bias), 5, {}), SmallPool(), Tokens(90, bias), 60,
-                         "bias " + std::to_string(bias));
+  // Decode steps' products on the skinny kernel (the default) and on cuBLAS.
+  for (bool skinny : {true, false}) {
+    for (bool bias : {false, true}) {
+      CudaModelOptions o = SmallPool();
+      o.skinny_matmul = skinny;
+      o.skinny_min_weight_bytes = 0;  // the test model's matrices are below the default
+      ExpectCudaMatchesCpu(ModelWeights::Random(Config(bias), 5, {}), o, Tokens(90, bias), 60,
+                           "bias " + std::to_string(bias) + (skinny ? ", skinny products" : ", cuBLAS products"));
+    }
   }
 }
 

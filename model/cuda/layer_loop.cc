@@ -60,12 +60,23 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
     absl::Status step_status_ = (expr);           \
     if (!step_status_.ok()) return step_status_;  \
   } while (false)
+  // Decode steps of up to 16 rows take the skinny kernel for their products with weights
+  // large enough to gain from it (CudaModelOptions::skinny_matmul), and so does the LM head
+  // of any step. A prompt's tokens always go through cuBLAS, as before the skinny kernel.
+  auto path = [&](bool decode, int64_t in, int64_t out) {
+    return options.skinny_matmul && decode && 2 * in * out >= options.skinny_min_weight_bytes
+               ? kernels::MatMulPath::kAuto
+               : kernels::MatMulPath::kCublas;
+  };
+  const bool decode = step.decodes == r;
+  const kernels::MatMulPath qkv_mm = path(decode, h, w), o_mm = path(decode, qd, h), gu_mm = path(decode, h, 2 * ffn),
+                            down_mm = path(decode, ffn, h), head_mm = path(true, h, c.vocab_size);
   STRATA_STEP(kernels::LaunchEmbedBf16({weights.embedding, d_ids, r, h, xs}, st));
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerDevice& L = weights.layers[static_cast<size_t>(l)];
     // Attention block: x += the previous MLP output, normed into hb.
     STRATA_STEP(kernels::LaunchRmsNormToBf16({l == 0 ? nullptr : pr, xs, L.attn_norm, hs, r, h, c.rms_norm_eps}, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wqkv, qkv.as<float>(), r, h, w}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wqkv, qkv.as<float>(), r, h, w, qkv_mm}, st));
     // Qwen3's q/k norms (each head of q and k normed before RoPE) run inside QkvRopePlace.
     kernels::QkvPlaceParams qp{qkv.as<float>(), L.bqkv, d_positions, d_slots, r, c.num_heads, c.num_kv_heads,
                                c.head_dim, weights.inv_freq, q.as<float>(), pool.k_rot() + l * layer_stride,
@@ -99,18 +110,18 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
           attn.as<float>() + first, nullptr, false, prefill_ws, step.max_prompt_keys}, st));
     }
     STRATA_STEP(kernels::LaunchToBf16({attn.as<float>(), ab.as<uint16_t>(), int64_t{r} * qd}, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16({ab.as<uint16_t>(), L.wo, pr, r, qd, h}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({ab.as<uint16_t>(), L.wo, pr, r, qd, h, o_mm}, st));
     // MLP block.
     STRATA_STEP(kernels::LaunchRmsNormToBf16({pr, xs, L.mlp_norm, hs, r, h, c.rms_norm_eps}, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wgu, gu.as<float>(), r, h, 2 * ffn}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wgu, gu.as<float>(), r, h, 2 * ffn, gu_mm}, st));
     STRATA_STEP(kernels::LaunchSwiGluToBf16({gu.as<float>(), act.as<uint16_t>(), r, ffn}, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16({act.as<uint16_t>(), L.wdown, pr, r, ffn, h}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({act.as<uint16_t>(), L.wdown, pr, r, ffn, h, down_mm}, st));
   }
   if (step.logit_rows > 0) {
     STRATA_STEP(kernels::LaunchRmsNormToBf16({pr, xs, weights.final_norm, hs, r, h, c.rms_norm_eps}, st));
     STRATA_STEP(kernels::LaunchGatherRowsBf16({hs, d_lrows, step.logit_rows, h, lb.as<uint16_t>()}, st));
     STRATA_STEP(kernels::LaunchMatMulBf16({lb.as<uint16_t>(), weights.lm_head, logits.as<float>(), step.logit_rows,
-                                          h, c.vocab_size}, st));
+                                          h, c.vocab_size, head_mm}, st));
     STRATA_STEP(kernels::LaunchSample({logits.as<float>(), step.logit_rows, c.vocab_size,
                                       reinterpret_cast<const float*>(dm + off.temperature),
                                       reinterpret_cast<const float*>(dm + off.top_p),

@@ -42,6 +42,10 @@ ABSL_FLAG(int, cuda_kv_save_direct_blocks, 8,
           "serve: on the GPU, a write-back's gather writes the pinned host tier through its device mapping with "
           "this many blocks (KV read once from HBM); 0: it gathers into device staging and a DMA copies that out");
 
+ABSL_FLAG(bool, cuda_skinny_matmul, true,
+          "serve: on the GPU, linear layers of up to 16 rows (decode steps) run on strata's skinny tensor-core "
+          "kernel; false: cuBLAS for every product");
+
 namespace strata::server::cli {
 
 std::string TargetFromFlags() {
@@ -62,6 +66,7 @@ engine::ServedModelOptions ServedModelFromFlags() {
   o.backend.cuda.kv_read_group_tokens = absl::GetFlag(FLAGS_cuda_kv_read_group_tokens);
   o.backend.cuda.kv_read_copy_bytes = absl::GetFlag(FLAGS_cuda_kv_read_copy_bytes);
   o.backend.cuda.kv_save_direct_blocks = absl::GetFlag(FLAGS_cuda_kv_save_direct_blocks);
+  o.backend.cuda.skinny_matmul = absl::GetFlag(FLAGS_cuda_skinny_matmul);
   return o;
 }
 

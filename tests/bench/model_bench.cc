@@ -9,7 +9,8 @@
 //     and off, against max(bytes / copy bandwidth, FLOPs / matrix peak).
 // HF transformers on the same GPU and shapes: tests/bench/model_bench_hf.py.
 //
-//   model_bench [--models=llama3-8b,llama3-1b] [--quick] [--graphs=0]
+//   model_bench [--models=llama3-8b,llama3-1b] [--quick] [--graphs=0] [--decode_only]
+//       [--compare_skinny]   (each decode step also with cuBLAS for every product, beside it)
 //   model_bench --models=llama3-8b --profile=BATCH,CONTEXT   (for ncu --profile-from-start off:
 //       two warm-up decode steps, then one between cudaProfilerStart and Stop, no graphs)
 // Without a GPU it says so and exits 0.
@@ -126,7 +127,12 @@ int Profile(const std::string& name, int batch, int context) {
   return 0;
 }
 
-void Run(const std::string& name, bool quick, bool graphs, double copy_bw, double peak) {
+struct RunOptions {
+  bool quick = false, graphs = true, decode_only = false, compare_skinny = false;
+};
+
+void Run(const std::string& name, const RunOptions& ro, double copy_bw, double peak) {
+  const bool quick = ro.quick, graphs = ro.graphs;
   const ModelConfig c = Shape(name);
   CudaModelOptions o;
   o.cuda_graphs = graphs;
@@ -153,11 +159,12 @@ void Run(const std::string& name, bool quick, bool graphs, double copy_bw, doubl
               name.c_str(), graphs ? "as" : "without",
               static_cast<double>(m.weight_bytes()) / 1e9, static_cast<long long>(capacity_tokens),
               capacity_tokens * kv_token_bytes * 1.5 / 1e9);
-  std::printf("%-8s %-8s %12s %12s %14s %10s\n", "batch", "context", "step_ms", "tokens/s", "roofline_ms",
-              "fraction");
+  std::printf("%-8s %-8s %12s %12s %14s %10s", "batch", "context", "step_ms", "tokens/s", "roofline_ms", "fraction");
+  if (ro.compare_skinny) std::printf(" %14s %14s", "cublas_ms", "cublas_frac");
+  std::printf("\n");
   const int steps = quick ? 3 : 10;
   for (int ctx : {1024, 8192}) {
-    for (int batch : {1, 8, 32, 64}) {
+    for (int batch : {1, 8, 16, 32, 64}) {
       if (int64_t{batch} * (ctx + 64) > capacity_tokens) {
         std::printf("%-8d %-8d %12s (the KV of %d x %d does not fit this GPU's pool)\n", batch, ctx, "-", batch, ctx);
         continue;
@@ -165,29 +172,44 @@ void Run(const std::string& name, bool quick, bool graphs, double copy_bw, doubl
       std::vector<std::unique_ptr<SequenceState>> seqs;
       for (int b = 0; b < batch; ++b) seqs.push_back(*m.NewSequence(ctx + 32));
       std::vector<int32_t> tokens(static_cast<size_t>(batch)), greedy(static_cast<size_t>(batch));
-      std::vector<double> times;
-      for (int s = 0; s < steps + 2; ++s) {
-        std::vector<ForwardEntry> entries;
-        for (int b = 0; b < batch; ++b) {
-          tokens[b] = (b * 7919 + s * 31) % c.vocab_size;
-          entries.push_back(ForwardEntry{seqs[b].get(), ctx + s, absl::Span<const int32_t>(&tokens[b], 1), nullptr,
-                                         &greedy[b]});
+      // The step's median time (of `steps`, after 2 warm-ups); negative if a step failed.
+      auto time_steps = [&]() -> double {
+        std::vector<double> times;
+        for (int s = 0; s < steps + 2; ++s) {
+          std::vector<ForwardEntry> entries;
+          for (int b = 0; b < batch; ++b) {
+            tokens[b] = (b * 7919 + s * 31) % c.vocab_size;
+            entries.push_back(ForwardEntry{seqs[b].get(), ctx + s, absl::Span<const int32_t>(&tokens[b], 1), nullptr,
+                                           &greedy[b]});
+          }
+          const double t0 = Now();
+          absl::Status st = m.Forward(entries);
+          const double t = Now() - t0;
+          if (!st.ok()) {
+            std::printf("forward: %s\n", std::string(st.message()).c_str());
+            return -1;
+          }
+          if (s >= 2) times.push_back(t);
         }
-        const double t0 = Now();
-        absl::Status st = m.Forward(entries);
-        const double t = Now() - t0;
-        if (!st.ok()) {
-          std::printf("forward: %s\n", std::string(st.message()).c_str());
-          return;
-        }
-        if (s >= 2) times.push_back(t);
+        return Median(times);
+      };
+      const double t = time_steps();
+      if (t < 0) return;
+      double t_cublas = 0;
+      if (ro.compare_skinny) {
+        m.set_skinny_matmul(false);
+        t_cublas = time_steps();
+        m.set_skinny_matmul(true);
+        if (t_cublas < 0) return;
       }
-      const double t = Median(times);
       const double bytes = weights_read + batch * (embed_bytes / v) + batch * (ctx + 1.0) * kv_token_bytes;
       const double floor = bytes / copy_bw;  // copy_bw counts every byte moved, read or written
-      std::printf("%-8d %-8d %12.3f %12.0f %14.3f %10.2f\n", batch, ctx, t * 1e3, batch / t, floor * 1e3, floor / t);
+      std::printf("%-8d %-8d %12.3f %12.0f %14.3f %10.2f", batch, ctx, t * 1e3, batch / t, floor * 1e3, floor / t);
+      if (ro.compare_skinny) std::printf(" %14.3f %14.2f", t_cublas * 1e3, floor / t_cublas);
+      std::printf("\n");
     }
   }
+  if (ro.decode_only) return;
 
   // The device sampler's cost: the same decode steps drawing with temperature and top-p.
   for (int batch : {1, 64}) {
@@ -298,13 +320,15 @@ void Run(const std::string& name, bool quick, bool graphs, double copy_bw, doubl
 }  // namespace strata::model
 
 int main(int argc, char** argv) {
-  bool quick = false, graphs = true;
+  strata::model::RunOptions ro;
   int profile_batch = 0, profile_context = 0;
   std::string models = "llama3-8b,llama3-1b";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--quick") quick = true;
-    if (a == "--graphs=0") graphs = false;
+    if (a == "--quick") ro.quick = true;
+    if (a == "--graphs=0") ro.graphs = false;
+    if (a == "--decode_only") ro.decode_only = true;
+    if (a == "--compare_skinny") ro.compare_skinny = true;
     if (a.rfind("--profile=", 0) == 0) std::sscanf(a.c_str() + 10, "%d,%d", &profile_batch, &profile_context);
     if (a.rfind("--models=", 0) == 0) models = a.substr(9);
   }
@@ -325,7 +349,7 @@ int main(int argc, char** argv) {
   while (start <= models.size()) {
     const size_t end = models.find(',', start);
     const std::string name = models.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    if (!name.empty()) strata::model::Run(name, quick, graphs, copy_bw, peak);
+    if (!name.empty()) strata::model::Run(name, ro, copy_bw, peak);
     if (end == std::string::npos) break;
     start = end + 1;
   }

@@ -31,6 +31,10 @@
 #   writeback kv_load_bench --writeback: a decode batch's steps with and without a 16K
 #             save in flight on the write stream
 #   gputests  only the GPU unit tests (kernels, CUDA backend, engine on CUDA)
+#   gemm      gemm_bench: cuBLAS vs the skinny kernel on Llama-3-8B, Qwen3-8B and Qwen2.5-7B
+#             layer shapes, L2 flushed, against the copy rate
+#   step-compare  model_bench --decode_only --compare_skinny: each decode step with the
+#             skinny products and with cuBLAS, beside each other (MODELS)
 #   prompts   shared system prompts: 64 sessions, S = 0/2048/4096 system tokens shared and
 #             read by relay attention, shared pages read per session, and not shared: TTFT,
 #             decode rate, host bytes (PROMPT_S, PROMPT_MODES)
@@ -286,6 +290,11 @@ for phase in "$@"; do
   case $phase in
     tests) run_tests ;; hf) run_hf ;; sanitize) run_sanitize ;; kernels) run_gpu_tests cuda_kernels_test cuda_prefill_attention_test ;;
     decode-bench) run_decode_bench ;;
+    gemm) "$B/gemm_bench" >"$OUT/gemm_bench.txt" 2>&1
+      note "gemm_bench: rc=$?"; grep -E '^\|' "$OUT/gemm_bench.txt" >>"$summary" ;;
+    step-compare) "$B/model_bench" --models="${MODELS:-llama3-8b}" --decode_only --compare_skinny \
+        >"$OUT/model_bench_compare.txt" 2>&1
+      note "model_bench --compare_skinny: rc=$?"; grep -vE '^$' "$OUT/model_bench_compare.txt" >>"$summary" ;;
     bench-host) run_bench bench-host --hbm_cache_bytes=0 ;; bench-hbm) run_bench bench-hbm "" ;;
     step-e2e) run_step_e2e ;; sharegpt) run_sharegpt ;; step) run_step ;;
     hf-old) run_hf_old ;; kvload) run_kvload ;; writeback) run_writeback ;; gputests) run_gpu_tests cuda_model_kernels_test cuda_model_test cuda_engine_test ;;
