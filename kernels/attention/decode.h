@@ -85,6 +85,10 @@ bool DecodeRunsOnTensorCores(DecodeKernel kernel, int head_dim, int num_heads, i
 // needs; 0 for empty shapes and without CUDA. Reads the current device's SM count.
 int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t max_tokens);
 
+// For benchmarks: the parts each sequence's keys are split into on the tensor-core decode
+// (at most what the workspace holds), or 0 for the launch's own choice. Process-wide.
+void SetTensorCoreDecodePartsForBenchmarks(int parts);
+
 }  // namespace strata::kernels
 
 #endif  // STRATA_KERNELS_ATTENTION_DECODE_H_

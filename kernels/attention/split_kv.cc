@@ -113,6 +113,8 @@ int TensorCoreDecodeParts(int64_t blocks_per_part, int64_t max_tokens, int64_t s
   return static_cast<int>(best);
 }
 
+std::atomic<int> forced_tensor_core_parts{0};  // SetTensorCoreDecodePartsForBenchmarks
+
 // A decode on the tensor-core prefill kernel: one 16-row tile (the subgroup's heads) per
 // (part, KV head and subgroup, sequence).
 absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch, int num_heads, float scale,
@@ -129,6 +131,9 @@ absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch
   const int max_parts = ChooseDecodeSplit(batch, max_tokens, sms, kTensorCoreDecodeBlocksPerSm).parts;
   p.key_splits = TensorCoreDecodeParts(int64_t{batch} * kv.kv_heads * subgroups, max_tokens,
                                        int64_t{resident} * sms, max_parts);
+  if (const int forced = forced_tensor_core_parts.load(std::memory_order_relaxed); forced > 0) {
+    p.key_splits = std::min(forced, max_parts);
+  }
   if (p.key_splits > 1) {
     p.ws_o = workspace;
     p.ws_lse = workspace + int64_t{p.key_splits} * batch * num_heads * kv.head_dim;
@@ -185,6 +190,10 @@ int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t ma
   return int64_t{split.parts} * batch * num_heads * (int64_t{head_dim} + 1);
 }
 
+void SetTensorCoreDecodePartsForBenchmarks(int parts) {
+  forced_tensor_core_parts.store(std::max(0, parts), std::memory_order_relaxed);
+}
+
 bool DecodeRunsOnTensorCores(DecodeKernel kernel, int head_dim, int num_heads, int kv_heads, int batch,
                              int64_t max_tokens) {
   const int subgroup = GqaSubgroupSize(GqaGroupSize(num_heads, kv_heads));
@@ -205,6 +214,10 @@ absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams& p, cudaSt
 #else  // !STRATA_WITH_CUDA
 
 int64_t DecodeWorkspaceFloats(int, int, int, int64_t) { return 0; }
+void SetTensorCoreDecodePartsForBenchmarks(int parts) {
+  forced_tensor_core_parts.store(std::max(0, parts), std::memory_order_relaxed);
+}
+
 bool DecodeRunsOnTensorCores(DecodeKernel, int, int, int, int, int64_t) { return false; }
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams&, cudaStream_t) { return internal::NoCuda(); }
 absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams&, cudaStream_t) { return internal::NoCuda(); }

@@ -7,12 +7,15 @@
 // L2 is flushed before each timed run (a 1K-token batch of 8 fits in the 50 MB L2).
 //
 //   build/tests/bench/decode_attention_bench        (needs a CUDA device; says so otherwise)
+//   decode_attention_bench --parts_sweep   the tensor-core decode's time by the parts each
+//       sequence's keys are split into, against the count the launch picks (GQA 7 and 8)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "kernels/attention/decode.h"
@@ -26,7 +29,8 @@ using strata::bench::Upload;
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool parts_sweep = argc > 1 && std::string(argv[1]) == "--parts_sweep";
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("no CUDA device: decode_attention_bench needs a GPU (skipped)\n");
@@ -41,7 +45,7 @@ int main() {
   const double big_copy_gbps = ceiling.Gbps();
   std::printf("%s, %d SMs; device-to-device copy of 1 GiB: %.0f GB/s (read + write)\n\n", prop.name,
               prop.multiProcessorCount, big_copy_gbps);
-  std::printf(
+  if (!parts_sweep) std::printf(
       "| shape | batch | context | KV MB read | CUDA cores ms | GB/s | vs same-size copy | tensor cores ms | GB/s | "
       "vs same-size copy | auto |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -59,10 +63,15 @@ int main() {
                           {"gemma 16:8x256", 16, 8, 256}};
   using strata::kernels::DecodeKernel;
   const int page = 16;
+  if (parts_sweep) {
+    std::printf("\nparts sweep (tensor cores): ms by parts per sequence, and the launch's own pick\n");
+  }
   for (const Shape& shape : shapes) {
+    if (parts_sweep && shape.heads / shape.kv_heads != 7 && shape.heads / shape.kv_heads != 8) continue;
     const int kv_heads = shape.kv_heads, heads = shape.heads, head_dim = shape.head_dim;
     for (int64_t context : {1024, 8192}) {
       for (int batch : {1, 8, 32, 64}) {
+        if (parts_sweep && batch < 32) continue;
         const std::vector<int64_t> lengths(static_cast<size_t>(batch), context);
         const auto pool = strata::kernels::test_support::RandomPagedPool(lengths, page, kv_heads, head_dim, 1);
         uint16_t* k = Upload(pool.k);
@@ -93,6 +102,21 @@ int main() {
               },
               flush);
         };
+        if (parts_sweep) {
+          std::printf("%s batch %d context %lld:", shape.name, batch, static_cast<long long>(context));
+          for (int parts = 1; parts <= 8; ++parts) {
+            strata::kernels::SetTensorCoreDecodePartsForBenchmarks(parts);
+            std::printf(" %d: %.4f", parts, time(DecodeKernel::kTensorCores));
+          }
+          strata::kernels::SetTensorCoreDecodePartsForBenchmarks(0);
+          std::printf(" | picked %.4f ms\n", time(DecodeKernel::kTensorCores));
+          for (void* p : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(indptr),
+                          static_cast<void*>(indices), static_cast<void*>(last), static_cast<void*>(q),
+                          static_cast<void*>(out), static_cast<void*>(lse), static_cast<void*>(ws)}) {
+            CHECK_CUDA(cudaFree(p));
+          }
+          continue;
+        }
         const float cuda_ms = time(DecodeKernel::kCudaCores), tc_ms = time(DecodeKernel::kTensorCores);
         const float auto_ms = time(DecodeKernel::kAuto);
         const double bytes = 2.0 * batch * context * kv_heads * head_dim * 2;  // K and V, bf16
