@@ -451,6 +451,7 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
       r->keep = std::min(hbm_own, match.kept);
       r->tier = storage::Tier::kHbm;
       if (counted) metrics_->hits->WithLabels({{"tier", "hbm"}}).Increment();
+      if (!r->prompt_job) store_->CountReuse(r->request.key, match.tokens, hbm_own);
     } else if (match.tokens > 0) {
       // From the host tier. A resident copy (a session cut since it was kept) holds the
       // tokens before the cut where they stay; the kept run is loaded at its new positions.

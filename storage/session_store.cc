@@ -290,6 +290,18 @@ PrefixMatch SessionStoreImpl::MatchAcrossCut(const SessionKey& key, absl::Span<c
   return match;
 }
 
+void SessionStoreImpl::CountReuse(const SessionKey& key, int64_t matched, int64_t tokens) {
+  if (tokens <= matched) return;
+  MutexLock lock(&mu_);
+  TenantCounters& mine = tenant_stats_[key.tenant];
+  if (matched <= 0) {
+    ++stats_.hits;
+    ++mine.hits;
+  }
+  stats_.hit_tokens += tokens - std::max<int64_t>(0, matched);
+  mine.hit_tokens += tokens - std::max<int64_t>(0, matched);
+}
+
 absl::StatusOr<ChunkLease> SessionStoreImpl::Lease(const SessionKey& key, int64_t tokens) {
   MutexLock lock(&mu_);
   const std::string map_key = SessionMapKey(key);

@@ -138,8 +138,9 @@ struct PrefixMatch {
 // Counters since start (monotonic) and occupancy (current).
 struct SessionStoreStats {
   int64_t lookups = 0;
-  int64_t hits = 0;            // lookups that matched at least one token
-  int64_t hit_tokens = 0;      // tokens matched by those lookups
+  int64_t hits = 0;            // lookups that matched at least one token (or whose turn
+                               // reused more from the engine's HBM tier: CountReuse)
+  int64_t hit_tokens = 0;      // tokens those lookups' turns reused
   int64_t evictions = 0;       // sessions that left the store for room (the four reasons below)
   int64_t evictions_host_full = 0;  // not yet on SSD, pushed out of a full host tier
   int64_t evictions_ssd_full = 0;   // held only on SSD, pushed out of a full SSD tier
@@ -296,6 +297,12 @@ class SessionStore {
   // tokens.
   virtual PrefixMatch MatchAcrossCut(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t cut,
                                      int64_t max_tokens, std::string_view base = {}) = 0;
+
+  // A turn of `key` reused `tokens` of its session's KV where its lookup matched only
+  // `matched` (the engine's HBM tier holds the session, its write-back still in flight or
+  // longer than the stored copy): the lookup counts as a hit of `tokens` tokens, so the
+  // stats say what turns reused whichever tier served it. Nothing when tokens <= matched.
+  virtual void CountReuse(const SessionKey& key, int64_t matched, int64_t tokens) = 0;
 
   // Leases the chunks holding the first `tokens` tokens of the session (all it holds when
   // it holds fewer), promoting the session from SSD first if it has no host copy

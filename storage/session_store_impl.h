@@ -46,6 +46,7 @@ class SessionStoreImpl final : public SessionStore {
                     std::string_view base) override;
   PrefixMatch MatchAcrossCut(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t cut,
                              int64_t max_tokens, std::string_view base) override;
+  void CountReuse(const SessionKey& key, int64_t matched, int64_t tokens) override;
   absl::StatusOr<ChunkLease> Lease(const SessionKey& key, int64_t tokens) override;
   absl::StatusOr<int64_t> Read(const SessionKey& key, int64_t tokens, VisitFn visit) override;
   void Promote(const SessionKey& key, PromoteDone done) override;

@@ -40,6 +40,31 @@ TEST_F(SessionStoreTest, MatchesLongestStoredPrefix) {
   EXPECT_EQ(st.hits, 3);
 }
 
+// A turn that reused more than its lookup matched (the engine's HBM copy, its write-back
+// still in flight) counts as a hit of what it reused, for the store and its tenant.
+TEST_F(SessionStoreTest, ReuseFromHbmCountsAsAHitOfWhatTheTurnReused) {
+  MakeStore(16);
+  const SessionKey key{"t", "hbm"};
+  EXPECT_EQ(store_->Match(key, Iota(20), 100).tokens, 0);  // nothing stored yet
+  store_->CountReuse(key, 0, 19);
+  SessionStoreStats st = store_->Stats();
+  EXPECT_EQ(st.lookups, 1);
+  EXPECT_EQ(st.hits, 1);
+  EXPECT_EQ(st.hit_tokens, 19);
+  ASSERT_TRUE(SaveAll(key, Iota(10), 0).ok());
+  EXPECT_EQ(store_->Match(key, Iota(30), 100).tokens, 10);
+  store_->CountReuse(key, 10, 29);  // a longer resident copy: 19 more, no second hit
+  store_->CountReuse(key, 10, 4);   // less than matched: nothing
+  st = store_->Stats();
+  EXPECT_EQ(st.lookups, 2);
+  EXPECT_EQ(st.hits, 2);
+  EXPECT_EQ(st.hit_tokens, 19 + 29);
+  const SessionStoreStats mine = store_->TenantStats("t");
+  EXPECT_EQ(mine.hits, 2);
+  EXPECT_EQ(mine.hit_tokens, 48);
+  EXPECT_EQ(store_->TenantStats("u").hits, 0);
+}
+
 // A conversation cut after its first tokens finds its kept tokens further on in the
 // session stored before the cut; the plain prefix wins when it covers more.
 TEST_F(SessionStoreTest, MatchAcrossCutFindsTheKeptTokensAfterTheGap) {

@@ -265,12 +265,14 @@ TEST(BenchE2eTest, WarmSystemPromptsAreComputedBeforeTheMeasuredRun) {
 
 // --sweep_from_ssd: turn 1, every session persisted, the server restarted: turn 2 reuses
 // turn 1's history from the SSD tier (the host tier and HBM are empty after a restart).
+// On the CPU backend: on a GPU, fetch-or-recompute rightly recomputes a 64-token history of
+// the built-in model (faster than any SSD read), so nothing would come from the SSD.
 TEST(BenchE2eTest, SweepFromSsdServesTurnTwoFromTheSsdTierAfterARestart) {
   const std::string base = "/tmp/strata-bench-e2e-ssd-" + std::to_string(getpid());
   std::filesystem::create_directories(base + "/ssd");
   const std::string json_path = base + "/report.json";
   BenchProcess bench({"--sweep", "--history=64", "--new_tokens=8", "--concurrency=2", "--sweep_from_ssd",
-                      "--serve_flags=--pin_host_memory=false --chunk_tokens=16 --ssd_dirs=" + base +
+                      "--serve_flags=--device=cpu --pin_host_memory=false --chunk_tokens=16 --ssd_dirs=" + base +
                           "/ssd --ssd_capacity_bytes=16777216",
                       "--json=" + json_path});
   ASSERT_EQ(bench.Wait(), 0) << "stderr:\n" << bench.Stderr() << "\nstdout:\n" << bench.Stdout();

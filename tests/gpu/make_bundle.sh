@@ -17,7 +17,7 @@ progs=()
 for t in "${targets[@]}"; do progs+=("$(find build -name "$t" -type f -executable | head -1)"); done
 ../shared/tools/bundle-for-device devbundle "${progs[@]}"
 strip --strip-debug devbundle/bin/* devbundle/lib/* 2>/dev/null || true
-tar cJf devbundle.tar.xz devbundle
+XZ_OPT=${XZ_OPT:--9} tar cJf devbundle.tar.xz devbundle  # -9: the tree and the bundle share 64 MiB
 rm -rf devbundle
 exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"
