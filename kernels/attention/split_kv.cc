@@ -214,10 +214,7 @@ absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams& p, cudaSt
 #else  // !STRATA_WITH_CUDA
 
 int64_t DecodeWorkspaceFloats(int, int, int, int64_t) { return 0; }
-void SetTensorCoreDecodePartsForBenchmarks(int parts) {
-  forced_tensor_core_parts.store(std::max(0, parts), std::memory_order_relaxed);
-}
-
+void SetTensorCoreDecodePartsForBenchmarks(int) {}
 bool DecodeRunsOnTensorCores(DecodeKernel, int, int, int, int, int64_t) { return false; }
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams&, cudaStream_t) { return internal::NoCuda(); }
 absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams&, cudaStream_t) { return internal::NoCuda(); }
