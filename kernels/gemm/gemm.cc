@@ -101,7 +101,7 @@ absl::Status CublasMatMulBf16(const MatMulBf16Params& p, cudaStream_t stream) {
 
 }  // namespace
 
-#else
+#elif defined(STRATA_WITH_CUDA)
 
 namespace {
 
