@@ -221,8 +221,9 @@ TEST_F(CudaPrefillAttentionTest, CachedHistoryPlusNewRowsMatchesCpu) {
 }
 
 TEST_F(CudaPrefillAttentionTest, GroupOfTwoAndLargerPagesMatchCpu) {
+  // 24: a page size no power of two (the kernel divides where it cannot shift).
   uint32_t seed = 100;
-  for (int page_size : {32, 64}) {
+  for (int page_size : {32, 64, 24}) {
     for (int head_dim : {64, 80, 96, 128, 256}) {
       Case c{{129, 700, 64}, {129, 190, 63}, 3, 2, head_dim, page_size, 1.0f};
       Check(c, seed++);
@@ -241,11 +242,11 @@ TEST_F(CudaPrefillAttentionTest, OneRowSequencesMatchCpu) {
 
 TEST_F(CudaPrefillAttentionTest, DecodeOnTensorCoresMatchesCpu) {
   // Decode rows over every head dim and GQA group (subgroups past 8), parts of one 32-key
-  // tile to whole sequences, pages of 16 and 64 tokens.
+  // tile to whole sequences, pages of 16, 64 and 24 tokens.
   uint32_t seed = 500;
   for (int head_dim : {64, 80, 96, 128, 256}) {
     for (int group : {1, 4, 5, 7, 8, 12, 16}) {
-      for (int page_size : {16, 64}) {
+      for (int page_size : {16, 64, 24}) {
         Case c{{1, 31, 32, 33, 1000, 4100}, {1, 1, 1, 1, 1, 1}, 2, group, head_dim, page_size, 1.0f};
         Check(c, seed++);
       }
