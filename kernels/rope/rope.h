@@ -73,7 +73,7 @@ absl::Status LaunchGatherStoredKv(const StoredKvParams& p, uint16_t* stored, cud
 // lie in device memory, in one launch of at most max_blocks blocks (> 0; 0: one a row):
 // a session's write-back is one enqueue, not one per chunk. InvalidArgument for negative
 // sizes, a head_dim that is not even and in 2..256, or a null record array with chunks.
-// A record's count past chunk_tokens is the caller's error (the kernel reads past it).
+// A record's count past chunk_tokens writes the chunk's chunk_tokens rows.
 absl::Status LaunchGatherStoredKvChunks(const StoredChunksParams& p, cudaStream_t stream, int max_blocks = 0);
 
 }  // namespace strata::kernels

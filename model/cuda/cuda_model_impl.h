@@ -156,6 +156,9 @@ struct CudaModel::Impl {
   int64_t direct_at = 0;        // the queued direct saves' records: offset in save_host_meta,
   int direct_chunks = 0;        // how many,
   int direct_chunk_tokens = 0;  // and their chunks' tokens
+  // A flush that failed inside a wait: the saves it held never ran, which the next
+  // MarkKvSaves reports instead of a ticket.
+  absl::Status lost_saves;
   // The staging StageSave prepared, for kv_transfer.h.
   cuda_internal::ChunkStaging SaveStaging() const {
     return {save_stored.as<std::byte>(), save_meta.as<std::byte>() + kv_meta_at,

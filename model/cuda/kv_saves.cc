@@ -105,6 +105,7 @@ absl::Status CudaModel::Impl::FinishSaves() {
   if (!saves_pending) return absl::OkStatus();
   if (absl::Status s = UseDevice(); !s.ok()) return s;
   const absl::Status flushed = FlushDirectSaves();
+  if (!flushed.ok()) lost_saves = flushed;  // the next MarkKvSaves must not call them done
   saves_pending = false;
   saves_unmarked = false;
   kv_meta_used = 0;
@@ -162,6 +163,11 @@ absl::Status CudaModel::SaveKv(const SequenceState& seq, int64_t begin, int coun
 
 absl::StatusOr<uint64_t> CudaModel::MarkKvSaves() {
   Impl& m = *impl_;
+  if (!m.lost_saves.ok()) {  // saves queued since the last ticket were never enqueued
+    const absl::Status lost = m.lost_saves;
+    m.lost_saves = absl::OkStatus();
+    return lost;
+  }
   if (!m.saves_unmarked) return m.next_save_ticket - 1;  // nothing new: the last ticket covers it
   if (absl::Status s = m.UseDevice(); !s.ok()) return s;
   if (absl::Status s = m.FlushDirectSaves(); !s.ok()) return s;

@@ -60,9 +60,10 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
     absl::Status step_status_ = (expr);           \
     if (!step_status_.ok()) return step_status_;  \
   } while (false)
-  // Decode steps of up to 16 rows take the skinny kernel for their products with weights
-  // large enough to gain from it (CudaModelOptions::skinny_matmul), and so does the LM head
-  // of any step. A prompt's tokens always go through cuBLAS, as before the skinny kernel.
+  // Steps of up to 16 rows that are each a sequence's one new token (decode steps, or a
+  // prompt chunk of one token) take the skinny kernel for their products with weights large
+  // enough to gain from it (CudaModelOptions::skinny_matmul), and so does the LM head of
+  // any step. Longer prompt chunks go through cuBLAS, as before the skinny kernel.
   auto path = [&](bool decode, int64_t in, int64_t out) {
     return options.skinny_matmul && decode && 2 * in * out >= options.skinny_min_weight_bytes
                ? kernels::MatMulPath::kAuto
