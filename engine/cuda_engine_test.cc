@@ -127,7 +127,6 @@ struct ManyOutput {
 // `sessions` sessions; skinny: the decode steps' products on the skinny kernel (the test
 // model's matrices are below its default size).
 ManyOutput RunManySessions(CacheMode mode, int sessions = 64, bool skinny = false) {
-  const int kSessions = sessions;
   ByteTokenizer tokenizer;
   ManyOutput out;
   CudaModelOptions o;
@@ -168,10 +167,10 @@ ManyOutput RunManySessions(CacheMode mode, int sessions = 64, bool skinny = fals
       }
     });
   }
-  std::vector<std::vector<ChatMessage>> convs(kSessions);
+  std::vector<std::vector<ChatMessage>> convs(sessions);
   for (int round = 0; round < 2; ++round) {
     std::vector<std::shared_ptr<TurnStream>> streams;
-    for (int i = 0; i < kSessions; ++i) {
+    for (int i = 0; i < sessions; ++i) {
       // Histories of different lengths: 1 to ~10 chunks of 16 tokens.
       convs[i].push_back({"user", absl::StrCat("Session ", i, ": ", std::string(static_cast<size_t>(i * 2), 'x'),
                                                round == 0 ? " hello, tell me about caches." : " and then?")});
@@ -184,7 +183,7 @@ ManyOutput RunManySessions(CacheMode mode, int sessions = 64, bool skinny = fals
       if (!stream.ok()) return out;
       streams.push_back(*stream);
     }
-    for (int i = 0; i < kSessions; ++i) {
+    for (int i = 0; i < sessions; ++i) {
       testing::TurnOutput t = testing::Collect(streams[i]);
       EXPECT_TRUE(t.status.ok()) << t.status;
       out.answers.push_back(t.tokens);

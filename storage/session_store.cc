@@ -298,8 +298,9 @@ void SessionStoreImpl::CountReuse(const SessionKey& key, int64_t matched, int64_
     ++stats_.hits;
     ++mine.hits;
   }
-  stats_.hit_tokens += tokens - std::max<int64_t>(0, matched);
-  mine.hit_tokens += tokens - std::max<int64_t>(0, matched);
+  const int64_t more = tokens - std::max<int64_t>(0, matched);
+  stats_.hit_tokens += more;
+  mine.hit_tokens += more;
 }
 
 absl::StatusOr<ChunkLease> SessionStoreImpl::Lease(const SessionKey& key, int64_t tokens) {

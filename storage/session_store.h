@@ -139,7 +139,7 @@ struct PrefixMatch {
 struct SessionStoreStats {
   int64_t lookups = 0;
   int64_t hits = 0;            // lookups that matched at least one token (or whose turn
-                               // reused more from the engine's HBM tier: CountReuse)
+                               // reused KV held outside the store: CountReuse)
   int64_t hit_tokens = 0;      // tokens those lookups' turns reused
   int64_t evictions = 0;       // sessions that left the store for room (the four reasons below)
   int64_t evictions_host_full = 0;  // not yet on SSD, pushed out of a full host tier
@@ -299,9 +299,9 @@ class SessionStore {
                                      int64_t max_tokens, std::string_view base = {}) = 0;
 
   // A turn of `key` reused `tokens` of its session's KV where its lookup matched only
-  // `matched` (the engine's HBM tier holds the session, its write-back still in flight or
-  // longer than the stored copy): the lookup counts as a hit of `tokens` tokens, so the
-  // stats say what turns reused whichever tier served it. Nothing when tokens <= matched.
+  // `matched` (the caller held the KV outside the store: a copy still being written here,
+  // or longer than the stored one): the lookup counts as a hit of `tokens` tokens, so the
+  // stats say what turns reused wherever it came from. Nothing when tokens <= matched.
   virtual void CountReuse(const SessionKey& key, int64_t matched, int64_t tokens) = 0;
 
   // Leases the chunks holding the first `tokens` tokens of the session (all it holds when

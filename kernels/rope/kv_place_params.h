@@ -79,6 +79,9 @@ struct StoredChunksParams {
   const uint16_t* v;
 };
 
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
 inline int64_t StoredChunkRecordWords(int chunk_tokens) { return 2 + int64_t{chunk_tokens}; }
 
 }  // namespace strata::kernels

@@ -192,7 +192,7 @@ __global__ void GatherStoredKvKernel(StoredKvParams p, uint16_t* __restrict__ st
 __global__ void GatherStoredKvChunksKernel(StoredChunksParams p, bool vectorized) {
   const int kvd = p.kv_heads * p.head_dim;
   const int64_t per_chunk = int64_t{p.layers} * p.chunk_tokens;
-  const int64_t rows = p.chunks * per_chunk, words = 2 + int64_t{p.chunk_tokens};  // StoredChunkRecordWords
+  const int64_t rows = p.chunks * per_chunk, words = StoredChunkRecordWords(p.chunk_tokens);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t* record = p.records + (r / per_chunk) * words;
     const int i = static_cast<int>(r % p.chunk_tokens), l = static_cast<int>((r % per_chunk) / p.chunk_tokens);
@@ -234,11 +234,21 @@ cudaError_t PlaceStoredKvAsync(const uint16_t* stored, const StoredKvParams& p, 
   return cudaGetLastError();
 }
 
+namespace {
+
+bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// Whether GatherRow may move 16 bytes at a time from these planes (each destination's own
+// alignment is checked beside it).
+bool PlanesVectorizable(int kvd, int64_t layer_stride, const void* k_raw, const void* v) {
+  return kvd % 8 == 0 && layer_stride % 8 == 0 && Aligned16(k_raw) && Aligned16(v);
+}
+
+}  // namespace
+
 cudaError_t GatherStoredKvAsync(const StoredKvParams& p, uint16_t* stored, int max_blocks, cudaStream_t stream) {
-  const int kvd = p.kv_heads * p.head_dim;
-  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  const bool vectorized = kvd % 8 == 0 && p.layer_stride % 8 == 0 && aligned(p.k_raw) && aligned(p.v) &&
-                          aligned(stored);
+  const bool vectorized =
+      PlanesVectorizable(p.kv_heads * p.head_dim, p.layer_stride, p.k_raw, p.v) && Aligned16(stored);
   const int64_t rows = int64_t{p.n} * p.layers;
   const int64_t blocks = max_blocks > 0 ? std::min<int64_t>(rows, max_blocks) : rows;
   GatherStoredKvKernel<<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(p, stored, vectorized);
@@ -246,10 +256,8 @@ cudaError_t GatherStoredKvAsync(const StoredKvParams& p, uint16_t* stored, int m
 }
 
 cudaError_t GatherStoredKvChunksAsync(const StoredChunksParams& p, int max_blocks, cudaStream_t stream) {
-  const int kvd = p.kv_heads * p.head_dim;
-  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   // Each record's payload is checked for alignment in the kernel.
-  const bool vectorized = kvd % 8 == 0 && p.layer_stride % 8 == 0 && aligned(p.k_raw) && aligned(p.v);
+  const bool vectorized = PlanesVectorizable(p.kv_heads * p.head_dim, p.layer_stride, p.k_raw, p.v);
   const int64_t rows = int64_t{p.chunks} * p.layers * p.chunk_tokens;
   const int64_t blocks = std::min<int64_t>(max_blocks > 0 ? std::min<int64_t>(rows, max_blocks) : rows, 1 << 30);
   GatherStoredKvChunksKernel<<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(p, vectorized);

@@ -199,13 +199,7 @@ absl::Status CudaModel::PrepareKvSaves(const storage::ChunkLayout& layout) {
   Impl& m = *impl_;
   if (m.saves_pending) return absl::OkStatus();  // saves have run: what they need is there
   if (absl::Status s = m.UseDevice(); !s.ok()) return s;
-  // What StageSave reserves at the first save.
-  for (absl::Status s : {m.save_stored.Reserve(layout.PayloadBytes(), &m.save_generation),
-                         m.save_host_meta.Reserve(Impl::kMaxSaveIndexBytes, &m.save_generation),
-                         m.save_meta.Reserve(Impl::kMaxSaveIndexBytes, &m.save_generation)}) {
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
+  return m.ReserveSaveIndex(0, layout.PayloadBytes());  // what the first save would reserve
 }
 
 absl::Status CudaModel::RandomizeKvPool(uint64_t seed) {

@@ -102,6 +102,13 @@ int main(int argc, char** argv) {
               },
               flush);
         };
+        auto release = [&] {
+          for (void* p : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(indptr),
+                          static_cast<void*>(indices), static_cast<void*>(last), static_cast<void*>(q),
+                          static_cast<void*>(out), static_cast<void*>(lse), static_cast<void*>(ws)}) {
+            CHECK_CUDA(cudaFree(p));
+          }
+        };
         if (parts_sweep) {
           std::printf("%s batch %d context %lld:", shape.name, batch, static_cast<long long>(context));
           for (int parts = 1; parts <= 8; ++parts) {
@@ -110,11 +117,7 @@ int main(int argc, char** argv) {
           }
           strata::kernels::SetTensorCoreDecodePartsForBenchmarks(0);
           std::printf(" | picked %.4f ms\n", time(DecodeKernel::kTensorCores));
-          for (void* p : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(indptr),
-                          static_cast<void*>(indices), static_cast<void*>(last), static_cast<void*>(q),
-                          static_cast<void*>(out), static_cast<void*>(lse), static_cast<void*>(ws)}) {
-            CHECK_CUDA(cudaFree(p));
-          }
+          release();
           continue;
         }
         const float cuda_ms = time(DecodeKernel::kCudaCores), tc_ms = time(DecodeKernel::kTensorCores);
@@ -126,11 +129,7 @@ int main(int argc, char** argv) {
                     static_cast<long long>(context), bytes / 1e6, cuda_ms, cuda_gbps, cuda_gbps / same_gbps, tc_ms,
                     tc_gbps, tc_gbps / same_gbps,
                     std::abs(auto_ms - tc_ms) < std::abs(auto_ms - cuda_ms) ? "tensor" : "cuda");
-        for (void* p : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(indptr),
-                        static_cast<void*>(indices), static_cast<void*>(last), static_cast<void*>(q),
-                        static_cast<void*>(out), static_cast<void*>(lse), static_cast<void*>(ws)}) {
-          CHECK_CUDA(cudaFree(p));
-        }
+        release();
       }
     }
   }
