@@ -61,7 +61,7 @@ constexpr int kDecodePartAlign = 32;
 enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };
 constexpr int kTensorCoreDecodeMinGroup = 8;
 constexpr int kTensorCoreDecodeMinLargeGroup = 5;
-constexpr int64_t kTensorCoreDecodeMinKvTokens = 65536;
+constexpr int64_t kTensorCoreDecodeMinKvTokens = 32768;
 
 struct DecodeAttentionParams {
   const float* q;

@@ -218,6 +218,53 @@ TEST_F(CudaKernelsTest, PagedDecodeAttentionMatchesCpu) {
       LaunchPagedDecodeAttention({nullptr, odd.View(), 1, 1, 1.0f, 4, nullptr, nullptr, nullptr}, stream_)));
 }
 
+TEST_F(CudaKernelsTest, PagedDecodeAttentionMergesIntoAnOutputOffTheFloat4Grid) {
+  // Two long sequences split in many parts: the merge writes `out`; one float past a 16-byte
+  // boundary it takes the block-per-row merge instead of the float4 one, with the same result.
+  const std::vector<int64_t> lengths = {3000, 4100};
+  const int kv_heads = 2, heads = 8, head_dim = 128, batch = 2;
+  const test_support::PagedPool pool = test_support::RandomPagedPool(lengths, 16, kv_heads, head_dim, 91);
+  const std::vector<float> q = RandomVector(static_cast<size_t>(batch) * heads * head_dim, 92);
+  std::vector<float> want(q.size()), want_lse(static_cast<size_t>(batch) * heads);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  PagedDecodeAttention(q.data(), pool.View(), batch, heads, scale, want.data(), want_lse.data());
+  DevicePool dp(pool);
+  for (DecodeKernel kernel : {DecodeKernel::kCudaCores, DecodeKernel::kTensorCores}) {
+    std::vector<float> aligned, aligned_lse;  // offset 0's results
+    for (int offset : {0, 1}) {
+      DeviceVector<float> dq(q), dout{std::vector<float>(q.size() + 1, std::nanf(""))},
+          dlse{std::vector<float>(want_lse.size() + 1, std::nanf(""))},
+          ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(batch, heads, head_dim, 4100)))};
+      ASSERT_TRUE(LaunchPagedDecodeAttention({dq.get(), dp.view, batch, heads, scale, 4100, ws.get(),
+                                              dout.get() + offset, dlse.get() + offset, kernel},
+                                             stream_)
+                      .ok());
+      Sync();
+      std::vector<float> got = dout.ToHost(), got_lse = dlse.ToHost();
+      got.erase(got.begin(), got.begin() + offset);
+      got.resize(want.size());
+      got_lse.erase(got_lse.begin(), got_lse.begin() + offset);
+      got_lse.resize(want_lse.size());
+      const std::string what = std::string(kernel == DecodeKernel::kCudaCores ? "CUDA cores" : "tensor cores") +
+                               " offset " + std::to_string(offset);
+      if (kernel == DecodeKernel::kCudaCores) {
+        ExpectClose(got, want, what + " out");
+        ExpectClose(got_lse, want_lse, what + " lse");
+      } else {  // bf16 Q and P: to bf16 tolerance
+        for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-2) << what << " out " << i;
+        for (size_t i = 0; i < want_lse.size(); ++i) ASSERT_NEAR(got_lse[i], want_lse[i], 2e-2) << what << " lse " << i;
+      }
+      if (offset == 0) {
+        aligned = got;
+        aligned_lse = got_lse;
+      } else {  // the two merges agree to fp32 rounding
+        ExpectClose(got, aligned, what + " out vs the float4 merge");
+        ExpectClose(got_lse, aligned_lse, what + " lse vs the float4 merge");
+      }
+    }
+  }
+}
+
 TEST_F(CudaKernelsTest, PagedDecodeAttentionLargeBatchOnePartMatchesCpu) {
   // Enough sequences x KV heads to fill the device without splitting (one part per
   // sequence, written straight to out), 32-token pages, two query heads per KV head.

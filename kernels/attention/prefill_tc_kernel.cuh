@@ -122,35 +122,48 @@ __device__ __forceinline__ void PrefillTcBlock(const PrefillTcParams& p, int bx,
   // Each thread copies the same kCopies (row, chunk) pairs of every K/V tile (the last
   // round partly, when the tile's chunks do not divide among the threads: head_dim 80 with
   // 8 warps); the pages of the tile after next are fetched into registers an iteration
-  // ahead, so the copies are never held up by the page-table lookup — except in the
-  // one-warp form, whose many copies a thread would hold too many registers for (it looks
-  // the pages up as it copies).
+  // ahead, so the copies are never held up by the page-table lookup.
   constexpr int kTileChunks = kKeyTile * kChunks;
   constexpr int kCopies = (kTileChunks + kThreads - 1) / kThreads;
-  constexpr bool kPagesAhead = kCopies <= 8;
+  // The one-warp form (the decode's) has a tile row per lane: each lane looks up its row of
+  // the next tile an iteration ahead, and every copy takes its row's offset from that lane
+  // by a shuffle — one page-table read a lane per tile, none on a copy's path.
+  constexpr bool kRowsByLane = kWarps == 1 && kKeyTile == 32;
+  constexpr bool kPagesAhead = !kRowsByLane && kCopies <= 8;
   int pages_ahead[kPagesAhead ? kCopies : 1];
+  int64_t row_ahead = 0;  // kRowsByLane: the element offset of the lane's row of the next tile
   auto page_of = [&](int t) { return p.indices[first_page + (t < len ? t : 0) / p.page_size]; };
   auto fetch_pages = [&](int kt) {
-    if constexpr (!kPagesAhead) return;
+    if constexpr (kRowsByLane) {
+      const int t = kt * kKeyTile + lane;
+      row_ahead = (int64_t{page_of(t)} * p.page_size + (t < len ? t : 0) % p.page_size) * row_elems +
+                  int64_t{kvh} * kHeadDim;
+    } else if constexpr (kPagesAhead) {
 #pragma unroll
-    for (int j = 0; j < (kPagesAhead ? kCopies : 0); ++j) {
-      const int t = kt * kKeyTile + min(threadIdx.x + j * kThreads, kTileChunks - 1) / kChunks;
-      pages_ahead[j] = page_of(t);
+      for (int j = 0; j < kCopies; ++j) {
+        const int t = kt * kKeyTile + min(threadIdx.x + j * kThreads, kTileChunks - 1) / kChunks;
+        pages_ahead[j] = page_of(t);
+      }
     }
   };
-  auto load_kv = [&](int kt, int buf) {  // uses the pages fetched for kt
+  auto load_kv = [&](int kt, int buf) {  // uses the pages (rows) fetched for kt
     uint16_t* dk = s_k + buf * kKeyTile * kStride;
     uint16_t* dv = s_v + buf * kKeyTile * kStride;
 #pragma unroll
     for (int j = 0; j < kCopies; ++j) {
       const int copy = threadIdx.x + j * kThreads;
-      if (kTileChunks % kThreads != 0 && copy >= kTileChunks) break;
+      if (kTileChunks % kThreads != 0 && copy >= kTileChunks) break;  // never in the one-warp form
       const int row = copy / kChunks, chunk = copy % kChunks;
       const int t = kt * kKeyTile + row;
       const bool valid = t < len;
-      const int page = kPagesAhead ? pages_ahead[kPagesAhead ? j : 0] : page_of(t);
-      const int64_t slot = int64_t{page} * p.page_size + (valid ? t : 0) % p.page_size;
-      const int64_t at = slot * row_elems + int64_t{kvh} * kHeadDim + chunk * 8;
+      int64_t at;
+      if constexpr (kRowsByLane) {
+        at = __shfl_sync(0xffffffffu, row_ahead, row) + chunk * 8;
+      } else {
+        const int page = kPagesAhead ? pages_ahead[kPagesAhead ? j : 0] : page_of(t);
+        const int64_t slot = int64_t{page} * p.page_size + (valid ? t : 0) % p.page_size;
+        at = slot * row_elems + int64_t{kvh} * kHeadDim + chunk * 8;
+      }
       CpAsync16(dk + row * kStride + chunk * 8, p.k_pages + at, valid);
       CpAsync16(dv + row * kStride + chunk * 8, p.v_pages + at, valid);
     }

@@ -59,7 +59,41 @@ __global__ void AddRmsNormKernel(const float* x, float* residual, const float* _
   for (int i = threadIdx.x; i < dim; i += kThreads) y[base + i] = (residual[base + i] * inv) * weight[i];
 }
 
-// One block per row. Each thread reads back only the elements it wrote itself.
+// One block per row, each thread's kPerThread elements (i = thread + k * blockDim.x) held
+// in registers: every load of the row is issued before the first store, and the row is
+// read once (the looping form below waits out a load per element, since its stores to x
+// may alias its next loads: 8 us for a 64-row decode step on the H100). The same sums in
+// the same order as the looping form, so the two agree bit for bit.
+template <int kPerThread>
+__global__ void RmsNormToBf16RegistersKernel(const float* __restrict__ add, float* x, const float* __restrict__ weight,
+                                             uint16_t* __restrict__ y, int dim, float eps) {
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
+  float v[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    v[k] = 0.0f;
+    if (i < dim) v[k] = add != nullptr ? x[base + i] + add[base + i] : x[base + i];
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < dim) {
+      if (add != nullptr) x[base + i] = v[k];
+      ss += v[k] * v[k];
+    }
+  }
+  const float mean = BlockSum(ss) / static_cast<float>(dim);
+  const float inv = 1.0f / sqrtf(mean + eps);
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < dim) y[base + i] = Narrow((v[k] * inv) * weight[i]);
+  }
+}
+
+// One block per row, any dim. Each thread reads back only the elements it wrote itself.
 __global__ void RmsNormToBf16Kernel(const float* __restrict__ add, float* x, const float* __restrict__ weight,
                                     uint16_t* __restrict__ y, int dim, float eps) {
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
@@ -102,7 +136,16 @@ cudaError_t AddRmsNormAsync(const float* x, float* residual, const float* weight
 
 cudaError_t RmsNormToBf16Async(const float* add, float* x, const float* weight, uint16_t* y, int rows, int dim,
                                float eps, cudaStream_t stream) {
-  RmsNormToBf16Kernel<<<rows, dim >= 2048 ? 512 : kThreads, 0, stream>>>(add, x, weight, y, dim, eps);
+  const int threads = dim >= 2048 ? 512 : kThreads, per_thread = (dim + threads - 1) / threads;
+  if (per_thread <= 4) {
+    RmsNormToBf16RegistersKernel<4><<<rows, threads, 0, stream>>>(add, x, weight, y, dim, eps);
+  } else if (per_thread <= 8) {
+    RmsNormToBf16RegistersKernel<8><<<rows, threads, 0, stream>>>(add, x, weight, y, dim, eps);
+  } else if (per_thread <= 16) {
+    RmsNormToBf16RegistersKernel<16><<<rows, threads, 0, stream>>>(add, x, weight, y, dim, eps);
+  } else {
+    RmsNormToBf16Kernel<<<rows, threads, 0, stream>>>(add, x, weight, y, dim, eps);
+  }
   return cudaGetLastError();
 }
 

@@ -85,7 +85,8 @@ TEST_F(CudaModelKernelsTest, EmbedBf16CopiesRows) {
 
 TEST_F(CudaModelKernelsTest, RmsNormToBf16MatchesCpu) {
   for (bool add : {false, true}) {
-    for (int dim : {64, 1000, 4096}) {
+    // Rows of 4, 8 and 16 elements a thread held in registers, and past that the looping form.
+    for (int dim : {64, 1000, 4096, 8192, 9000}) {
       const int rows = 5;
       const std::string what = std::string(add ? "add+norm" : "norm") + " dim " + std::to_string(dim);
       std::vector<float> x = RandomFloats(rows * dim, dim, -3, 3);
@@ -132,18 +133,21 @@ TEST_F(CudaModelKernelsTest, HeadRmsNormMatchesCpuPerHead) {
 }
 
 TEST_F(CudaModelKernelsTest, SwiGluAndToBf16MatchCpu) {
-  const int rows = 3, ffn = 1400;
-  const std::vector<float> gu = RandomFloats(rows * 2 * ffn, 5, -6, 6);
-  std::vector<uint16_t> want(rows * ffn);
-  SwiGluToBf16(gu.data(), want.data(), rows, ffn);
-  DeviceVector<float> dgu(gu);
-  DeviceVector<uint16_t> dout{std::vector<uint16_t>(want.size(), 0xffff)};
-  ASSERT_TRUE(LaunchSwiGluToBf16({dgu.get(), dout.get(), rows, ffn}, stream_).ok());
-  DeviceVector<uint16_t> dcast{std::vector<uint16_t>(gu.size(), 0xffff)};
-  ASSERT_TRUE(LaunchToBf16({dgu.get(), dcast.get(), static_cast<int64_t>(gu.size())}, stream_).ok());
-  Sync();
-  ExpectBf16Near(dout.ToHost(), want, 1, "swiglu");
-  EXPECT_EQ(dcast.ToHost(), ToBf16Vector(gu)) << "ToBf16 rounds to nearest even like FloatToBf16";
+  // ffn a multiple of 4 (four columns a thread) and not (an element a thread).
+  for (int ffn : {1400, 1402}) {
+    const int rows = 3;
+    const std::vector<float> gu = RandomFloats(rows * 2 * ffn, 5, -6, 6);
+    std::vector<uint16_t> want(rows * ffn);
+    SwiGluToBf16(gu.data(), want.data(), rows, ffn);
+    DeviceVector<float> dgu(gu);
+    DeviceVector<uint16_t> dout{std::vector<uint16_t>(want.size(), 0xffff)};
+    ASSERT_TRUE(LaunchSwiGluToBf16({dgu.get(), dout.get(), rows, ffn}, stream_).ok());
+    DeviceVector<uint16_t> dcast{std::vector<uint16_t>(gu.size(), 0xffff)};
+    ASSERT_TRUE(LaunchToBf16({dgu.get(), dcast.get(), static_cast<int64_t>(gu.size())}, stream_).ok());
+    Sync();
+    ExpectBf16Near(dout.ToHost(), want, 1, "swiglu ffn " + std::to_string(ffn));
+    EXPECT_EQ(dcast.ToHost(), ToBf16Vector(gu)) << "ToBf16 rounds to nearest even like FloatToBf16";
+  }
 }
 
 // A pool of `pages` slots per plane, poisoned.

@@ -60,13 +60,21 @@ float MedianMs(cudaStream_t stream, int reps, Fn fn) {
   return MedianMs(stream, reps, fn, [] {});
 }
 
-// The memory benchmarks' peer, on `stream`: an L2 flush (writing 256 MB evicts the 50 MB
-// L2) and the device-to-device copy rate of a size up to 1 GiB, in bytes read + written
-// per second (median of 20 copies, L2 flushed before each).
+// Reads `bytes` of `buffer` (a multiple of 16) on `stream` and writes nothing: see
+// cuda_bench_flush.cu. `sink` is one device float the kernel may write.
+cudaError_t ReadFlushAsync(const void* buffer, size_t bytes, float* sink, cudaStream_t stream);
+
+// The memory benchmarks' peer, on `stream`: an L2 flush (reading 256 MB evicts the 50 MB
+// L2; since 2026-11-26 it reads instead of writing, so the timed work does not pay the
+// write-back of the flush's dirty lines, which no kernel of a decode step leaves behind)
+// and the device-to-device copy rate of a size up to 1 GiB, in bytes read + written per
+// second (median of 20 copies, L2 flushed before each).
 class CopyCeiling {
  public:
   explicit CopyCeiling(cudaStream_t stream) : stream_(stream) {
     CHECK_CUDA(cudaMalloc(&flush_, kFlushBytes));
+    CHECK_CUDA(cudaMemset(flush_, 0, kFlushBytes));
+    CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&sink_), sizeof(float)));
     CHECK_CUDA(cudaMalloc(&src_, kMaxBytes));
     CHECK_CUDA(cudaMalloc(&dst_, kMaxBytes));
     CHECK_CUDA(cudaMemset(src_, 1, kMaxBytes));
@@ -74,9 +82,9 @@ class CopyCeiling {
   CopyCeiling(const CopyCeiling&) = delete;
   CopyCeiling& operator=(const CopyCeiling&) = delete;
   ~CopyCeiling() {
-    for (void* p : {flush_, src_, dst_}) cudaFree(p);
+    for (void* p : {flush_, src_, dst_, static_cast<void*>(sink_)}) cudaFree(p);
   }
-  void Flush() { CHECK_CUDA(cudaMemsetAsync(flush_, 0, kFlushBytes, stream_)); }
+  void Flush() { CHECK_CUDA(ReadFlushAsync(flush_, kFlushBytes, sink_, stream_)); }
   double Gbps(size_t bytes = kMaxBytes) {
     bytes = std::min(bytes, kMaxBytes);
     const float ms = MedianMs(
@@ -89,6 +97,7 @@ class CopyCeiling {
   static constexpr size_t kFlushBytes = size_t{256} << 20, kMaxBytes = size_t{1} << 30;
   cudaStream_t stream_;
   void *flush_ = nullptr, *src_ = nullptr, *dst_ = nullptr;
+  float* sink_ = nullptr;
 };
 
 }  // namespace strata::bench

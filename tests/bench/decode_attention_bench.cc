@@ -9,6 +9,8 @@
 //   build/tests/bench/decode_attention_bench        (needs a CUDA device; says so otherwise)
 //   decode_attention_bench --parts_sweep   the tensor-core decode's time by the parts each
 //       sequence's keys are split into, against the count the launch picks (GQA 7 and 8)
+//   decode_attention_bench --shape=GQA,batch,context   only the shapes of that many query
+//       heads per KV head, batch and context (e.g. for a profiler: --shape=7,64,1024)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -30,7 +32,17 @@ using strata::bench::Upload;
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool parts_sweep = argc > 1 && std::string(argv[1]) == "--parts_sweep";
+  bool parts_sweep = false;
+  int only_gqa = 0, only_batch = 0;
+  long long only_context = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--parts_sweep") {
+      parts_sweep = true;
+    } else if (std::sscanf(argv[i], "--shape=%d,%d,%lld", &only_gqa, &only_batch, &only_context) != 3) {
+      std::fprintf(stderr, "usage: decode_attention_bench [--parts_sweep] [--shape=GQA,batch,context]\n");
+      return 2;
+    }
+  }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("no CUDA device: decode_attention_bench needs a GPU (skipped)\n");
@@ -68,10 +80,12 @@ int main(int argc, char** argv) {
   }
   for (const Shape& shape : shapes) {
     if (parts_sweep && shape.heads / shape.kv_heads != 7 && shape.heads / shape.kv_heads != 8) continue;
+    if (only_gqa != 0 && shape.heads / shape.kv_heads != only_gqa) continue;
     const int kv_heads = shape.kv_heads, heads = shape.heads, head_dim = shape.head_dim;
     for (int64_t context : {1024, 8192}) {
       for (int batch : {1, 8, 32, 64}) {
         if (parts_sweep && batch < 32) continue;
+        if (only_batch != 0 && (batch != only_batch || context != only_context)) continue;
         const std::vector<int64_t> lengths(static_cast<size_t>(batch), context);
         const auto pool = strata::kernels::test_support::RandomPagedPool(lengths, page, kv_heads, head_dim, 1);
         uint16_t* k = Upload(pool.k);
