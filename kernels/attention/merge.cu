@@ -119,7 +119,7 @@ cudaError_t MergeRowPartsAsync(const float* ws_o, const float* ws_lse, int row_p
 cudaError_t MergeStatesAsync(const float* ws_o, const float* ws_lse, int splits, int rows, int num_heads,
                              int head_dim, float* out, float* lse, cudaStream_t stream, const float* out_lse) {
   // The warp-per-row merge where its float4 loads may run (the decode's 64 x 28-head, two-part
-  // merge: 6.2 -> us on the H100), else a block per (head, row).
+  // merge: 6.2 -> 4.7 us on the H100), else a block per (head, row).
   const int64_t items = int64_t{rows} * num_heads;
   if (items == 0) return cudaSuccess;
   if (head_dim % 4 == 0 && Aligned16(ws_o) && Aligned16(out)) {
