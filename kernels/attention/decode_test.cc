@@ -218,6 +218,30 @@ TEST_F(CudaKernelsTest, PagedDecodeAttentionMatchesCpu) {
       LaunchPagedDecodeAttention({nullptr, odd.View(), 1, 1, 1.0f, 4, nullptr, nullptr, nullptr}, stream_)));
 }
 
+// kAuto's choice on the shapes decode_attention_bench measured (docs/BENCHMARKS.md): the
+// tensor cores where they were faster, the CUDA cores where those were as fast or faster.
+TEST(DecodeKernelRuleTest, TakesTheTensorCoresWhereTheyWereMeasuredFaster) {
+  struct Case {
+    int head_dim, heads, kv_heads, batch;
+    int64_t tokens;
+    bool tensor_cores;
+  };
+  const Case cases[] = {
+      {128, 32, 8, 64, 1024, false},  // Llama-3-8B (GQA 4): CUDA cores everywhere
+      {128, 32, 8, 8, 8192, false},   {128, 28, 4, 32, 1024, true},   // Qwen2.5-7B (GQA 7) from 32K tokens
+      {128, 28, 4, 8, 1024, false},   {128, 28, 4, 1, 8192, false},   {128, 28, 4, 8, 8192, true},
+      {128, 64, 8, 8, 1024, true},    {128, 64, 8, 1, 1024, false},  // Llama-3-70B (GQA 8) from batch 2
+      {80, 32, 8, 8, 1024, true},     {80, 32, 8, 64, 8192, true},   {80, 32, 8, 1, 8192, false},  // Phi-3
+      {96, 32, 8, 8, 8192, false},    {64, 32, 8, 64, 1024, false},  {256, 16, 8, 64, 8192, false},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(DecodeRunsOnTensorCores(DecodeKernel::kAuto, c.head_dim, c.heads, c.kv_heads, c.batch, c.tokens),
+              c.tensor_cores)
+        << "head_dim " << c.head_dim << ", " << c.heads << ":" << c.kv_heads << " heads, batch " << c.batch << " x "
+        << c.tokens;
+  }
+}
+
 TEST_F(CudaKernelsTest, PagedDecodeAttentionMergesIntoAnOutputOffTheFloat4Grid) {
   // Two long sequences split in many parts: the merge writes `out`; one float past a 16-byte
   // boundary it takes the block-per-row merge instead of the float4 one, with the same result.

@@ -68,7 +68,8 @@ bool UseTensorCores(DecodeKernel kernel, int head_dim, int subgroup, int batch, 
   }
   if (head_dim > 128) return false;
   return (subgroup >= kTensorCoreDecodeMinGroup && batch > 1) ||
-         (subgroup >= kTensorCoreDecodeMinLargeGroup && int64_t{batch} * max_tokens >= kTensorCoreDecodeMinKvTokens);
+         (subgroup >= kTensorCoreDecodeMinLargeGroup && int64_t{batch} * max_tokens >= kTensorCoreDecodeMinKvTokens) ||
+         (head_dim == 80 && subgroup >= 4 && batch >= kTensorCoreDecodeMinBatchAt80);
 }
 
 // Resident blocks per SM of the tensor-core decode form for this shape (the occupancy
