@@ -34,15 +34,17 @@ namespace strata::kernels {
 // kDecodePartAlign tokens. `max_tokens` bounds every sequence's length (with the batch it
 // sets the number of parts); `workspace` holds DecodeWorkspaceFloats(...) floats (unused
 // when one part suffices). q, k_pages and v_pages must be 16-byte aligned (cudaMalloc'd
-// buffers are).
+// buffers are); the tensor-core form writes out in pairs of floats, so it needs out 8-byte
+// aligned (kAuto takes the CUDA cores for any other out; kTensorCores refuses it).
 //
 // Errors: InvalidArgument (nothing launched) for negative sizes, unless head_dim is 64, 80,
 // 96, 128 or 256, there are 1 to 64 query heads per KV head (dispatch.h) and page_size > 0,
 // for misaligned q, k_pages or v_pages, and for max_tokens beyond int32.
 //
 // Numerics: within 1e-5 of the CPU; but the split depends on the batch size and
-// max_tokens, so a sequence's result may differ in the last bits between batches of
-// different shapes (the same call on the same device gives the same bits).
+// max_tokens, and the merge's form on whether out and the workspace are 16-byte aligned,
+// so a sequence's result may differ in the last bits between batches of different shapes
+// or buffers of different alignment (the same call on the same device gives the same bits).
 constexpr int kDecodeBlocksPerSm = 2;
 constexpr int kDecodePartAlign = 32;
 
@@ -55,7 +57,7 @@ constexpr int kDecodePartAlign = 32;
 // decode_attention_bench measured (docs/BENCHMARKS.md), takes the tensor cores at head_dim
 // up to 128 for a batch of 2 or more with kTensorCoreDecodeMinGroup heads per block, or
 // kTensorCoreDecodeMinLargeGroup heads and at least kTensorCoreDecodeMinKvTokens cached
-// tokens in the batch (batch x max_tokens), or at head_dim 80 (Phi-3) 4+ heads from a batch
+// tokens in the batch (batch x max_tokens), or at head_dim 80 4+ heads from a batch
 // of kTensorCoreDecodeMinBatchAt80 (1.06-1.3x there; head_dims 64, 96 and 128 with 4 heads
 // are within a few percent either way, or faster on the CUDA cores); elsewhere the CUDA
 // cores are as fast or faster. The tensor-core decode rounds q to bf16: its results are within bf16 tolerance

@@ -231,7 +231,7 @@ TEST(DecodeKernelRuleTest, TakesTheTensorCoresWhereTheyWereMeasuredFaster) {
       {128, 32, 8, 8, 8192, false},   {128, 28, 4, 32, 1024, true},   // Qwen2.5-7B (GQA 7) from 32K tokens
       {128, 28, 4, 8, 1024, false},   {128, 28, 4, 1, 8192, false},   {128, 28, 4, 8, 8192, true},
       {128, 64, 8, 8, 1024, true},    {128, 64, 8, 1, 1024, false},  // Llama-3-70B (GQA 8) from batch 2
-      {80, 32, 8, 8, 1024, true},     {80, 32, 8, 64, 8192, true},   {80, 32, 8, 1, 8192, false},  // Phi-3
+      {80, 32, 8, 8, 1024, true},     {80, 32, 8, 64, 8192, true},   {80, 32, 8, 1, 8192, false},  // head_dim 80
       {96, 32, 8, 8, 8192, false},    {64, 32, 8, 64, 1024, false},  {256, 16, 8, 64, 8192, false},
   };
   for (const Case& c : cases) {
@@ -244,7 +244,9 @@ TEST(DecodeKernelRuleTest, TakesTheTensorCoresWhereTheyWereMeasuredFaster) {
 
 TEST_F(CudaKernelsTest, PagedDecodeAttentionMergesIntoAnOutputOffTheFloat4Grid) {
   // Two long sequences split in many parts: the merge writes `out`; one float past a 16-byte
-  // boundary it takes the block-per-row merge instead of the float4 one, with the same result.
+  // boundary it takes the block-per-row merge instead of the float4 one, with the same
+  // result. The tensor-core form (float2 stores) refuses such an out; kAuto on a shape it
+  // would take falls back to the CUDA cores.
   const std::vector<int64_t> lengths = {3000, 4100};
   const int kv_heads = 2, heads = 8, head_dim = 128, batch = 2;
   const test_support::PagedPool pool = test_support::RandomPagedPool(lengths, 16, kv_heads, head_dim, 91);
@@ -259,10 +261,31 @@ TEST_F(CudaKernelsTest, PagedDecodeAttentionMergesIntoAnOutputOffTheFloat4Grid) 
       DeviceVector<float> dq(q), dout{std::vector<float>(q.size() + 1, std::nanf(""))},
           dlse{std::vector<float>(want_lse.size() + 1, std::nanf(""))},
           ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(batch, heads, head_dim, 4100)))};
-      ASSERT_TRUE(LaunchPagedDecodeAttention({dq.get(), dp.view, batch, heads, scale, 4100, ws.get(),
-                                              dout.get() + offset, dlse.get() + offset, kernel},
-                                             stream_)
-                      .ok());
+      const absl::Status launched = LaunchPagedDecodeAttention(
+          {dq.get(), dp.view, batch, heads, scale, 4100, ws.get(), dout.get() + offset, dlse.get() + offset, kernel},
+          stream_);
+      if (kernel == DecodeKernel::kTensorCores && offset == 1) {
+        EXPECT_TRUE(absl::IsInvalidArgument(launched)) << launched;
+        Sync();
+        EXPECT_TRUE(std::isnan(dout.ToHost()[1])) << "a refused launch wrote out";
+        // kAuto on a shape the rule gives the tensor cores (8 heads a block) takes the CUDA cores.
+        const int wide_heads = kv_heads * 8;
+        const std::vector<float> wq = RandomVector(static_cast<size_t>(batch) * wide_heads * head_dim, 93);
+        std::vector<float> wwant(wq.size()), wwant_lse(static_cast<size_t>(batch) * wide_heads);
+        PagedDecodeAttention(wq.data(), pool.View(), batch, wide_heads, scale, wwant.data(), wwant_lse.data());
+        DeviceVector<float> dwq(wq), dwout{std::vector<float>(wq.size() + 1, std::nanf(""))},
+            dwws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(batch, wide_heads, head_dim, 4100)))};
+        ASSERT_TRUE(LaunchPagedDecodeAttention({dwq.get(), dp.view, batch, wide_heads, scale, 4100, dwws.get(),
+                                                dwout.get() + 1, nullptr},
+                                               stream_)
+                        .ok());
+        Sync();
+        std::vector<float> wgot = dwout.ToHost();
+        wgot.erase(wgot.begin());
+        ExpectClose(wgot, wwant, "kAuto, 8 heads a block, out off the float2 grid (CUDA cores: fp32-exact)");
+        continue;
+      }
+      ASSERT_TRUE(launched.ok()) << launched;
       Sync();
       std::vector<float> got = dout.ToHost(), got_lse = dlse.ToHost();
       got.erase(got.begin(), got.begin() + offset);

@@ -81,8 +81,9 @@ __device__ __forceinline__ void PrefillTcBlock(const PrefillTcParams& p, int bx,
   constexpr int kWarpRows = 16 * kMTiles;
   constexpr int kTileRows = kWarpRows * kWarps;
   // Q's fragments stay in registers with one MMA tile, except at head_dim 256 where the
-  // output accumulator alone takes 128 registers a thread, and in the one-warp form, whose
-  // copies take the registers (one warp's ldmatrix of Q per key tile is cheap).
+  // output accumulator alone takes 128 registers a thread, and in the one-warp form (the
+  // decode's: one warp's ldmatrix of Q per key tile is cheap, and it keeps the form at 171
+  // registers, 4 blocks an SM being what its shared memory allows anyway).
   constexpr bool kQInRegisters = kMTiles == 1 && kHeadDim <= 128 && kWarps > 1;
   constexpr int kStride = kHeadDim + 8;     // bf16 per shared-memory row
   constexpr int kChunks = kHeadDim / 8;     // 16-byte chunks per row

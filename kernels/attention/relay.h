@@ -14,7 +14,7 @@
 // Two launches: one grid runs both parts at once (its first blocks the system part's
 // tiles, the rest the context part's blocks; each writes its part's (o, lse) to the
 // workspace), then the merge writes `out`. Where the context part would run on the tensor
-// cores (DecodeRunsOnTensorCores: 8 or more query heads per KV head), or the workspace is
+// cores (DecodeRunsOnTensorCores: decode.h's rule, e.g. 8 or more query heads per KV head), or the workspace is
 // not 16-byte aligned, it runs as three: the paged decode (with its own merge when split),
 // the system part, and a merge of both into the decode's output. Nothing depends on host
 // state beyond the params, so the launches may be captured in a graph and replayed.

@@ -164,7 +164,11 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
   }
   if (batch == 0 || rows == 0 || num_heads == 0) return absl::OkStatus();
   if (max_tokens > std::numeric_limits<int32_t>::max()) return absl::InvalidArgumentError("max_tokens too large");
-  if (qo_indptr == nullptr &&
+  const bool out_in_pairs = reinterpret_cast<uintptr_t>(out) % 8 == 0;  // the tensor-core form's float2 stores
+  if (kernel == DecodeKernel::kTensorCores && !out_in_pairs) {
+    return absl::InvalidArgumentError("tensor-core decode needs out 8-byte aligned");
+  }
+  if (qo_indptr == nullptr && out_in_pairs &&
       UseTensorCores(kernel, kv.head_dim, GqaSubgroupSize(GqaGroupSize(num_heads, kv.kv_heads)), batch, max_tokens)) {
     if (!(scale > 0.0f) || std::isinf(scale)) {  // the tensor-core kernel's running max is of unscaled scores
       return absl::InvalidArgumentError("tensor-core decode needs 0 < scale < inf");

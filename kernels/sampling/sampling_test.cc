@@ -133,19 +133,27 @@ TEST_F(CudaModelKernelsTest, HeadRmsNormMatchesCpuPerHead) {
 }
 
 TEST_F(CudaModelKernelsTest, SwiGluAndToBf16MatchCpu) {
-  // ffn a multiple of 4 (four columns a thread) and not (an element a thread).
-  for (int ffn : {1400, 1402}) {
-    const int rows = 3;
-    const std::vector<float> gu = RandomFloats(rows * 2 * ffn, 5, -6, 6);
-    std::vector<uint16_t> want(rows * ffn);
-    SwiGluToBf16(gu.data(), want.data(), rows, ffn);
+  // ffn a multiple of 4 (four columns a thread: one 8-byte store, or two 4-byte ones where
+  // out is off the 8-byte grid), not (an element a thread), and more rows than a grid's y.
+  struct Case {
+    int rows, ffn, out_offset;
+  };
+  for (const Case& c : {Case{3, 1400, 0}, Case{3, 1400, 2}, Case{3, 1402, 0}, Case{65536, 4, 0}}) {
+    const std::vector<float> gu = RandomFloats(static_cast<size_t>(c.rows) * 2 * c.ffn, 5, -6, 6);
+    std::vector<uint16_t> want(static_cast<size_t>(c.rows) * c.ffn);
+    SwiGluToBf16(gu.data(), want.data(), c.rows, c.ffn);
     DeviceVector<float> dgu(gu);
-    DeviceVector<uint16_t> dout{std::vector<uint16_t>(want.size(), 0xffff)};
-    ASSERT_TRUE(LaunchSwiGluToBf16({dgu.get(), dout.get(), rows, ffn}, stream_).ok());
+    DeviceVector<uint16_t> dout{std::vector<uint16_t>(want.size() + c.out_offset, 0xffff)};
+    ASSERT_TRUE(LaunchSwiGluToBf16({dgu.get(), dout.get() + c.out_offset, c.rows, c.ffn}, stream_).ok());
     DeviceVector<uint16_t> dcast{std::vector<uint16_t>(gu.size(), 0xffff)};
     ASSERT_TRUE(LaunchToBf16({dgu.get(), dcast.get(), static_cast<int64_t>(gu.size())}, stream_).ok());
     Sync();
-    ExpectBf16Near(dout.ToHost(), want, 1, "swiglu ffn " + std::to_string(ffn));
+    std::vector<uint16_t> got = dout.ToHost();
+    const std::string what = "swiglu " + std::to_string(c.rows) + " x " + std::to_string(c.ffn) + ", out + " +
+                             std::to_string(c.out_offset);
+    for (int i = 0; i < c.out_offset; ++i) EXPECT_EQ(got[i], 0xffff) << what << ": wrote before out";
+    got.erase(got.begin(), got.begin() + c.out_offset);
+    ExpectBf16Near(got, want, 1, what);
     EXPECT_EQ(dcast.ToHost(), ToBf16Vector(gu)) << "ToBf16 rounds to nearest even like FloatToBf16";
   }
 }

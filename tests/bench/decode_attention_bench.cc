@@ -66,12 +66,12 @@ int main(int argc, char** argv) {
     int heads, kv_heads, head_dim;
   };
   // Llama-3-8B (GQA 4), Qwen2.5-7B (GQA 7), Llama-3-70B (GQA 8, 8 KV heads per GPU), a GQA-16
-  // model, and head_dims 80 (Phi), 96, 64 (Llama-3.2-1B) and 256.
+  // model, and head_dims 80, 96, 64 (Llama-3.2-1B) and 256.
   const Shape shapes[] = {{"llama3-8b 32:8x128", 32, 8, 128},
                           {"qwen2.5-7b 28:4x128", 28, 4, 128},
                           {"llama3-70b 64:8x128", 64, 8, 128},
                           {"gqa16 32:2x128", 32, 2, 128},
-                          {"phi 32:8x80", 32, 8, 80},
+                          {"hd80 32:8x80", 32, 8, 80},
                           {"hd96 32:8x96", 32, 8, 96},
                           {"llama3.2-1b 32:8x64", 32, 8, 64},
                           {"gemma 16:8x256", 16, 8, 256}};
