@@ -35,6 +35,8 @@
 #             layer shapes, L2 flushed, against the copy rate
 #   step-compare  model_bench --decode_only --compare_skinny: each decode step with the
 #             skinny products and with cuBLAS, beside each other (MODELS)
+#   step-kernels  one decode step's kernels under ncu, summed by name (tests/gpu/step_kernels.py;
+#             MODELS, STEP_SHAPES: e.g. "64,1024 32,1024")
 #   prompts   shared system prompts: 64 sessions, S = 0/2048/4096 system tokens shared and
 #             read by relay attention, shared pages read per session, and not shared: TTFT,
 #             decode rate, host bytes (PROMPT_S, PROMPT_MODES)
@@ -292,6 +294,13 @@ for phase in "$@"; do
     decode-bench) run_decode_bench ;;
     gemm) "$B/gemm_bench" >"$OUT/gemm_bench.txt" 2>&1
       note "gemm_bench: rc=$?"; grep -E '^\|' "$OUT/gemm_bench.txt" >>"$summary" ;;
+    step-kernels) for m in $(echo "${MODELS:-llama3-8b}" | tr , ' '); do for shape in ${STEP_SHAPES:-64,1024}; do
+        csv="$OUT/step-kernels-$m-${shape/,/x}.csv"
+        timeout 300 ncu --profile-from-start off --cache-control none --clock-control none --csv --page raw \
+          --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+          "$B/model_bench" --models="$m" --profile="$shape" >"$csv" 2>/dev/null
+        note "step kernels $m $shape: rc=$?"; python3 tests/gpu/step_kernels.py "$csv" | head -16 >>"$summary"
+      done; done ;;
     step-compare) "$B/model_bench" --models="${MODELS:-llama3-8b}" --decode_only --compare_skinny \
         >"$OUT/model_bench_compare.txt" 2>&1
       note "model_bench --compare_skinny: rc=$?"; grep -vE '^$' "$OUT/model_bench_compare.txt" >>"$summary" ;;
