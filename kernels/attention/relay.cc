@@ -6,6 +6,7 @@
 
 #include "kernels/attention/decode.h"
 #include "kernels/attention/prefill.h"
+#include "kernels/alignment.h"
 #include "kernels/launch_checks.h"
 
 #if defined(STRATA_WITH_CUDA)
@@ -34,6 +35,7 @@ constexpr int64_t kManyContextTokens = 64 * 1024;
 constexpr int kManyContextBlocksPerSm = 4;
 
 using internal::Align4Floats;
+using internal::IsAligned;
 
 int Subgroup(const RelayShape& s) { return GqaSubgroupSize(GqaGroupSize(s.num_heads, s.kv_heads)); }
 
@@ -103,8 +105,6 @@ internal::RelayTuning DefaultTuning(const RelayShape& s) {
   return t;
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // What LaunchPagedDecodeAttention checks of the context part, for the fused launch that
 // runs its kernel directly.
 absl::Status CheckContextPart(const RelayDecodeParams& p) {
@@ -116,7 +116,7 @@ absl::Status CheckContextPart(const RelayDecodeParams& p) {
   if (!IsDispatchedGqaGroupSize(GqaGroupSize(p.num_heads, kv.kv_heads)) || kv.page_size <= 0) {
     return absl::InvalidArgumentError("paged attention needs 1 to 64 query heads per KV head (a divisor of the heads)");
   }
-  if (!Aligned16(p.q) || !Aligned16(kv.k_pages) || !Aligned16(kv.v_pages)) {
+  if (!IsAligned(p.q, 16) || !IsAligned(kv.k_pages, 16) || !IsAligned(kv.v_pages, 16)) {
     return absl::InvalidArgumentError("paged attention needs q, k_pages and v_pages 16-byte aligned");
   }
   if (p.max_context_tokens > std::numeric_limits<int32_t>::max()) {
@@ -234,7 +234,7 @@ absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, co
   if (p.rows == 0) return absl::OkStatus();
   if (p.groups > 65535) return absl::InvalidArgumentError("relay attention takes at most 65535 groups");
   const RelayShape shape = ShapeOf(p);
-  if (!t.three_launches && FusedShape(shape) && Aligned16(p.workspace) && Aligned16(p.out)) {
+  if (!t.three_launches && FusedShape(shape) && IsAligned(p.workspace, 16) && IsAligned(p.out, 16)) {
     if (absl::Status s = CheckContextPart(p); !s.ok()) return s;
     return LaunchFused(p, shape, t, stream);
   }

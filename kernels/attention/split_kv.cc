@@ -11,6 +11,7 @@
 
 #include "kernels/attention/decode.h"
 #include "kernels/attention/prefill.h"
+#include "kernels/alignment.h"
 #include "kernels/launch_checks.h"
 
 #if defined(STRATA_WITH_CUDA)
@@ -26,6 +27,7 @@ namespace strata::kernels {
 #if defined(STRATA_WITH_CUDA)
 
 using internal::CheckSizes;
+using internal::IsAligned;
 
 namespace {
 
@@ -54,8 +56,6 @@ DecodeSplit ChooseDecodeSplit(int64_t blocks_per_part, int64_t max_tokens, int s
   part_tokens = (part_tokens + kDecodePartAlign - 1) / kDecodePartAlign * kDecodePartAlign;
   return DecodeSplit{static_cast<int>((tokens + part_tokens - 1) / part_tokens), static_cast<int>(part_tokens)};
 }
-
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 bool UseTensorCores(DecodeKernel kernel, int head_dim, int subgroup, int batch, int64_t max_tokens) {
   switch (kernel) {
@@ -159,12 +159,12 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
   if (!IsDispatchedGqaGroupSize(GqaGroupSize(num_heads, kv.kv_heads)) || kv.page_size <= 0) {
     return absl::InvalidArgumentError("paged attention needs 1 to 64 query heads per KV head (a divisor of the heads)");
   }
-  if (!Aligned16(q) || !Aligned16(kv.k_pages) || !Aligned16(kv.v_pages)) {
+  if (!IsAligned(q, 16) || !IsAligned(kv.k_pages, 16) || !IsAligned(kv.v_pages, 16)) {
     return absl::InvalidArgumentError("paged attention needs q, k_pages and v_pages 16-byte aligned");
   }
   if (batch == 0 || rows == 0 || num_heads == 0) return absl::OkStatus();
   if (max_tokens > std::numeric_limits<int32_t>::max()) return absl::InvalidArgumentError("max_tokens too large");
-  const bool out_in_pairs = reinterpret_cast<uintptr_t>(out) % 8 == 0;  // the tensor-core form's float2 stores
+  const bool out_in_pairs = IsAligned(out, 8);  // the tensor-core form's float2 stores
   if (kernel == DecodeKernel::kTensorCores && !out_in_pairs) {
     return absl::InvalidArgumentError("tensor-core decode needs out 8-byte aligned");
   }

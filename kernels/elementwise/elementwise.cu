@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/cuda_device.cuh"
+#include "kernels/alignment.h"
 #include "kernels/elementwise/elementwise_launch.h"
 
 namespace strata::kernels::internal {
@@ -57,7 +58,7 @@ __global__ void SwiGluToBf16X4Kernel(const float* __restrict__ gate_up, uint16_t
   const uint32_t lo = silu_mul(g.x, u.x) | (uint32_t{silu_mul(g.y, u.y)} << 16);
   const uint32_t hi = silu_mul(g.z, u.z) | (uint32_t{silu_mul(g.w, u.w)} << 16);
   uint16_t* dst = out + r * ffn + c;
-  if (reinterpret_cast<uintptr_t>(dst) % 8 == 0) {
+  if (IsAligned(dst, 8)) {
     *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
   } else {
     reinterpret_cast<uint32_t*>(dst)[0] = lo;  // 4-byte aligned: a bf16 row of ffn % 4 == 0 from a 4-byte base
@@ -120,8 +121,7 @@ cudaError_t EmbedBf16Async(const uint16_t* table, const int32_t* ids, int rows, 
 
 cudaError_t SwiGluToBf16Async(const float* gate_up, uint16_t* out, int rows, int ffn, cudaStream_t stream) {
   const int64_t n = int64_t{rows} * ffn;
-  if (ffn % 4 == 0 && reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0 &&
-      rows <= 65535) {
+  if (ffn % 4 == 0 && IsAligned(gate_up, 16) && IsAligned(out, 4) && rows <= 65535) {
     const int quads = ffn / 4;
     SwiGluToBf16X4Kernel<<<dim3((quads + kThreads - 1) / kThreads, rows), kThreads, 0, stream>>>(gate_up, out, ffn);
     return cudaGetLastError();

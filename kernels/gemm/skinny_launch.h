@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "kernels/alignment.h"
 namespace strata::kernels::internal {
 
 // The most rows one skinny product takes (two 8-column MMA fragments).
@@ -17,9 +18,8 @@ inline constexpr int kSkinnyMaxRows = 16;
 // Whether the skinny kernel takes the shape: 1..kSkinnyMaxRows rows, in_dim a multiple of
 // 32, out_dim of 16, and x and w 16-byte aligned.
 inline bool SkinnyMatMulFits(const void* x, const void* w, int rows, int in_dim, int out_dim) {
-  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return rows >= 1 && rows <= kSkinnyMaxRows && in_dim > 0 && in_dim % 32 == 0 && out_dim > 0 &&
-         out_dim % 16 == 0 && aligned(x) && aligned(w);
+         out_dim % 16 == 0 && IsAligned(x, 16) && IsAligned(w, 16);
 }
 
 // out[r][o] = sum_i x[r][i] * w[o][i] (bf16 operands, fp32 accumulation), as

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/alignment.h"
 #include "kernels/cuda_device.cuh"
 #include "kernels/rope/rope_launch.h"
 
@@ -236,19 +237,17 @@ cudaError_t PlaceStoredKvAsync(const uint16_t* stored, const StoredKvParams& p, 
 
 namespace {
 
-bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
 // Whether GatherRow may move 16 bytes at a time from these planes (each destination's own
 // alignment is checked beside it).
 bool PlanesVectorizable(int kvd, int64_t layer_stride, const void* k_raw, const void* v) {
-  return kvd % 8 == 0 && layer_stride % 8 == 0 && Aligned16(k_raw) && Aligned16(v);
+  return kvd % 8 == 0 && layer_stride % 8 == 0 && IsAligned(k_raw, 16) && IsAligned(v, 16);
 }
 
 }  // namespace
 
 cudaError_t GatherStoredKvAsync(const StoredKvParams& p, uint16_t* stored, int max_blocks, cudaStream_t stream) {
   const bool vectorized =
-      PlanesVectorizable(p.kv_heads * p.head_dim, p.layer_stride, p.k_raw, p.v) && Aligned16(stored);
+      PlanesVectorizable(p.kv_heads * p.head_dim, p.layer_stride, p.k_raw, p.v) && IsAligned(stored, 16);
   const int64_t rows = int64_t{p.n} * p.layers;
   const int64_t blocks = max_blocks > 0 ? std::min<int64_t>(rows, max_blocks) : rows;
   GatherStoredKvKernel<<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(p, stored, vectorized);
