@@ -506,5 +506,67 @@ TEST_F(CudaKernelsTest, SkinnyMatMulRowsDoNotDependOnTheBatch) {
   }
 }
 
+// A tuned cuBLAS product (a decode step's, kernels/gemm/cublas.h) equals the CPU twin, gives
+// the same bits every call, is recorded with what it chose, and is not tuned inside a
+// graph capture (timing would break the capture): the captured call runs the default.
+TEST_F(CudaKernelsTest, TunedMatMulMatchesCpuAndRepeatsItsBits) {
+  for (auto [rows, in_dim, out_dim] : {std::tuple{32, 1024, 8192}, {64, 4096, 2048}, {17, 512, 1536}}) {
+    const std::string what = std::to_string(rows) + "x" + std::to_string(in_dim) + "x" + std::to_string(out_dim);
+    std::mt19937 gen(rows * 31 + out_dim);
+    std::vector<uint16_t> x(static_cast<size_t>(rows) * in_dim), w(static_cast<size_t>(out_dim) * in_dim);
+    for (uint16_t& v : x) v = test_support::RandomBf16(gen);
+    for (uint16_t& v : w) v = test_support::RandomBf16(gen);
+    std::vector<float> want(static_cast<size_t>(rows) * out_dim);
+    MatMulBf16(x.data(), w.data(), want.data(), rows, in_dim, out_dim);
+    DeviceVector<uint16_t> dx(x), dw(w);
+    auto run = [&](bool capture) {
+      DeviceVector<float> out{std::vector<float>(want.size(), std::nanf(""))};
+      MatMulBf16Params p{dx.get(), dw.get(), out.get(), rows, in_dim, out_dim, MatMulPath::kCublas, true};
+      if (capture) {
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        EXPECT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        EXPECT_TRUE(LaunchMatMulBf16(p, stream_).ok()) << what;
+        EXPECT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess) << what;
+        EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess) << what;
+        EXPECT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess) << what;
+        Sync();
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+      } else {
+        EXPECT_TRUE(LaunchMatMulBf16(p, stream_).ok()) << what;
+        Sync();
+      }
+      return out.ToHost();
+    };
+    auto tuned = [&] {
+      for (const MatMulTuning& t : TunedMatMuls()) {
+        if (t.rows == rows && t.in_dim == in_dim && t.out_dim == out_dim) return true;
+      }
+      return false;
+    };
+    const std::vector<float> captured = run(true);
+    EXPECT_FALSE(tuned()) << what << " was tuned inside a capture";
+    const std::vector<float> first = run(false), second = run(false);
+    ASSERT_TRUE(tuned()) << what;
+    double worst = 0;
+    for (size_t i = 0; i < first.size(); ++i) {
+      ASSERT_FALSE(std::isnan(first[i])) << what << " element " << i << " not written";
+      ASSERT_FALSE(std::isnan(captured[i])) << what << " element " << i << " not written under capture";
+      worst = std::max(worst, std::fabs(static_cast<double>(first[i]) - want[i]) / std::sqrt(static_cast<double>(in_dim)));
+    }
+    EXPECT_LT(worst, 1e-4) << what;
+    EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0) << what << ": not the same bits";
+    for (const MatMulTuning& t : TunedMatMuls()) {
+      if (t.rows != rows || t.in_dim != in_dim || t.out_dim != out_dim) continue;
+      EXPECT_GT(t.default_us, 0) << what;
+      EXPECT_LE(t.chosen_us, t.default_us) << what;
+      EXPECT_EQ(t.cublaslt, t.chosen_us < t.default_us) << what;
+      std::printf("tuned %s: default %.1f us, %s %.1f us, %d candidates\n", what.c_str(), t.default_us,
+                  t.cublaslt ? "cublasLt" : "default", t.chosen_us, t.candidates);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::kernels

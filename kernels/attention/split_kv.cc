@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "kernels/attention/decode.h"
+#include "kernels/attention/decode_parts.h"
 #include "kernels/attention/prefill.h"
 #include "kernels/alignment.h"
 #include "kernels/launch_checks.h"
@@ -92,28 +93,6 @@ int TensorCoreDecodeResidentBlocks(const internal::PrefillTcParams& shape) {
   return blocks;
 }
 
-// Parts for the tensor-core decode, in whole 32-key tiles: of the counts the workspace
-// holds, the one whose waves finish soonest — waves x (tiles per part + a block's fixed
-// cost, its Q load and the part it writes and the merge reads, about kBlockCostTiles
-// tiles), a partial last wave costing a whole one; ties to fewer parts: 8K tokens and 256
-// blocks a part over 660 resident slots take 5 parts (2 waves of 1639 tokens), not 3 (2
-// waves of 2731); 1K tokens take 2 parts (one wave of 16 tiles), not 32 one-tile parts.
-int TensorCoreDecodeParts(int64_t blocks_per_part, int64_t max_tokens, int64_t slots, int max_parts) {
-  constexpr int64_t kBlockCostTiles = 2;
-  const int64_t tiles = std::max<int64_t>(1, (max_tokens + kDecodePartAlign - 1) / kDecodePartAlign);
-  const int64_t most = std::clamp<int64_t>(max_parts, 1, tiles);
-  int64_t best = 1, best_cost = std::numeric_limits<int64_t>::max();
-  for (int64_t parts = 1; parts <= most; ++parts) {
-    const int64_t waves = (blocks_per_part * parts + slots - 1) / slots;
-    const int64_t cost = waves * ((tiles + parts - 1) / parts + kBlockCostTiles);
-    if (cost < best_cost) {
-      best = parts;
-      best_cost = cost;
-    }
-  }
-  return static_cast<int>(best);
-}
-
 std::atomic<int> forced_tensor_core_parts{0};  // SetTensorCoreDecodePartsForBenchmarks
 
 // A decode on the tensor-core prefill kernel: one 16-row tile (the subgroup's heads) per
@@ -130,8 +109,8 @@ absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch
   // The workspace holds the parts ChooseDecodeSplit gives a KV head and subgroup at
   // kTensorCoreDecodeBlocksPerSm (DecodeWorkspaceFloats).
   const int max_parts = ChooseDecodeSplit(batch, max_tokens, sms, kTensorCoreDecodeBlocksPerSm).parts;
-  p.key_splits = TensorCoreDecodeParts(int64_t{batch} * kv.kv_heads * subgroups, max_tokens,
-                                       int64_t{resident} * sms, max_parts);
+  p.key_splits = TensorCoreDecodeParts(
+      {int64_t{batch} * kv.kv_heads * subgroups, max_tokens, kv.head_dim, sms, int64_t{resident} * sms}, max_parts);
   if (const int forced = forced_tensor_core_parts.load(std::memory_order_relaxed); forced > 0) {
     p.key_splits = std::min(forced, max_parts);
   }

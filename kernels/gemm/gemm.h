@@ -1,5 +1,5 @@
 // kernels/gemm: linear layers on the GPU, bf16 operands, fp32 accumulation: through cuBLAS
-// (loaded with dlopen at the first product; gemm.cc says why), or, for the few rows of a
+// (loaded with dlopen at the first product; cublas.cc says why), or, for the few rows of a
 // decode step, through strata's skinny kernel (skinny.cu), which reads the weights faster.
 // The CPU specification is MatMulWT (gemm_cpu.h); the bf16 twin tests use is
 // kernels/testing/gemm_cpu.h.
@@ -7,6 +7,7 @@
 #define STRATA_KERNELS_GEMM_GEMM_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "kernels/stream.h"
@@ -28,7 +29,25 @@ struct MatMulBf16Params {
   float* out;
   int rows, in_dim, out_dim;
   MatMulPath path = MatMulPath::kAuto;
+  // For a product cuBLAS runs: time cublasGemmEx's default against cublasLt's candidates the
+  // first time this shape runs outside a graph capture (the stream waits for it: about a
+  // millisecond, once per shape and process) and keep the fastest (decode steps ask; see
+  // kernels/gemm/cublas.h). Without it, or for a shape not yet tuned, cuBLAS's default.
+  bool tune = false;
 };
+
+// What tuning chose for a shape (device, rows, in_dim, out_dim): cublasLt (or the default),
+// the default's median time and the kept choice's, of `candidates` cublasLt algorithms.
+struct MatMulTuning {
+  int device, rows, in_dim, out_dim;
+  bool cublaslt;
+  double default_us, chosen_us;
+  int candidates;
+};
+
+// Every shape tuned so far in this process (for benchmarks and logs); empty without cuBLAS.
+// Thread-safe.
+std::vector<MatMulTuning> TunedMatMuls();
 
 // Enqueues on `stream` (cuBLAS with this thread's handle, created on first use); pointers
 // are device pointers the caller owns. The skinny kernel's result for a row does not

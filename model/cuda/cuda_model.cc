@@ -218,6 +218,12 @@ void CudaModel::set_skinny_matmul(bool on) {
   impl_->graphs.Drop();  // they were captured with the other kernel
 }
 
+void CudaModel::set_tune_matmuls(bool on) {
+  if (impl_->options.tune_matmuls == on) return;
+  impl_->options.tune_matmuls = on;
+  impl_->graphs.Drop();  // they were captured with the other products
+}
+
 const ModelConfig& CudaModel::config() const { return impl_->config; }
 uint64_t CudaModel::fingerprint() const { return impl_->fingerprint; }
 int64_t CudaModel::weight_bytes() const { return impl_->weights.bytes; }

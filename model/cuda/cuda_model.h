@@ -75,6 +75,12 @@ struct CudaModelOptions {
   // answers can part at a near-tie between runs whose steps were batched differently.
   bool skinny_matmul = true;
   int64_t skinny_min_weight_bytes = int64_t{4} << 20;
+  // The products of decode steps that cuBLAS runs (17+ sequences) take the fastest of
+  // cublasGemmEx's default and cublasLt's candidates, timed on the first eager step of each
+  // batch size (about a millisecond a shape, once a process; kernels/gemm/cublas.h). The
+  // choice is by time, so two processes may choose differently for a shape (each choice
+  // sums every output in one pass, the same way every call). Off: the default everywhere.
+  bool tune_matmuls = true;
 };
 
 class CudaModel final : public ModelBackend {
@@ -131,10 +137,11 @@ class CudaModel final : public ModelBackend {
   // For benchmarks: fills every page of the pool with random bf16 values, so decode steps
   // can be timed at long contexts without computing them first.
   absl::Status RandomizeKvPool(uint64_t seed);
-  // For benchmarks: CudaModelOptions::prefill_key_splits and skinny_matmul, changed
-  // between steps (the latter drops the captured step graphs).
+  // For benchmarks: CudaModelOptions::prefill_key_splits, skinny_matmul and tune_matmuls,
+  // changed between steps (the latter two drop the captured step graphs).
   void set_prefill_key_splits(bool on);
   void set_skinny_matmul(bool on);
+  void set_tune_matmuls(bool on);
 
   // Sizes, for logs and benchmarks.
   int64_t weight_bytes() const;

@@ -30,6 +30,7 @@ int64_t CudaModel::kv_capacity_tokens() const { return 0; }
 absl::Status CudaModel::RandomizeKvPool(uint64_t) { return absl::FailedPreconditionError("no CUDA"); }
 void CudaModel::set_prefill_key_splits(bool) {}
 void CudaModel::set_skinny_matmul(bool) {}
+void CudaModel::set_tune_matmuls(bool) {}
 absl::Status CudaModel::RegisterHostMemory(absl::Span<std::byte>) { return absl::OkStatus(); }
 absl::Status CudaModel::PrepareKvSaves(const storage::ChunkLayout&) { return absl::OkStatus(); }
 absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequence(int64_t) {

@@ -46,6 +46,10 @@ ABSL_FLAG(bool, cuda_skinny_matmul, true,
           "serve: on the GPU, linear layers of up to 16 rows (decode steps) run on strata's skinny tensor-core "
           "kernel; false: cuBLAS for every product");
 
+ABSL_FLAG(bool, cuda_tune_matmuls, true,
+          "serve: on the GPU, decode steps' cuBLAS products (17+ sequences) run the fastest of cuBLAS's default and "
+          "cublasLt's candidates, timed once per batch size; false: cuBLAS's default");
+
 namespace strata::server::cli {
 
 std::string TargetFromFlags() {
@@ -67,6 +71,7 @@ engine::ServedModelOptions ServedModelFromFlags() {
   o.backend.cuda.kv_read_copy_bytes = absl::GetFlag(FLAGS_cuda_kv_read_copy_bytes);
   o.backend.cuda.kv_save_direct_blocks = absl::GetFlag(FLAGS_cuda_kv_save_direct_blocks);
   o.backend.cuda.skinny_matmul = absl::GetFlag(FLAGS_cuda_skinny_matmul);
+  o.backend.cuda.tune_matmuls = absl::GetFlag(FLAGS_cuda_tune_matmuls);
   return o;
 }
 

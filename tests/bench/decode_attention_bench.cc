@@ -81,12 +81,16 @@ int main(int argc, char** argv) {
     std::printf("\nparts sweep (tensor cores): ms by parts per sequence, and the launch's own pick\n");
   }
   for (const Shape& shape : shapes) {
-    if (parts_sweep && shape.heads / shape.kv_heads != 7 && shape.heads / shape.kv_heads != 8) continue;
     if (only_gqa != 0 && shape.heads / shape.kv_heads != only_gqa) continue;
     const int kv_heads = shape.kv_heads, heads = shape.heads, head_dim = shape.head_dim;
     for (int64_t context : {1024, 8192}) {
       for (int batch : {1, 8, 32, 64}) {
-        if (parts_sweep && batch < 32) continue;
+        // The sweep takes the shapes the launch runs on the tensor cores, and GQA 7 and 8 at any batch.
+        if (parts_sweep && shape.heads / shape.kv_heads < 7 &&
+            !strata::kernels::DecodeRunsOnTensorCores(DecodeKernel::kAuto, head_dim, heads,
+                                                      kv_heads, batch, context)) {
+          continue;
+        }
         if (only_batch != 0 && (batch != only_batch || context != only_context)) continue;
         const std::vector<int64_t> lengths(static_cast<size_t>(batch), context);
         const auto pool = strata::kernels::test_support::RandomPagedPool(lengths, page, kv_heads, head_dim, 1);
@@ -127,7 +131,8 @@ int main(int argc, char** argv) {
         };
         if (parts_sweep) {
           std::printf("%s batch %d context %lld:", shape.name, batch, static_cast<long long>(context));
-          for (int parts = 1; parts <= 8; ++parts) {
+          for (int parts : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 64, 128, 256}) {
+            if (parts > (context + 31) / 32) break;
             strata::kernels::SetTensorCoreDecodePartsForBenchmarks(parts);
             std::printf(" %d: %.4f", parts, time(DecodeKernel::kTensorCores));
           }

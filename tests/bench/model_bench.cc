@@ -11,6 +11,8 @@
 //
 //   model_bench [--models=llama3-8b,llama3-1b] [--quick] [--graphs=0] [--decode_only]
 //       [--compare_skinny]   (each decode step also with cuBLAS for every product, beside it)
+//       [--compare_tuning]   (each decode step also with cuBLAS's default for its cuBLAS products,
+//                             beside the tuned ones, and the shapes tuning chose for)
 //   model_bench --models=llama3-8b --profile=BATCH,CONTEXT   (for ncu --profile-from-start off:
 //       two warm-up decode steps, then one between cudaProfilerStart and Stop, no graphs)
 // Without a GPU it says so and exits 0.
@@ -127,8 +129,17 @@ int Profile(const std::string& name, int batch, int context) {
   return 0;
 }
 
+// The cuBLAS shapes tuned so far (kernels/gemm/cublas.h): what each chose and gained.
+void PrintTunedMatMuls() {
+  std::printf("tuned cuBLAS products (rows x in x out: default us -> chosen us, of N cublasLt candidates)\n");
+  for (const kernels::MatMulTuning& t : kernels::TunedMatMuls()) {
+    std::printf("  %4d x %5d x %6d: %8.1f -> %8.1f us (%s, %d candidates)\n", t.rows, t.in_dim, t.out_dim,
+                t.default_us, t.chosen_us, t.cublaslt ? "cublasLt" : "default", t.candidates);
+  }
+}
+
 struct RunOptions {
-  bool quick = false, graphs = true, decode_only = false, compare_skinny = false;
+  bool quick = false, graphs = true, decode_only = false, compare_skinny = false, compare_tuning = false;
 };
 
 void Run(const std::string& name, const RunOptions& ro, double copy_bw, double peak) {
@@ -161,6 +172,7 @@ void Run(const std::string& name, const RunOptions& ro, double copy_bw, double p
               capacity_tokens * kv_token_bytes * 1.5 / 1e9);
   std::printf("%-8s %-8s %12s %12s %14s %10s", "batch", "context", "step_ms", "tokens/s", "roofline_ms", "fraction");
   if (ro.compare_skinny) std::printf(" %14s %14s", "cublas_ms", "cublas_frac");
+  if (ro.compare_tuning) std::printf(" %14s %14s", "untuned_ms", "untuned_frac");
   std::printf("\n");
   const int steps = quick ? 3 : 10;
   for (int ctx : {1024, 8192}) {
@@ -202,13 +214,22 @@ void Run(const std::string& name, const RunOptions& ro, double copy_bw, double p
         m.set_skinny_matmul(true);
         if (t_cublas < 0) return;
       }
+      double t_untuned = 0;
+      if (ro.compare_tuning) {
+        m.set_tune_matmuls(false);
+        t_untuned = time_steps();
+        m.set_tune_matmuls(true);
+        if (t_untuned < 0) return;
+      }
       const double bytes = weights_read + batch * (embed_bytes / v) + batch * (ctx + 1.0) * kv_token_bytes;
       const double floor = bytes / copy_bw;  // copy_bw counts every byte moved, read or written
       std::printf("%-8d %-8d %12.3f %12.0f %14.3f %10.2f", batch, ctx, t * 1e3, batch / t, floor * 1e3, floor / t);
       if (ro.compare_skinny) std::printf(" %14.3f %14.2f", t_cublas * 1e3, floor / t_cublas);
+      if (ro.compare_tuning) std::printf(" %14.3f %14.2f", t_untuned * 1e3, floor / t_untuned);
       std::printf("\n");
     }
   }
+  if (ro.compare_tuning) PrintTunedMatMuls();
   if (ro.decode_only) return;
 
   // The device sampler's cost: the same decode steps drawing with temperature and top-p.
@@ -329,6 +350,7 @@ int main(int argc, char** argv) {
     if (a == "--graphs=0") ro.graphs = false;
     if (a == "--decode_only") ro.decode_only = true;
     if (a == "--compare_skinny") ro.compare_skinny = true;
+    if (a == "--compare_tuning") ro.compare_tuning = true;
     if (a.rfind("--profile=", 0) == 0) std::sscanf(a.c_str() + 10, "%d,%d", &profile_batch, &profile_context);
     if (a.rfind("--models=", 0) == 0) models = a.substr(9);
   }

@@ -1,0 +1,36 @@
+// How many parts along the sequence the tensor-core decode splits each sequence's keys
+// into: a cost model of the one-warp decode form, fitted to its measured times on the H100
+// (docs/BENCHMARKS.md, "The tensor-core decode's parts, by a cost model"). Host code only,
+// free of CUDA, so the CPU suite checks its choices.
+#ifndef STRATA_KERNELS_ATTENTION_DECODE_PARTS_H_
+#define STRATA_KERNELS_ATTENTION_DECODE_PARTS_H_
+
+#include <cstdint>
+
+namespace strata::kernels {
+
+// The shape of one tensor-core decode launch: blocks_per_part blocks (sequences x KV heads
+// x subgroups) each stream one part of the sequence's keys, in 32-key tiles of head_dim;
+// slots blocks are resident at once over sm_count SMs (the occupancy calculator's count).
+struct TensorCoreDecodeShape {
+  int64_t blocks_per_part;
+  int64_t max_tokens;
+  int head_dim;
+  int sm_count;
+  int64_t slots;
+};
+
+// The model's cost of the launch with `parts` parts, in units of the time HBM takes to
+// stream one 32-key tile to every SM: wave by wave, each block's tiles and its own fixed
+// cost (its query rows, its part's store, its start) at a rate that slows with the blocks
+// an SM holds (a wave of b blocks an SM costs b + b0 a tile), plus the merge's read of
+// every block's part when there is more than one. A ranking of counts, not a time.
+double TensorCoreDecodeCost(const TensorCoreDecodeShape& shape, int parts);
+
+// The count of parts, 1..max_parts (and at most one 32-key tile a part), of least cost;
+// ties go to fewer parts.
+int TensorCoreDecodeParts(const TensorCoreDecodeShape& shape, int max_parts);
+
+}  // namespace strata::kernels
+
+#endif  // STRATA_KERNELS_ATTENTION_DECODE_PARTS_H_
