@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -545,6 +546,28 @@ TEST_F(CudaKernelsTest, TunedMatMulMatchesCpuAndRepeatsItsBits) {
       }
       return false;
     };
+    if (rows == 32) {
+      // A thread's first cuBLAS product makes its handle, which cannot happen under capture:
+      // refused with a clear status, the capture left valid; then one product outside.
+      cudaStream_t other = nullptr;
+      ASSERT_EQ(cudaStreamCreate(&other), cudaSuccess);
+      std::thread([&] {
+        cudaGraph_t graph = nullptr;
+        DeviceVector<float> out{std::vector<float>(want.size())};
+        EXPECT_EQ(cudaStreamBeginCapture(other, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        EXPECT_TRUE(absl::IsFailedPrecondition(LaunchMatMulBf16(
+            {dx.get(), dw.get(), out.get(), rows, in_dim, out_dim, MatMulPath::kCublas, true}, other)));
+        EXPECT_EQ(cudaStreamEndCapture(other, &graph), cudaSuccess);
+        if (graph != nullptr) cudaGraphDestroy(graph);
+      }).join();
+      cudaStreamDestroy(other);
+    }
+    // This thread's handle, made outside a capture (the engine's first step of a shape is eager).
+    {
+      DeviceVector<float> out{std::vector<float>(want.size())};
+      ASSERT_TRUE(LaunchMatMulBf16({dx.get(), dw.get(), out.get(), rows, in_dim, out_dim, MatMulPath::kCublas}, stream_).ok());
+      Sync();
+    }
     const std::vector<float> captured = run(true);
     EXPECT_FALSE(tuned()) << what << " was tuned inside a capture";
     const std::vector<float> first = run(false), second = run(false);

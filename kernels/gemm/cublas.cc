@@ -98,12 +98,23 @@ const Cublas& LoadCublas() {
   return *cublas;
 }
 
+// Making a handle allocates device memory, which a stream being captured into a graph
+// cannot do (it would invalidate the capture): refused there, with a clear status.
+absl::Status RefuseUnderCapture(cudaStream_t stream, const char* what) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capturing));
+  if (capturing == cudaStreamCaptureStatusNone) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("this thread's first ", what, " product cannot be inside a CUDA graph capture (run one before)"));
+}
+
 // One handle per thread (cuBLAS handles are not meant to be shared across threads).
-absl::StatusOr<cublasHandle_t> ThreadHandle() {
+absl::StatusOr<cublasHandle_t> ThreadHandle(cudaStream_t stream) {
   const Cublas& cublas = LoadCublas();
   if (!cublas.error.empty()) return absl::FailedPreconditionError(cublas.error);
   thread_local cublasHandle_t handle = nullptr;
   if (handle == nullptr) {
+    if (absl::Status s = RefuseUnderCapture(stream, "cuBLAS"); !s.ok()) return s;
     const cublasStatus_t created = cublas.create(&handle);
     if (created != CUBLAS_STATUS_SUCCESS) {
       handle = nullptr;
@@ -113,10 +124,11 @@ absl::StatusOr<cublasHandle_t> ThreadHandle() {
   return handle;
 }
 
-absl::StatusOr<cublasLtHandle_t> ThreadLtHandle() {
+absl::StatusOr<cublasLtHandle_t> ThreadLtHandle(cudaStream_t stream) {
   const Cublas& cublas = LoadCublas();
   thread_local cublasLtHandle_t handle = nullptr;
   if (handle == nullptr) {
+    if (absl::Status s = RefuseUnderCapture(stream, "cublasLt"); !s.ok()) return s;
     if (const cublasStatus_t created = cublas.lt_create(&handle); created != CUBLAS_STATUS_SUCCESS) {
       handle = nullptr;
       return absl::InternalError(absl::StrCat("cublasLtCreate: ", cublas.status_string(created)));
@@ -223,7 +235,7 @@ absl::Status Tune(cublasHandle_t handle, const MatMulBf16Params& p, const ShapeK
   std::vector<cublasLtMatmulAlgo_t> algos;
   absl::StatusOr<cublasLtHandle_t> lt = absl::FailedPreconditionError("no cublasLt");
   if (cublas.has_lt()) {
-    lt = ThreadLtHandle();
+    lt = ThreadLtHandle(stream);
     if (lt.ok()) {
       if (absl::Status s = LtCandidates(cublas, *lt, p, plan.get(), &algos); !s.ok()) algos.clear();
     }
@@ -283,7 +295,7 @@ absl::Status Tune(cublasHandle_t handle, const MatMulBf16Params& p, const ShapeK
 }  // namespace
 
 absl::Status CublasMatMulBf16(const MatMulBf16Params& p, cudaStream_t stream) {
-  auto handle = ThreadHandle();
+  auto handle = ThreadHandle(stream);
   if (!handle.ok()) return handle.status();
   const Cublas& cublas = LoadCublas();
   if (cublasStatus_t s = cublas.set_stream(*handle, stream); s != CUBLAS_STATUS_SUCCESS) {
@@ -303,7 +315,7 @@ absl::Status CublasMatMulBf16(const MatMulBf16Params& p, cudaStream_t stream) {
     }
   }
   if (plan != nullptr && plan->lt) {
-    auto lt = ThreadLtHandle();
+    auto lt = ThreadLtHandle(stream);
     if (!lt.ok()) return lt.status();
     return RunLt(*lt, *plan, plan->algo, p, stream);
   }
