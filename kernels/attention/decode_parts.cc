@@ -10,9 +10,9 @@ namespace {
 constexpr int64_t kTileTokens = 32;
 // Fitted to decode_attention_bench --parts_sweep on the H100 and the H200 (2026-11-27;
 // GQA 7, 8 and 16 at head_dim 128 and GQA 4 at 80, 1 to 64 sequences of 1K and 8K tokens,
-// 1 to 256 parts): the counts it picks are on average within 1.5% of the fastest measured
-// one, at worst 14% (the rule before it: 7% on average, at worst 74%, at one sequence of
-// 8K tokens).
+// 1 to 256 parts; the rows are in decode_parts_test.cc): the counts it picks are on
+// average within 1.8% of the fastest measured one, at worst 15% (the rule before it: 9% on
+// average, at worst 74%, at one sequence of 8K tokens).
 constexpr double kStreamOverheadBlocks = 1.38;  // b0: a wave's time per tile ~ b + b0
 constexpr double kBlockFixedTiles = 5.0;        // a block's own cost: its Q, its part's store, its start
 constexpr double kMergeTilesPerPart = 0.8;      // the merge reads each block's part
