@@ -34,7 +34,8 @@ cudaError_t PagedDecodeAttentionAsync(const SplitKvArgs& a, cudaStream_t stream)
     })
   })
   if (e != cudaSuccess || a.splits == 1) return e;
-  return MergeStatesAsync(a.ws_o, a.ws_lse, a.splits, a.rows, a.num_heads, a.head_dim, a.out, a.lse, stream);
+  return MergeStatesAsync(a.ws_o, a.ws_lse, a.splits, a.rows, a.num_heads, a.head_dim, a.out, a.lse, stream,
+                          nullptr, a.out_bf16);
 }
 
 }  // namespace strata::kernels::internal

@@ -32,9 +32,12 @@ struct SplitKvArgs {
   // and every part goes there, a lone one too (relay attention's fused launch, whose merge
   // takes them with its system part's); 0: [rows][splits] as above.
   int ws_row_parts = 0, ws_first_part = 0;
+  // With more than one part, the merge writes the rows here as bf16 instead of to out.
+  uint16_t* out_bf16 = nullptr;
 };
 
-// The parts' attention, then (with more than one part) their merge (merge_launch.h).
+// The parts' attention, then (with more than one part) their merge (merge_launch.h), into
+// out_bf16 when given.
 cudaError_t PagedDecodeAttentionAsync(const SplitKvArgs& a, cudaStream_t stream);
 
 }  // namespace strata::kernels::internal

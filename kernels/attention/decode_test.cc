@@ -4,12 +4,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -309,6 +311,44 @@ TEST_F(CudaKernelsTest, PagedDecodeAttentionMergesIntoAnOutputOffTheFloat4Grid) 
         ExpectClose(got, aligned, what + " out vs the float4 merge");
         ExpectClose(got_lse, aligned_lse, what + " lse vs the float4 merge");
       }
+    }
+  }
+}
+
+// With out_bf16 the decode writes the o projection's input itself: the same bits as its
+// fp32 output cast by ToBf16, whether the merge writes them (split parts) or the launch
+// casts its one part, on both kernels; an out_bf16 off the 8-byte grid is refused.
+TEST_F(CudaKernelsTest, PagedDecodeAttentionWritesBf16AsItsOutputCast) {
+  const int kv_heads = 4, head_dim = 128;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  // (heads, lengths): few long sequences split into parts; many short ones take one part.
+  for (auto [heads, lengths] : {std::pair{28, std::vector<int64_t>{3000, 4100}},
+                                {32, std::vector<int64_t>(300, 40)}, {28, std::vector<int64_t>(200, 64)}}) {
+    const int batch = static_cast<int>(lengths.size());
+    const int64_t max_tokens = *std::max_element(lengths.begin(), lengths.end());
+    const test_support::PagedPool pool = test_support::RandomPagedPool(lengths, 16, kv_heads, head_dim, 95);
+    const std::vector<float> q = RandomVector(static_cast<size_t>(batch) * heads * head_dim, 96);
+    DevicePool dp(pool);
+    for (DecodeKernel kernel : {DecodeKernel::kCudaCores, DecodeKernel::kTensorCores}) {
+      const std::string what = std::to_string(heads) + " heads, batch " + std::to_string(batch) +
+                               (kernel == DecodeKernel::kCudaCores ? ", CUDA cores" : ", tensor cores");
+      DeviceVector<float> dq(q), dout{std::vector<float>(q.size())},
+          ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(batch, heads, head_dim, max_tokens)))};
+      DeviceVector<uint16_t> cast{std::vector<uint16_t>(q.size())}, direct{std::vector<uint16_t>(q.size() + 4, 0xffff)};
+      ASSERT_TRUE(LaunchPagedDecodeAttention(
+                      {dq.get(), dp.view, batch, heads, scale, max_tokens, ws.get(), dout.get(), nullptr, kernel}, stream_)
+                      .ok())
+          << what;
+      ASSERT_TRUE(LaunchToBf16({dout.get(), cast.get(), static_cast<int64_t>(q.size())}, stream_).ok());
+      DecodeAttentionParams p{dq.get(), dp.view, batch, heads, scale, max_tokens, ws.get(), dout.get(), nullptr, kernel};
+      p.out_bf16 = direct.get();
+      ASSERT_TRUE(LaunchPagedDecodeAttention(p, stream_).ok()) << what;
+      Sync();
+      const std::vector<uint16_t> want = cast.ToHost(), got = direct.ToHost();
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(uint16_t))) << what;
+      EXPECT_EQ(got[q.size()], 0xffff) << what << ": wrote past the rows";
+      p.out_bf16 = direct.get() + 1;
+      EXPECT_TRUE(absl::IsInvalidArgument(LaunchPagedDecodeAttention(p, stream_))) << what;
     }
   }
 }

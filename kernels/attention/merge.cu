@@ -5,6 +5,7 @@
 
 #include "kernels/attention/merge_launch.h"
 #include "kernels/alignment.h"
+#include "kernels/cuda_device.cuh"
 
 namespace strata::kernels::internal {
 namespace {
@@ -15,7 +16,7 @@ constexpr int kMergeThreads = 128;
 // `out` (lse out_lse) when out_lse is given. Each output element is read (as that part) and
 // written by the same thread.
 __global__ void MergePartsKernel(const float* ws_o, const float* ws_lse, int splits, int num_heads, int head_dim,
-                                 const float* out_lse, float* out, float* lse) {
+                                 const float* out_lse, float* out, float* lse, uint16_t* out_bf16) {
   const int h = blockIdx.x, b = blockIdx.y;
   const int64_t row = int64_t{b} * num_heads + h;
   const float base = out_lse != nullptr ? out_lse[row] : -INFINITY;
@@ -34,7 +35,12 @@ __global__ void MergePartsKernel(const float* ws_o, const float* ws_lse, int spl
       const float l = ws_lse[r];
       if (l != -INFINITY) acc += expf(l - m) * ws_o[r * head_dim + d];
     }
-    out[row * head_dim + d] = total > 0 ? acc / total : 0.0f;
+    const float merged = total > 0 ? acc / total : 0.0f;
+    if (out_bf16 != nullptr) {
+      out_bf16[row * head_dim + d] = Narrow(merged);
+    } else {
+      out[row * head_dim + d] = merged;
+    }
   }
   if (lse != nullptr && threadIdx.x == 0) lse[row] = total > 0 ? m + logf(total) : -INFINITY;
 }
@@ -48,7 +54,8 @@ constexpr int kRowMergeWarps = 4;
 __global__ void __launch_bounds__(kRowMergeWarps * 32)
     MergeRowPartsKernel(const float* __restrict__ ws_o, const float* __restrict__ ws_lse, int row_parts,
                         int full_rows, int few_parts, int rows, int num_heads, int head_dim,
-                        const float* __restrict__ out_lse, float* out, float* __restrict__ lse_out) {
+                        const float* __restrict__ out_lse, float* out, float* __restrict__ lse_out,
+                        uint16_t* __restrict__ out_bf16) {
   const int lane = threadIdx.x & 31;
   const int64_t item = int64_t{blockIdx.x} * kRowMergeWarps + (threadIdx.x >> 5);
   if (item >= int64_t{rows} * num_heads) return;  // a whole warp
@@ -98,7 +105,12 @@ __global__ void __launch_bounds__(kRowMergeWarps * 32)
     if (active) {
       const float4 r = total > 0.0f ? make_float4(acc.x / total, acc.y / total, acc.z / total, acc.w / total)
                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      *reinterpret_cast<float4*>(out_row + d) = r;
+      if (out_bf16 != nullptr) {  // 8-byte aligned: the launch checked the row start, head_dim % 4 == 0
+        const uint32_t lo = Narrow(r.x) | (uint32_t{Narrow(r.y)} << 16), hi = Narrow(r.z) | (uint32_t{Narrow(r.w)} << 16);
+        *reinterpret_cast<uint2*>(out_bf16 + item * head_dim + d) = make_uint2(lo, hi);
+      } else {
+        *reinterpret_cast<float4*>(out_row + d) = r;
+      }
     }
   }
   if (lse_out != nullptr && lane == 0) lse_out[item] = total > 0.0f ? m + logf(total) : -INFINITY;
@@ -111,24 +123,26 @@ cudaError_t MergeRowPartsAsync(const float* ws_o, const float* ws_lse, int row_p
   const int64_t items = int64_t{rows} * num_heads;
   const unsigned blocks = static_cast<unsigned>((items + kRowMergeWarps - 1) / kRowMergeWarps);
   MergeRowPartsKernel<<<blocks, kRowMergeWarps * 32, 0, stream>>>(ws_o, ws_lse, row_parts, full_rows, few_parts,
-                                                                  rows, num_heads, head_dim, nullptr, out, nullptr);
+                                                                  rows, num_heads, head_dim, nullptr, out, nullptr,
+                                                                  nullptr);
   return cudaGetLastError();
 }
 
 cudaError_t MergeStatesAsync(const float* ws_o, const float* ws_lse, int splits, int rows, int num_heads,
-                             int head_dim, float* out, float* lse, cudaStream_t stream, const float* out_lse) {
+                             int head_dim, float* out, float* lse, cudaStream_t stream, const float* out_lse,
+                             uint16_t* out_bf16) {
   // The warp-per-row merge where its float4 loads may run (the decode's 64 x 28-head, two-part
   // merge: 6.2 -> 4.7 us on the H100), else a block per (head, row).
   const int64_t items = int64_t{rows} * num_heads;
   if (items == 0) return cudaSuccess;
-  if (head_dim % 4 == 0 && IsAligned(ws_o, 16) && IsAligned(out, 16)) {
+  if (head_dim % 4 == 0 && IsAligned(ws_o, 16) && IsAligned(out, 16) && IsAligned(out_bf16, 8)) {
     const unsigned blocks = static_cast<unsigned>((items + kRowMergeWarps - 1) / kRowMergeWarps);
     MergeRowPartsKernel<<<blocks, kRowMergeWarps * 32, 0, stream>>>(ws_o, ws_lse, splits, rows, splits, rows,
-                                                                    num_heads, head_dim, out_lse, out, lse);
+                                                                    num_heads, head_dim, out_lse, out, lse, out_bf16);
     return cudaGetLastError();
   }
   MergePartsKernel<<<dim3(num_heads, rows), kMergeThreads, 0, stream>>>(ws_o, ws_lse, splits, num_heads, head_dim,
-                                                                         out_lse, out, lse);
+                                                                         out_lse, out, lse, out_bf16);
   return cudaGetLastError();
 }
 

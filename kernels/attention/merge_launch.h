@@ -17,10 +17,12 @@ namespace strata::kernels::internal {
 // The specification is MergeAttentionStates (kernels/testing/attention_cpu.h) applied part by
 // part; rows whose parts are all empty get o = 0 and lse = -inf. With `out_lse`
 // ([rows][num_heads]), `out` holds one more part on entry (relay attention's context part,
-// of lse out_lse) and the merge takes it in, in place.
+// of lse out_lse) and the merge takes it in, in place. With `out_bf16`, the merged rows go
+// there as bf16 (the rounding of ToBf16, elementwise.h), not to `out` (then read only for
+// out_lse's part): the cast a step does next, fused.
 cudaError_t MergeStatesAsync(const float* ws_o, const float* ws_lse, int splits, int rows, int num_heads,
                              int head_dim, float* out, float* lse, cudaStream_t stream,
-                             const float* out_lse = nullptr);
+                             const float* out_lse = nullptr, uint16_t* out_bf16 = nullptr);
 
 // The same merge with rows of different part counts, for relay attention's fused launch:
 // part s of row b at ws_o[((b * row_parts + s) * num_heads + h) * head_dim] and

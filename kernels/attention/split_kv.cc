@@ -13,6 +13,7 @@
 #include "kernels/attention/decode_parts.h"
 #include "kernels/attention/prefill.h"
 #include "kernels/alignment.h"
+#include "kernels/elementwise/elementwise.h"
 #include "kernels/launch_checks.h"
 
 #if defined(STRATA_WITH_CUDA)
@@ -99,7 +100,7 @@ std::atomic<int> forced_tensor_core_parts{0};  // SetTensorCoreDecodePartsForBen
 // (part, KV head and subgroup, sequence).
 absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch, int num_heads, float scale,
                                     int64_t max_tokens, float* workspace, float* out, float* lse,
-                                    cudaStream_t stream) {
+                                    uint16_t* out_bf16, cudaStream_t stream) {
   const int group = num_heads / kv.kv_heads, subgroups = group / GqaSubgroupSize(group);
   internal::PrefillTcParams p{q,         kv.k_pages,  kv.v_pages, kv.indptr, kv.indices, kv.last_page_len,
                               nullptr,   kv.page_size, kv.kv_heads, kv.head_dim, num_heads, batch,
@@ -122,7 +123,9 @@ absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch
       internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::k16Rows1Warp, stream));
   if (p.key_splits > 1) {
     STRATA_CUDA_RETURN_IF_ERROR(internal::MergeStatesAsync(p.ws_o, p.ws_lse, p.key_splits, batch, num_heads,
-                                                           kv.head_dim, out, lse, stream));
+                                                           kv.head_dim, out, lse, stream, nullptr, out_bf16));
+  } else if (out_bf16 != nullptr) {
+    return LaunchToBf16({out, out_bf16, int64_t{batch} * num_heads * kv.head_dim}, stream);
   }
   return absl::OkStatus();
 }
@@ -130,7 +133,8 @@ absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch
 // Decode is the case qo_indptr == nullptr, rows == batch.
 absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32_t* qo_indptr, int batch, int rows,
                                   int num_heads, float scale, int64_t max_tokens, float* workspace, float* out,
-                                  float* lse, cudaStream_t stream, DecodeKernel kernel = DecodeKernel::kCudaCores) {
+                                  float* lse, cudaStream_t stream, DecodeKernel kernel = DecodeKernel::kCudaCores,
+                                  uint16_t* out_bf16 = nullptr) {
   if (absl::Status s = CheckSizes(batch, rows, max_tokens); !s.ok()) return s;
   if (!IsDispatchedHeadDim(kv.head_dim)) {
     return absl::InvalidArgumentError("paged attention takes head_dim 64, 80, 96, 128 or 256");
@@ -141,6 +145,7 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
   if (!IsAligned(q, 16) || !IsAligned(kv.k_pages, 16) || !IsAligned(kv.v_pages, 16)) {
     return absl::InvalidArgumentError("paged attention needs q, k_pages and v_pages 16-byte aligned");
   }
+  if (!IsAligned(out_bf16, 8)) return absl::InvalidArgumentError("paged attention needs out_bf16 8-byte aligned");
   if (batch == 0 || rows == 0 || num_heads == 0) return absl::OkStatus();
   if (max_tokens > std::numeric_limits<int32_t>::max()) return absl::InvalidArgumentError("max_tokens too large");
   const bool out_in_pairs = IsAligned(out, 8);  // the tensor-core form's float2 stores
@@ -152,16 +157,20 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
     if (!(scale > 0.0f) || std::isinf(scale)) {  // the tensor-core kernel's running max is of unscaled scores
       return absl::InvalidArgumentError("tensor-core decode needs 0 < scale < inf");
     }
-    return LaunchTensorCoreDecode(q, kv, batch, num_heads, scale, max_tokens, workspace, out, lse, stream);
+    return LaunchTensorCoreDecode(q, kv, batch, num_heads, scale, max_tokens, workspace, out, lse, out_bf16, stream);
   }
   const DecodeSplit split = ChooseDecodeSplit(int64_t{rows} * kv.kv_heads, max_tokens, CurrentDeviceSmCount());
   float* ws_o = workspace;
   float* ws_lse = workspace + int64_t{split.parts} * rows * num_heads * kv.head_dim;
-  const internal::SplitKvArgs args{q,         kv.k_pages,  kv.v_pages,       kv.page_size, kv.kv_heads,
+  internal::SplitKvArgs args{q,         kv.k_pages,  kv.v_pages,       kv.page_size, kv.kv_heads,
                                    kv.head_dim, kv.indptr, kv.indices,      kv.last_page_len, qo_indptr,
                                    batch,       rows,        num_heads,     scale,        split.parts,
                                    split.part_tokens, ws_o, ws_lse,         out,          lse};
+  args.out_bf16 = out_bf16;
   STRATA_CUDA_RETURN_IF_ERROR(internal::PagedDecodeAttentionAsync(args, stream));
+  if (split.parts == 1 && out_bf16 != nullptr) {
+    return LaunchToBf16({out, out_bf16, int64_t{rows} * num_heads * kv.head_dim}, stream);
+  }
   return absl::OkStatus();
 }
 
@@ -187,7 +196,7 @@ bool DecodeRunsOnTensorCores(DecodeKernel kernel, int head_dim, int num_heads, i
 
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream) {
   return LaunchPagedAttention(p.q, p.kv, nullptr, p.batch, p.batch, p.num_heads, p.scale, p.max_tokens, p.workspace,
-                              p.out, p.lse, stream, p.kernel);
+                              p.out, p.lse, stream, p.kernel, p.out_bf16);
 }
 
 absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {

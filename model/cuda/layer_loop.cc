@@ -100,9 +100,12 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
            step.grouped_rows, step.max_group_rows, c.num_heads, scale, step.max_tokens, step.prefix_bucket,
            attn_ws.as<float>(), attn.as<float>()}, st));
     } else if (step.decodes > 0) {
-      STRATA_STEP(kernels::LaunchPagedDecodeAttention({q.as<float>(), pool.LayerKv(l, d_indptr, d_indices, d_last),
-                                                      step.decodes, c.num_heads, scale, step.max_tokens,
-                                                      attn_ws.as<float>(), attn.as<float>(), nullptr}, st));
+      // A step of decodes only: the attention writes the o projection's bf16 input itself.
+      kernels::DecodeAttentionParams dp{q.as<float>(), pool.LayerKv(l, d_indptr, d_indices, d_last), step.decodes,
+                                        c.num_heads, scale, step.max_tokens, attn_ws.as<float>(), attn.as<float>(),
+                                        nullptr};
+      if (decode) dp.out_bf16 = ab.as<uint16_t>();
+      STRATA_STEP(kernels::LaunchPagedDecodeAttention(dp, st));
     }
     if (step.decodes < step.n_seq) {
       const int64_t first = int64_t{step.decodes} * qd;
@@ -111,7 +114,9 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
           d_qo_prompt, step.n_seq - step.decodes, r - step.decodes, c.num_heads, scale, step.max_new,
           attn.as<float>() + first, nullptr, false, prefill_ws, step.max_prompt_keys}, st));
     }
-    STRATA_STEP(kernels::LaunchToBf16({attn.as<float>(), ab.as<uint16_t>(), int64_t{r} * qd}, st));
+    if (!(decode && step.groups == 0)) {
+      STRATA_STEP(kernels::LaunchToBf16({attn.as<float>(), ab.as<uint16_t>(), int64_t{r} * qd}, st));
+    }
     STRATA_STEP(kernels::LaunchMatMulBf16({ab.as<uint16_t>(), L.wo, pr, r, qd, h, o_mm, tune}, st));
     // MLP block.
     STRATA_STEP(kernels::LaunchRmsNormToBf16({pr, xs, L.mlp_norm, hs, r, h, c.rms_norm_eps}, st));
