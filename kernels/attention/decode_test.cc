@@ -472,18 +472,28 @@ TEST_F(CudaKernelsTest, ArgmaxMatchesGreedySampling) {
   EXPECT_EQ(want[2], vocab - 1);
 }
 
+// Random bf16 operands of a product and the CPU twin's result.
+struct RandomProduct {
+  RandomProduct(int rows, int in_dim, int out_dim, unsigned seed)
+      : x(static_cast<size_t>(rows) * in_dim), w(static_cast<size_t>(out_dim) * in_dim),
+        want(static_cast<size_t>(rows) * out_dim) {
+    std::mt19937 gen(seed);
+    for (uint16_t& v : x) v = test_support::RandomBf16(gen);
+    for (uint16_t& v : w) v = test_support::RandomBf16(gen);
+    MatMulBf16(x.data(), w.data(), want.data(), rows, in_dim, out_dim);
+  }
+  std::vector<uint16_t> x, w;
+  std::vector<float> want;
+};
+
 TEST_F(CudaKernelsTest, MatMulBf16MatchesCpu) {
   // cuBLAS everywhere; the skinny kernel for 1..16 rows (K ranges of the warps not a whole
   // number of pipeline stages: 3584 = 112 chunks of 32, 28 a warp).
   for (auto [rows, in_dim, out_dim] : {std::tuple{1, 64, 96}, {7, 4096, 1024}, {64, 512, 4096}, {16, 1024, 272},
                                        {11, 2048, 4096}, {3, 14336, 512}, {9, 96, 16}, {5, 3584, 64}}) {
-    std::mt19937 gen(rows + in_dim);
-    std::vector<uint16_t> x(static_cast<size_t>(rows) * in_dim), w(static_cast<size_t>(out_dim) * in_dim);
-    for (uint16_t& v : x) v = test_support::RandomBf16(gen);
-    for (uint16_t& v : w) v = test_support::RandomBf16(gen);
-    std::vector<float> want(static_cast<size_t>(rows) * out_dim);
-    MatMulBf16(x.data(), w.data(), want.data(), rows, in_dim, out_dim);
-    DeviceVector<uint16_t> dx(x), dw(w);
+    const RandomProduct product(rows, in_dim, out_dim, rows + in_dim);
+    const std::vector<float>& want = product.want;
+    DeviceVector<uint16_t> dx(product.x), dw(product.w);
     const bool skinny = internal::SkinnyMatMulFits(dx.get(), dw.get(), rows, in_dim, out_dim);
     EXPECT_EQ(skinny, rows <= 16) << "every shape here but 64 rows fits the skinny kernel";
     for (int path = 0; path < (skinny ? 2 : 1); ++path) {
@@ -553,13 +563,9 @@ TEST_F(CudaKernelsTest, SkinnyMatMulRowsDoNotDependOnTheBatch) {
 TEST_F(CudaKernelsTest, TunedMatMulMatchesCpuAndRepeatsItsBits) {
   for (auto [rows, in_dim, out_dim] : {std::tuple{32, 1024, 8192}, {64, 4096, 2048}, {17, 512, 1536}}) {
     const std::string what = std::to_string(rows) + "x" + std::to_string(in_dim) + "x" + std::to_string(out_dim);
-    std::mt19937 gen(rows * 31 + out_dim);
-    std::vector<uint16_t> x(static_cast<size_t>(rows) * in_dim), w(static_cast<size_t>(out_dim) * in_dim);
-    for (uint16_t& v : x) v = test_support::RandomBf16(gen);
-    for (uint16_t& v : w) v = test_support::RandomBf16(gen);
-    std::vector<float> want(static_cast<size_t>(rows) * out_dim);
-    MatMulBf16(x.data(), w.data(), want.data(), rows, in_dim, out_dim);
-    DeviceVector<uint16_t> dx(x), dw(w);
+    const RandomProduct product(rows, in_dim, out_dim, rows * 31 + out_dim);
+    const std::vector<float>& want = product.want;
+    DeviceVector<uint16_t> dx(product.x), dw(product.w);
     auto run = [&](bool capture) {
       DeviceVector<float> out{std::vector<float>(want.size(), std::nanf(""))};
       MatMulBf16Params p{dx.get(), dw.get(), out.get(), rows, in_dim, out_dim, MatMulPath::kCublas, true};
