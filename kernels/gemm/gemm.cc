@@ -15,6 +15,10 @@
 
 namespace strata::kernels {
 
+#if defined(STRATA_WITH_CUDA)
+static_assert(kSkinnyMatMulMaxRows == internal::kSkinnyMaxRows);
+#endif
+
 #if defined(STRATA_WITH_CUBLAS)
 
 using internal::CublasMatMulBf16;

@@ -22,6 +22,8 @@ namespace strata::kernels {
 // shape fits it (in_dim a multiple of 32, out_dim of 16, x and w 16-byte aligned), else
 // cuBLAS; the others force one (tests and benchmarks).
 enum class MatMulPath { kAuto, kCublas, kSkinny };
+// The most rows kAuto gives the skinny kernel.
+inline constexpr int kSkinnyMatMulMaxRows = 16;
 
 struct MatMulBf16Params {
   const uint16_t* x;

@@ -116,10 +116,44 @@ absl::Status CudaModel::Impl::FinishKvTransfers() {
   return FinishSaves();
 }
 
+absl::Status CudaModel::Impl::TuneDecodeProducts() {
+  const ModelConfig& c = config;
+  const int64_t most = ProductRows(options.tuned_decode_rows, /*decode_only=*/true);
+  if (most <= 0 || c.num_layers == 0) return absl::OkStatus();
+  if (absl::Status s = ReserveStep(most, most, 1, 1); !s.ok()) return s;
+  // The inputs' contents do not change a product's time; zeros keep them defined.
+  for (cuda_internal::DeviceBuffer* in : {&hb, &ab, &act, &lb}) {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(in->as<void>(), 0, static_cast<size_t>(in->bytes()), stream));
+  }
+  const int h = c.hidden_size, qd = c.q_dim(), ffn = c.intermediate_size;
+  const cuda_internal::LayerDevice& L = weights.layers[0];
+  const kernels::MatMulPath cublas = kernels::MatMulPath::kCublas;
+  // Row counts as ProductRows gives them: 1..16 one by one, then multiples of 8.
+  for (int64_t r = 1; r <= most; r = r < kernels::kSkinnyMatMulMaxRows ? r + 1 : ProductRows(r + 1, true)) {
+    const int rows = static_cast<int>(r);
+    for (const kernels::MatMulBf16Params& p :
+         {kernels::MatMulBf16Params{hb.as<uint16_t>(), L.wqkv, qkv.as<float>(), rows, h, qkv_width(), cublas, true},
+          {ab.as<uint16_t>(), L.wo, proj.as<float>(), rows, qd, h, cublas, true},
+          {hb.as<uint16_t>(), L.wgu, gu.as<float>(), rows, h, 2 * ffn, cublas, true},
+          {act.as<uint16_t>(), L.wdown, proj.as<float>(), rows, ffn, h, cublas, true},
+          {lb.as<uint16_t>(), weights.lm_head, logits.as<float>(), rows, h, c.vocab_size, cublas, true}}) {
+      // Up to 16 rows the skinny kernel takes the products it is given (layer_loop.cc).
+      const bool skinny = options.skinny_matmul && 2 * int64_t{p.in_dim} * p.out_dim >= options.skinny_min_weight_bytes;
+      if (rows <= kernels::kSkinnyMatMulMaxRows && skinny) continue;
+      if (absl::Status s = kernels::LaunchMatMulBf16(p, stream); !s.ok()) return s;
+    }
+  }
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return absl::OkStatus();
+}
+
 absl::Status CudaModel::Impl::AllocatePool() {
   const ModelConfig& c = config;
   // Workspaces for a typical step first, so the pool does not take their room.
   if (absl::Status s = ReserveStep(options.initial_step_tokens, 64, 64, c.max_context); !s.ok()) return s;
+  if (options.tune_matmuls) {
+    if (absl::Status s = TuneDecodeProducts(); !s.ok()) return s;
+  }
   return pool.Allocate(c, options);
 }
 
@@ -299,8 +333,9 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
                          m.meta.Reserve(step.meta.bytes, &m.generation),
                          m.argmax_host.Reserve(4 * std::max<int64_t>(logit_rows, 1), &m.generation),
                          m.argmax_dev.Reserve(4 * std::max<int64_t>(logit_rows, 1), &m.generation),
-                         m.ReserveStep(plan.rows, std::max<int64_t>(logit_rows, 1), step.decodes, step.max_tokens,
-                                       &step)}) {
+                         m.ReserveStep(m.ProductRows(plan.rows, step.decodes == plan.rows),
+                                       std::max<int64_t>(m.ProductRows(logit_rows, step.decodes == plan.rows), 1),
+                                       step.decodes, step.max_tokens, &step)}) {
     if (!s.ok()) return s;
   }
   if (m.generation != generation) m.graphs.Drop();  // a buffer moved: captured addresses are stale

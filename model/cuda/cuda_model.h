@@ -81,6 +81,11 @@ struct CudaModelOptions {
   // choice is by time, so two processes may choose differently for a shape (each choice
   // sums every output in one pass, the same way every call). Off: the default everywhere.
   bool tune_matmuls = true;
+  // With tune_matmuls, a decode step of more than 16 sequences runs its products for its
+  // rows rounded up to a multiple of 8 (the extra rows' results are never read), and the
+  // model tunes every such row count up to this many sequences when it is made (1–3 s
+  // for 256; the server passes --max_batch), so no step waits for tuning later.
+  int tuned_decode_rows = 64;
 };
 
 class CudaModel final : public ModelBackend {

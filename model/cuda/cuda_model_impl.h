@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/attention/prefill.h"
 #include "model/cuda/cuda_model.h"
+#include "kernels/gemm/gemm.h"
 #include "model/cuda/device_memory.h"
 #include "model/cuda/device_weights.h"
 #include "model/cuda/graph_cache.h"
@@ -133,6 +134,18 @@ struct CudaModel::Impl {
                                                     uint64_t fingerprint);
   absl::Status Init(int device);
   absl::Status AllocatePool();
+  // The rows a step's products run for: a decode step of more than kSkinnyMatMulMaxRows
+  // sequences with tuned products, rounded up to a multiple of 8 (the tuned row counts);
+  // else `rows` (CudaModelOptions::tuned_decode_rows).
+  int64_t ProductRows(int64_t rows, bool decode_only) const {
+    if (!options.tune_matmuls || !decode_only || rows <= kernels::kSkinnyMatMulMaxRows) return rows;
+    return (rows + 7) / 8 * 8;
+  }
+  // Tunes the decode steps' cuBLAS products (those the skinny kernel does not take) for
+  // every row count ProductRows gives up to options.tuned_decode_rows (layer 0's weights
+  // stand for every layer's: the same shapes), before the pool takes the memory. Waits
+  // for the stream.
+  absl::Status TuneDecodeProducts();
   // Grows the step workspaces for `rows` rows, `logit_rows` sampled rows and `decodes`
   // decode rows over at most `max_tokens` tokens (and the relay groups and the prefill's
   // split along the keys of `relay_step`).

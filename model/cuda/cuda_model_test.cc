@@ -11,6 +11,7 @@
 
 #include "absl/time/clock.h"
 #include "kernels/attention/prefill.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/testing/delay.h"
 #include "model/cpu/cpu_model.h"
 #include "model/cuda/kv_loader.h"
@@ -523,6 +524,64 @@ TEST_F(CudaModelTest, GraphDecodeStepsEqualEagerSteps) {
     for (auto& t : tokens) out[graphs].insert(out[graphs].end(), t.begin() + prompt, t.end());
   }
   EXPECT_EQ(out[0], out[1]) << "graph-launched decode steps differ from eager ones";
+}
+
+// Decode steps of many sequences with tuned products: the model tuned every row count at
+// start (so no step tunes, and waits, later), a step of 17..40 sequences runs its products
+// for a multiple of 8 rows, and its logits equal the untuned model's within fp32 rounding
+// carried through bf16 activations.
+TEST_F(CudaModelTest, TunedDecodeStepsTuneNothingAndMatchUntuned) {
+  const ModelWeights weights = ModelWeights::Random(Config(), 33, {});
+  std::vector<std::vector<float>> logits[2];
+  size_t tuned_after_start = 0;
+  for (int tuned = 0; tuned < 2; ++tuned) {
+    CudaModelOptions o = SmallPool();
+    o.tune_matmuls = tuned;
+    o.tuned_decode_rows = 40;
+    auto model = CudaModel::Create(weights, o);
+    ASSERT_TRUE(model.ok()) << model.status();
+    CudaModel& m = **model;
+    if (tuned) {
+      tuned_after_start = kernels::TunedMatMuls().size();
+      for (int rows : {3, 16, 24, 32, 40}) {  // the builtin model's products all take cuBLAS
+        bool found = false;
+        for (const kernels::MatMulTuning& t : kernels::TunedMatMuls()) found |= t.rows == rows;
+        EXPECT_TRUE(found) << rows << " rows not tuned at start";
+      }
+    }
+    for (int batch : {19, 25, 33, 40}) {
+      std::vector<std::unique_ptr<SequenceState>> seqs;
+      std::vector<std::vector<int32_t>> tokens;
+      for (int b = 0; b < batch; ++b) {
+        seqs.push_back(*m.NewSequence(40));
+        tokens.push_back(Tokens(20 + b % 7, b));
+        ForwardEntry e{seqs.back().get(), 0, tokens.back(), nullptr, nullptr};
+        ASSERT_TRUE(m.Forward({&e, 1}).ok());
+      }
+      for (int step = 0; step < 3; ++step) {  // eager, captured, replayed
+        std::vector<std::vector<float>> step_logits(static_cast<size_t>(batch),
+                                                    std::vector<float>(static_cast<size_t>(Config().vocab_size)));
+        std::vector<ForwardEntry> entries;
+        std::vector<int32_t> next(static_cast<size_t>(batch));
+        for (int b = 0; b < batch; ++b) {
+          const int64_t pos = static_cast<int64_t>(tokens[b].size()) - 1;
+          entries.push_back(ForwardEntry{seqs[b].get(), pos, absl::Span<const int32_t>(&tokens[b][pos], 1),
+                                         step_logits[b].data(), &next[b]});
+        }
+        ASSERT_TRUE(m.Forward(entries).ok());
+        for (int b = 0; b < batch; ++b) {
+          tokens[b].push_back(17 + (b + step) % 50);  // fixed inputs: both models see the same
+          logits[tuned].push_back(std::move(step_logits[b]));
+        }
+      }
+    }
+    if (tuned) EXPECT_EQ(kernels::TunedMatMuls().size(), tuned_after_start) << "a decode step tuned a product";
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  double worst = 0;
+  for (size_t i = 0; i < logits[0].size(); ++i) worst = std::max(worst, RelativeError(logits[1][i], logits[0][i]));
+  EXPECT_LT(worst, 1e-2) << "tuned vs untuned decode logits";
+  std::printf("tuned vs untuned decode logits: worst relative error %.3g over %zu rows\n", worst, logits[0].size());
 }
 
 TEST_F(CudaModelTest, PoolRunsOutAndRecovers) {

@@ -71,6 +71,9 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
   };
   const bool decode = step.decodes == r;
   const bool tune = decode && options.tune_matmuls;  // cuBLAS's products of decode steps
+  // ... for their rows rounded up to a tuned count (rows past r are computed, never read).
+  const int pr_rows = static_cast<int>(ProductRows(r, decode));
+  const int head_rows = static_cast<int>(ProductRows(step.logit_rows, decode));
   const kernels::MatMulPath qkv_mm = path(decode, h, w), o_mm = path(decode, qd, h), gu_mm = path(decode, h, 2 * ffn),
                             down_mm = path(decode, ffn, h), head_mm = path(true, h, c.vocab_size);
   STRATA_STEP(kernels::LaunchEmbedBf16({weights.embedding, d_ids, r, h, xs}, st));
@@ -78,7 +81,7 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
     const LayerDevice& L = weights.layers[static_cast<size_t>(l)];
     // Attention block: x += the previous MLP output, normed into hb.
     STRATA_STEP(kernels::LaunchRmsNormToBf16({l == 0 ? nullptr : pr, xs, L.attn_norm, hs, r, h, c.rms_norm_eps}, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wqkv, qkv.as<float>(), r, h, w, qkv_mm, tune}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wqkv, qkv.as<float>(), pr_rows, h, w, qkv_mm, tune}, st));
     // Qwen3's q/k norms (each head of q and k normed before RoPE) run inside QkvRopePlace.
     kernels::QkvPlaceParams qp{qkv.as<float>(), L.bqkv, d_positions, d_slots, r, c.num_heads, c.num_kv_heads,
                                c.head_dim, weights.inv_freq, q.as<float>(), pool.k_rot() + l * layer_stride,
@@ -117,18 +120,18 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
     if (!(decode && step.groups == 0)) {
       STRATA_STEP(kernels::LaunchToBf16({attn.as<float>(), ab.as<uint16_t>(), int64_t{r} * qd}, st));
     }
-    STRATA_STEP(kernels::LaunchMatMulBf16({ab.as<uint16_t>(), L.wo, pr, r, qd, h, o_mm, tune}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({ab.as<uint16_t>(), L.wo, pr, pr_rows, qd, h, o_mm, tune}, st));
     // MLP block.
     STRATA_STEP(kernels::LaunchRmsNormToBf16({pr, xs, L.mlp_norm, hs, r, h, c.rms_norm_eps}, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wgu, gu.as<float>(), r, h, 2 * ffn, gu_mm, tune}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({hs, L.wgu, gu.as<float>(), pr_rows, h, 2 * ffn, gu_mm, tune}, st));
     STRATA_STEP(kernels::LaunchSwiGluToBf16({gu.as<float>(), act.as<uint16_t>(), r, ffn}, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16({act.as<uint16_t>(), L.wdown, pr, r, ffn, h, down_mm, tune}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({act.as<uint16_t>(), L.wdown, pr, pr_rows, ffn, h, down_mm, tune}, st));
   }
   if (step.logit_rows > 0) {
     STRATA_STEP(kernels::LaunchRmsNormToBf16({pr, xs, weights.final_norm, hs, r, h, c.rms_norm_eps}, st));
     STRATA_STEP(kernels::LaunchGatherRowsBf16({hs, d_lrows, step.logit_rows, h, lb.as<uint16_t>()}, st));
-    STRATA_STEP(kernels::LaunchMatMulBf16({lb.as<uint16_t>(), weights.lm_head, logits.as<float>(), step.logit_rows,
-                                          h, c.vocab_size, head_mm, tune}, st));
+    STRATA_STEP(kernels::LaunchMatMulBf16({lb.as<uint16_t>(), weights.lm_head, logits.as<float>(), head_rows, h,
+                                          c.vocab_size, head_mm, tune}, st));
     STRATA_STEP(kernels::LaunchSample({logits.as<float>(), step.logit_rows, c.vocab_size,
                                       reinterpret_cast<const float*>(dm + off.temperature),
                                       reinterpret_cast<const float*>(dm + off.top_p),

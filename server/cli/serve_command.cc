@@ -190,6 +190,7 @@ bool OptionsFromFlags(ServerOptions& o) {
   o.engine.hbm.placement = *placement;
   o.engine.hbm.capacity_bytes = absl::GetFlag(FLAGS_hbm_cache_bytes);
   o.model = ServedModelFromFlags();
+  o.model.backend.cuda.tuned_decode_rows = absl::GetFlag(FLAGS_max_batch);
   o.engine.fetch_or_recompute = absl::GetFlag(FLAGS_fetch_or_recompute);
   o.engine.max_running = absl::GetFlag(FLAGS_max_batch);
   o.engine.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
