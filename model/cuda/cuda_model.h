@@ -83,8 +83,9 @@ struct CudaModelOptions {
   bool tune_matmuls = true;
   // With tune_matmuls, a decode step of more than 16 sequences runs its products for its
   // rows rounded up to a multiple of 8 (the extra rows' results are never read), and the
-  // model tunes every such row count up to this many sequences when it is made (1–3 s
-  // for 256; the server passes --max_batch), so no step waits for tuning later.
+  // model tunes every such row count up to this many sequences when it is made (on the
+  // H100, ~1 s more start-up at 64, ~3 s at 256; the server passes --max_batch), so no
+  // step waits for tuning later.
   int tuned_decode_rows = 64;
 };
 
