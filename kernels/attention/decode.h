@@ -79,8 +79,9 @@ struct DecodeAttentionParams {
   float* lse;  // may be null
   DecodeKernel kernel = DecodeKernel::kAuto;
   // When set, the output rows are written here as bf16 (ToBf16's rounding of what `out`
-  // would hold; the o projection's input), and `out` is only scratch: a split decode's
-  // merge writes bf16 directly, one part is written to `out` and cast. 8-byte aligned.
+  // would hold; the o projection's input), and `out` is only scratch: the CUDA-core kernel
+  // and a split decode's merge store bf16 directly, the tensor-core kernel's lone part is
+  // written to `out` and cast. 8-byte aligned.
   uint16_t* out_bf16 = nullptr;
 };
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream);

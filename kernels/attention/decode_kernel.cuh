@@ -115,8 +115,12 @@ __device__ __forceinline__ void DecodePartBlock(const SplitKvArgs& a, int split,
   const int64_t head0 = int64_t{r} * num_heads + hb;
   if (t0 >= t1) {  // an empty part: weight zero in the merge (or, alone, an empty sequence)
     const int64_t part_head = (int64_t{r} * row_parts + first_part + split) * num_heads + hb;
-    float* o = to_parts ? ws_o + part_head * kHeadDim : out + head0 * kHeadDim;
-    for (int x = threadIdx.x; x < kGroup * kHeadDim; x += kAttnThreads) o[x] = 0.0f;
+    if (!to_parts && a.out_bf16 != nullptr) {
+      for (int x = threadIdx.x; x < kGroup * kHeadDim; x += kAttnThreads) a.out_bf16[head0 * kHeadDim + x] = 0;
+    } else {
+      float* o = to_parts ? ws_o + part_head * kHeadDim : out + head0 * kHeadDim;
+      for (int x = threadIdx.x; x < kGroup * kHeadDim; x += kAttnThreads) o[x] = 0.0f;
+    }
     if (threadIdx.x < kGroup) {
       if (to_parts) {
         ws_lse[part_head + threadIdx.x] = -INFINITY;
@@ -256,7 +260,11 @@ __device__ __forceinline__ void DecodePartBlock(const SplitKvArgs& a, int split,
     }
     const float part_lse = (mx + __log2f(sum)) * kLn2;
     if (!to_parts) {
-      out[(head0 + g) * kHeadDim + d] = o / sum;
+      if (a.out_bf16 != nullptr) {
+        a.out_bf16[(head0 + g) * kHeadDim + d] = Narrow(o / sum);
+      } else {
+        out[(head0 + g) * kHeadDim + d] = o / sum;
+      }
       if (d == 0 && lse != nullptr) lse[head0 + g] = part_lse;
     } else {
       const int64_t part_row = (int64_t{r} * row_parts + first_part + split) * num_heads + hb + g;

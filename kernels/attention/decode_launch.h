@@ -32,7 +32,8 @@ struct SplitKvArgs {
   // and every part goes there, a lone one too (relay attention's fused launch, whose merge
   // takes them with its system part's); 0: [rows][splits] as above.
   int ws_row_parts = 0, ws_first_part = 0;
-  // With more than one part, the merge writes the rows here as bf16 instead of to out.
+  // When set, the rows go here as bf16 instead of to out: the merge's, or a lone part's
+  // (decode only: the relay's parts and the prefill's rows take out).
   uint16_t* out_bf16 = nullptr;
 };
 

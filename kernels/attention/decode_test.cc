@@ -316,8 +316,9 @@ TEST_F(CudaKernelsTest, PagedDecodeAttentionMergesIntoAnOutputOffTheFloat4Grid) 
 }
 
 // With out_bf16 the decode writes the o projection's input itself: the same bits as its
-// fp32 output cast by ToBf16, whether the merge writes them (split parts) or the launch
-// casts its one part, on both kernels; an out_bf16 off the 8-byte grid is refused.
+// fp32 output cast by ToBf16, whether the merge writes them (split parts), the CUDA-core
+// kernel stores its one part, or the launch casts the tensor cores' one part; an out_bf16
+// off the 8-byte grid is refused.
 TEST_F(CudaKernelsTest, PagedDecodeAttentionWritesBf16AsItsOutputCast) {
   const int kv_heads = 4, head_dim = 128;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));

@@ -166,11 +166,8 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
                                    kv.head_dim, kv.indptr, kv.indices,      kv.last_page_len, qo_indptr,
                                    batch,       rows,        num_heads,     scale,        split.parts,
                                    split.part_tokens, ws_o, ws_lse,         out,          lse};
-  args.out_bf16 = out_bf16;
+  args.out_bf16 = qo_indptr == nullptr ? out_bf16 : nullptr;  // the kernel or its merge stores bf16
   STRATA_CUDA_RETURN_IF_ERROR(internal::PagedDecodeAttentionAsync(args, stream));
-  if (split.parts == 1 && out_bf16 != nullptr) {
-    return LaunchToBf16({out, out_bf16, int64_t{rows} * num_heads * kv.head_dim}, stream);
-  }
   return absl::OkStatus();
 }
 
