@@ -38,6 +38,10 @@ __device__ __forceinline__ uint16_t Narrow(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
 }
+// Two values narrowed into one 32-bit word, lo in the low half (memory order).
+__device__ __forceinline__ uint32_t NarrowPair(float lo, float hi) {
+  return Narrow(lo) | (static_cast<uint32_t>(Narrow(hi)) << 16);
+}
 
 struct SumOp {
   template <typename T>

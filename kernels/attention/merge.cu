@@ -106,8 +106,7 @@ __global__ void __launch_bounds__(kRowMergeWarps * 32)
       const float4 r = total > 0.0f ? make_float4(acc.x / total, acc.y / total, acc.z / total, acc.w / total)
                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (out_bf16 != nullptr) {  // 8-byte aligned: the launch checked the row start, head_dim % 4 == 0
-        const uint32_t lo = Narrow(r.x) | (uint32_t{Narrow(r.y)} << 16), hi = Narrow(r.z) | (uint32_t{Narrow(r.w)} << 16);
-        *reinterpret_cast<uint2*>(out_bf16 + item * head_dim + d) = make_uint2(lo, hi);
+        *reinterpret_cast<uint2*>(out_bf16 + item * head_dim + d) = make_uint2(NarrowPair(r.x, r.y), NarrowPair(r.z, r.w));
       } else {
         *reinterpret_cast<float4*>(out_row + d) = r;
       }

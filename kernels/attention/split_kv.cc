@@ -166,7 +166,7 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
                                    kv.head_dim, kv.indptr, kv.indices,      kv.last_page_len, qo_indptr,
                                    batch,       rows,        num_heads,     scale,        split.parts,
                                    split.part_tokens, ws_o, ws_lse,         out,          lse};
-  args.out_bf16 = qo_indptr == nullptr ? out_bf16 : nullptr;  // the kernel or its merge stores bf16
+  args.out_bf16 = out_bf16;  // the kernel or its merge stores bf16 (null for the prefill)
   STRATA_CUDA_RETURN_IF_ERROR(internal::PagedDecodeAttentionAsync(args, stream));
   return absl::OkStatus();
 }

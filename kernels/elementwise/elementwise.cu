@@ -54,9 +54,9 @@ __global__ void SwiGluToBf16X4Kernel(const float* __restrict__ gate_up, uint16_t
   const int64_t r = blockIdx.y;
   const float4 g = *reinterpret_cast<const float4*>(gate_up + r * 2 * ffn + c);
   const float4 u = *reinterpret_cast<const float4*>(gate_up + r * 2 * ffn + ffn + c);
-  auto silu_mul = [](float gv, float uv) { return Narrow(gv / (1.0f + expf(-gv)) * uv); };
-  const uint32_t lo = silu_mul(g.x, u.x) | (uint32_t{silu_mul(g.y, u.y)} << 16);
-  const uint32_t hi = silu_mul(g.z, u.z) | (uint32_t{silu_mul(g.w, u.w)} << 16);
+  auto silu_mul = [](float gv, float uv) { return gv / (1.0f + expf(-gv)) * uv; };
+  const uint32_t lo = NarrowPair(silu_mul(g.x, u.x), silu_mul(g.y, u.y));
+  const uint32_t hi = NarrowPair(silu_mul(g.z, u.z), silu_mul(g.w, u.w));
   uint16_t* dst = out + r * ffn + c;
   if (IsAligned(dst, 8)) {
     *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);

@@ -98,12 +98,17 @@ const Cublas& LoadCublas() {
   return *cublas;
 }
 
+absl::StatusOr<bool> Capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capturing));
+  return capturing != cudaStreamCaptureStatusNone;
+}
+
 // Making a handle allocates device memory, which a stream being captured into a graph
 // cannot do (it would invalidate the capture): refused there, with a clear status.
 absl::Status RefuseUnderCapture(cudaStream_t stream, const char* what) {
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capturing));
-  if (capturing == cudaStreamCaptureStatusNone) return absl::OkStatus();
+  absl::StatusOr<bool> capturing = Capturing(stream);
+  if (!capturing.ok() || !*capturing) return capturing.status();
   return absl::FailedPreconditionError(
       absl::StrCat("this thread's first ", what, " product cannot be inside a CUDA graph capture (run one before)"));
 }
@@ -145,11 +150,10 @@ absl::Status CublasError(const char* call, const MatMulBf16Params& p, cublasStat
 // A shape's kept choice: cublasGemmEx's default, or a cublasLt algorithm with the
 // descriptors it was chosen for (made once, kept for the process: a few hundred bytes).
 struct Plan {
-  bool lt = false;
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  MatMulTuning report{};
+  MatMulTuning report{};  // report.cublaslt: the algorithm runs, else the default
 };
 
 using ShapeKey = std::tuple<int, int, int, int>;  // device, rows, in_dim, out_dim
@@ -244,20 +248,27 @@ absl::Status Tune(cublasHandle_t handle, const MatMulBf16Params& p, const ShapeK
   cudaEvent_t start = nullptr, stop = nullptr;
   STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
   STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
+  // Candidate i (0: the default) once, in milliseconds.
+  auto time_once = [&](size_t i) -> absl::StatusOr<float> {
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream));
+    if (absl::Status s = i == 0 ? RunDefault(handle, p) : RunLt(*lt, *plan, algos[i - 1], p, stream); !s.ok()) {
+      return s;
+    }
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, stream));
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
+    float ms = 0;
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start, stop));
+    return ms;
+  };
   constexpr int kRounds = 7;
-  const size_t n = algos.size() + 1;  // 0: the default
+  const size_t n = algos.size() + 1;
   std::vector<std::vector<float>> times(n);
   absl::Status status = absl::OkStatus();
   for (int round = -1; round < kRounds && status.ok(); ++round) {  // round -1 warms each up
     for (size_t i = 0; i < n && status.ok(); ++i) {
-      if (cudaEventRecord(start, stream) != cudaSuccess) status = absl::InternalError("cudaEventRecord");
-      if (status.ok()) status = i == 0 ? RunDefault(handle, p) : RunLt(*lt, *plan, algos[i - 1], p, stream);
-      if (status.ok() && cudaEventRecord(stop, stream) != cudaSuccess) status = absl::InternalError("cudaEventRecord");
-      float ms = 0;
-      if (status.ok() && (cudaEventSynchronize(stop) != cudaSuccess || cudaEventElapsedTime(&ms, start, stop) != cudaSuccess)) {
-        status = absl::InternalError("timing a cuBLAS candidate");
-      }
-      if (round >= 0) times[i].push_back(ms);
+      absl::StatusOr<float> ms = time_once(i);
+      status = ms.status();
+      if (ms.ok() && round >= 0) times[i].push_back(*ms);
     }
   }
   cudaEventDestroy(start);
@@ -279,7 +290,6 @@ absl::Status Tune(cublasHandle_t handle, const MatMulBf16Params& p, const ShapeK
   plan->report.default_us = default_us;
   plan->report.candidates = static_cast<int>(algos.size());
   if (best > 0 && best_us < default_us * (1.0 - kMatMulTuneMargin)) {
-    plan->lt = true;
     plan->algo = algos[best - 1];
     plan->report.cublaslt = true;
     plan->report.chosen_us = best_us;
@@ -307,14 +317,14 @@ absl::Status CublasMatMulBf16(const MatMulBf16Params& p, cudaStream_t stream) {
   const ShapeKey key{device, p.rows, p.in_dim, p.out_dim};
   const Plan* plan = FindPlan(key);
   if (plan == nullptr) {
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capturing));
-    if (capturing == cudaStreamCaptureStatusNone) {
+    absl::StatusOr<bool> capturing = Capturing(stream);
+    if (!capturing.ok()) return capturing.status();
+    if (!*capturing) {
       if (absl::Status s = Tune(*handle, p, key, stream); !s.ok()) return s;
       plan = FindPlan(key);
     }
   }
-  if (plan != nullptr && plan->lt) {
+  if (plan != nullptr && plan->report.cublaslt) {
     auto lt = ThreadLtHandle(stream);
     if (!lt.ok()) return lt.status();
     return RunLt(*lt, *plan, plan->algo, p, stream);

@@ -127,19 +127,18 @@ absl::Status CudaModel::Impl::TuneDecodeProducts() {
   }
   const int h = c.hidden_size, qd = c.q_dim(), ffn = c.intermediate_size;
   const cuda_internal::LayerDevice& L = weights.layers[0];
-  const kernels::MatMulPath cublas = kernels::MatMulPath::kCublas;
-  // Row counts as ProductRows gives them: 1..16 one by one, then multiples of 8.
+  // Row counts as ProductRows gives them: 1..16 one by one, then multiples of 8. Each
+  // product takes the path a decode step gives it (the skinny kernel's are not tuned).
   for (int64_t r = 1; r <= most; r = r < kernels::kSkinnyMatMulMaxRows ? r + 1 : ProductRows(r + 1, true)) {
     const int rows = static_cast<int>(r);
-    for (const kernels::MatMulBf16Params& p :
-         {kernels::MatMulBf16Params{hb.as<uint16_t>(), L.wqkv, qkv.as<float>(), rows, h, qkv_width(), cublas, true},
-          {ab.as<uint16_t>(), L.wo, proj.as<float>(), rows, qd, h, cublas, true},
-          {hb.as<uint16_t>(), L.wgu, gu.as<float>(), rows, h, 2 * ffn, cublas, true},
-          {act.as<uint16_t>(), L.wdown, proj.as<float>(), rows, ffn, h, cublas, true},
-          {lb.as<uint16_t>(), weights.lm_head, logits.as<float>(), rows, h, c.vocab_size, cublas, true}}) {
-      // Up to 16 rows the skinny kernel takes the products it is given (layer_loop.cc).
-      const bool skinny = options.skinny_matmul && 2 * int64_t{p.in_dim} * p.out_dim >= options.skinny_min_weight_bytes;
-      if (rows <= kernels::kSkinnyMatMulMaxRows && skinny) continue;
+    for (kernels::MatMulBf16Params p :
+         {kernels::MatMulBf16Params{hb.as<uint16_t>(), L.wqkv, qkv.as<float>(), rows, h, qkv_width()},
+          {ab.as<uint16_t>(), L.wo, proj.as<float>(), rows, qd, h},
+          {hb.as<uint16_t>(), L.wgu, gu.as<float>(), rows, h, 2 * ffn},
+          {act.as<uint16_t>(), L.wdown, proj.as<float>(), rows, ffn, h},
+          {lb.as<uint16_t>(), weights.lm_head, logits.as<float>(), rows, h, c.vocab_size}}) {
+      p.path = ProductPath(/*decode=*/true, p.in_dim, p.out_dim);
+      p.tune = true;
       if (absl::Status s = kernels::LaunchMatMulBf16(p, stream); !s.ok()) return s;
     }
   }

@@ -141,6 +141,16 @@ struct CudaModel::Impl {
     if (!options.tune_matmuls || !decode_only || rows <= kernels::kSkinnyMatMulMaxRows) return rows;
     return (rows + 7) / 8 * 8;
   }
+  // Which kernel a step's product of an in x out weight takes: steps of up to 16 rows
+  // that are each a sequence's one new token (decode steps, or a prompt chunk of one
+  // token) take the skinny kernel for weights large enough to gain from it
+  // (CudaModelOptions::skinny_matmul), and so does the LM head of any step; longer prompt
+  // chunks go through cuBLAS.
+  kernels::MatMulPath ProductPath(bool decode, int64_t in, int64_t out) const {
+    return options.skinny_matmul && decode && 2 * in * out >= options.skinny_min_weight_bytes
+               ? kernels::MatMulPath::kAuto
+               : kernels::MatMulPath::kCublas;
+  }
   // Tunes the decode steps' cuBLAS products (those the skinny kernel does not take) for
   // every row count ProductRows gives up to options.tuned_decode_rows (layer 0's weights
   // stand for every layer's: the same shapes), before the pool takes the memory. Waits

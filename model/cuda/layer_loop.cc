@@ -60,22 +60,19 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
     absl::Status step_status_ = (expr);           \
     if (!step_status_.ok()) return step_status_;  \
   } while (false)
-  // Steps of up to 16 rows that are each a sequence's one new token (decode steps, or a
-  // prompt chunk of one token) take the skinny kernel for their products with weights large
-  // enough to gain from it (CudaModelOptions::skinny_matmul), and so does the LM head of
-  // any step. Longer prompt chunks go through cuBLAS, as before the skinny kernel.
-  auto path = [&](bool decode, int64_t in, int64_t out) {
-    return options.skinny_matmul && decode && 2 * in * out >= options.skinny_min_weight_bytes
-               ? kernels::MatMulPath::kAuto
-               : kernels::MatMulPath::kCublas;
-  };
   const bool decode = step.decodes == r;
   const bool tune = decode && options.tune_matmuls;  // cuBLAS's products of decode steps
   // ... for their rows rounded up to a tuned count (rows past r are computed, never read).
   const int pr_rows = static_cast<int>(ProductRows(r, decode));
   const int head_rows = static_cast<int>(ProductRows(step.logit_rows, decode));
-  const kernels::MatMulPath qkv_mm = path(decode, h, w), o_mm = path(decode, qd, h), gu_mm = path(decode, h, 2 * ffn),
-                            down_mm = path(decode, ffn, h), head_mm = path(true, h, c.vocab_size);
+  // A step of decodes only, none in relay groups: its decode attention writes the o
+  // projection's bf16 input itself (else the attention's fp32 rows are cast after it).
+  const bool attention_writes_bf16 = decode && step.groups == 0;
+  // Which kernel each product takes (ProductPath: the skinny kernel for decode steps' large
+  // weights, and for the LM head of any step).
+  const kernels::MatMulPath qkv_mm = ProductPath(decode, h, w), o_mm = ProductPath(decode, qd, h),
+                            gu_mm = ProductPath(decode, h, 2 * ffn), down_mm = ProductPath(decode, ffn, h),
+                            head_mm = ProductPath(true, h, c.vocab_size);
   STRATA_STEP(kernels::LaunchEmbedBf16({weights.embedding, d_ids, r, h, xs}, st));
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerDevice& L = weights.layers[static_cast<size_t>(l)];
@@ -107,7 +104,7 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
       kernels::DecodeAttentionParams dp{q.as<float>(), pool.LayerKv(l, d_indptr, d_indices, d_last), step.decodes,
                                         c.num_heads, scale, step.max_tokens, attn_ws.as<float>(), attn.as<float>(),
                                         nullptr};
-      if (decode) dp.out_bf16 = ab.as<uint16_t>();
+      if (attention_writes_bf16) dp.out_bf16 = ab.as<uint16_t>();
       STRATA_STEP(kernels::LaunchPagedDecodeAttention(dp, st));
     }
     if (step.decodes < step.n_seq) {
@@ -117,7 +114,7 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
           d_qo_prompt, step.n_seq - step.decodes, r - step.decodes, c.num_heads, scale, step.max_new,
           attn.as<float>() + first, nullptr, false, prefill_ws, step.max_prompt_keys}, st));
     }
-    if (!(decode && step.groups == 0)) {
+    if (!attention_writes_bf16) {
       STRATA_STEP(kernels::LaunchToBf16({attn.as<float>(), ab.as<uint16_t>(), int64_t{r} * qd}, st));
     }
     STRATA_STEP(kernels::LaunchMatMulBf16({ab.as<uint16_t>(), L.wo, pr, pr_rows, qd, h, o_mm, tune}, st));

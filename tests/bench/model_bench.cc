@@ -207,20 +207,16 @@ void Run(const std::string& name, const RunOptions& ro, double copy_bw, double p
       };
       const double t = time_steps();
       if (t < 0) return;
-      double t_cublas = 0;
-      if (ro.compare_skinny) {
-        m.set_skinny_matmul(false);
-        t_cublas = time_steps();
-        m.set_skinny_matmul(true);
-        if (t_cublas < 0) return;
-      }
-      double t_untuned = 0;
-      if (ro.compare_tuning) {
-        m.set_tune_matmuls(false);
-        t_untuned = time_steps();
-        m.set_tune_matmuls(true);
-        if (t_untuned < 0) return;
-      }
+      // The same steps with one option off (CudaModel::set_skinny_matmul, set_tune_matmuls).
+      auto time_without = [&](void (CudaModel::*set)(bool)) {
+        (m.*set)(false);
+        const double off = time_steps();
+        (m.*set)(true);
+        return off;
+      };
+      const double t_cublas = ro.compare_skinny ? time_without(&CudaModel::set_skinny_matmul) : 0;
+      const double t_untuned = ro.compare_tuning ? time_without(&CudaModel::set_tune_matmuls) : 0;
+      if (t_cublas < 0 || t_untuned < 0) return;
       const double bytes = weights_read + batch * (embed_bytes / v) + batch * (ctx + 1.0) * kv_token_bytes;
       const double floor = bytes / copy_bw;  // copy_bw counts every byte moved, read or written
       std::printf("%-8d %-8d %12.3f %12.0f %14.3f %10.2f", batch, ctx, t * 1e3, batch / t, floor * 1e3, floor / t);
