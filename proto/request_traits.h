@@ -17,6 +17,13 @@
 #include "strata/v1/chat.pb.h"
 #include "strata/v1/system_prompts.pb.h"
 
+namespace strata::proto {
+// Whether the last request this thread parsed did not parse. A streaming handler's Read
+// parses on the handler's own thread and returns false for a message that does not parse
+// as for the client's half-close: this tells the two apart.
+inline thread_local bool last_request_malformed = false;
+}  // namespace strata::proto
+
 #define STRATA_STRICT_REQUEST_TRAITS(Type)                                                  \
   template <>                                                                               \
   class grpc::SerializationTraits<Type, void> {                                             \
@@ -28,6 +35,7 @@
     static grpc::Status Deserialize(grpc::ByteBuffer* buffer,                               \
                                     grpc::protobuf::MessageLite* msg) {                     \
       grpc::Status s = grpc::GenericDeserialize<grpc::ProtoBufferReader, Type>(buffer, msg); \
+      strata::proto::last_request_malformed = !s.ok();                                      \
       if (s.ok()) return s;                                                                 \
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,                               \
                           std::string("request is not a valid ") + #Type +                  \

@@ -54,8 +54,26 @@ grpc::Status ChatServiceImpl::Chat(grpc::ServerContext* context, const v1::ChatR
   return DoChat(context, *request, writer);
 }
 
+grpc::Status ChatServiceImpl::ChatSession(grpc::ServerContext* context,
+                                          grpc::ServerReaderWriter<v1::ChatEvent, v1::ChatRequest>* stream) {
+  v1::ChatRequest request;
+  for (;;) {
+    proto::last_request_malformed = false;
+    if (!stream->Read(&request)) break;
+    if (grpc::Status s = DoChat(context, request, stream); !s.ok()) return s;
+    if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    request.Clear();
+  }
+  if (proto::last_request_malformed) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "request is not a valid strata::v1::ChatRequest: malformed protobuf, wrong field types, "
+                        "or a string field that is not valid UTF-8");
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status ChatServiceImpl::DoChat(grpc::ServerContext* context, const v1::ChatRequest& request,
-                                     grpc::ServerWriter<v1::ChatEvent>* writer) {
+                                     grpc::internal::WriterInterface<v1::ChatEvent>* writer) {
   const absl::Time arrival = absl::Now();
   auto tenant = TenantOf(*context, *api_keys_);
   if (!tenant.ok()) return ToGrpcStatus(tenant.status());

@@ -35,10 +35,15 @@ class ChatServiceImpl final : public v1::ChatService::Service {
 
   grpc::Status Chat(grpc::ServerContext* context, const v1::ChatRequest* request,
                     grpc::ServerWriter<v1::ChatEvent>* writer) override;
+  // Chat's turns, one after another on one call (chat.proto).
+  grpc::Status ChatSession(grpc::ServerContext* context,
+                           grpc::ServerReaderWriter<v1::ChatEvent, v1::ChatRequest>* stream) override;
 
  private:
+  // One turn: validates it, runs it on the engine and writes its events; the status the
+  // turn ends with.
   grpc::Status DoChat(grpc::ServerContext* context, const v1::ChatRequest& request,
-                      grpc::ServerWriter<v1::ChatEvent>* writer);
+                      grpc::internal::WriterInterface<v1::ChatEvent>* writer);
   engine::Engine* engine_;
   storage::SessionStore* store_;
   const ApiKeys* api_keys_;

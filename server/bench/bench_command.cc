@@ -83,6 +83,9 @@ ABSL_FLAG(double, slo_ttft_ms, 1000, "bench --find_rate: p99 TTFT objective, ms"
 ABSL_FLAG(int, find_rate_probes, 8, "bench --find_rate: most runs of the search");
 ABSL_FLAG(int, client_threads, 64, "bench: most turns in flight at once");
 ABSL_FLAG(double, request_timeout_s, 600, "bench: deadline of one turn, seconds");
+ABSL_FLAG(bool, chat_stream, false,
+          "bench: send each session's turns on one ChatSession call (a stream per session, as a gateway may "
+          "keep) instead of a Chat call per turn");
 
 namespace strata::server::bench {
 namespace {
@@ -104,6 +107,7 @@ struct BenchConfig {
   RateSearchOptions rate_search;
   int client_threads = 64;
   absl::Duration request_timeout;
+  bool chat_stream = false;
   int sweep_repeats = 1;
   bool sweep_from_ssd = false;
   bool warm_system_prompts = false;
@@ -247,6 +251,7 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   const double timeout_s = absl::GetFlag(FLAGS_request_timeout_s);
   if (!(timeout_s > 0) || !std::isfinite(timeout_s)) return Bad("--request_timeout_s must be > 0");
   c.request_timeout = absl::Seconds(timeout_s);
+  c.chat_stream = absl::GetFlag(FLAGS_chat_stream);
   c.sweep_repeats = absl::GetFlag(FLAGS_sweep_repeats);
   if (c.sweep_repeats < 1) return Bad("--sweep_repeats must be >= 1");
   return c;
@@ -384,6 +389,7 @@ class Bench {
     o.api_key = c_.api_key;
     o.client_threads = 1;
     o.request_timeout = c_.request_timeout;
+    o.chat_stream = c_.chat_stream;
     o.session_prefix = absl::StrCat(session_prefix_, tag, "-warm-");
     absl::StatusOr<RunResult> r = RunWorkload(warm, o);
     if (!r.ok()) std::fprintf(stderr, "strata bench: warming the system prompts: %s\n", r.status().ToString().c_str());
@@ -419,6 +425,7 @@ class Bench {
     o.api_key = c_.api_key;
     o.client_threads = std::max(c_.client_threads, min_threads);
     o.request_timeout = c_.request_timeout;
+    o.chat_stream = c_.chat_stream;
     const bool cached = std::find(e.serve_flags.begin(), e.serve_flags.end(), "--cache=off") == e.serve_flags.end();
     const bool restart = c_.sweep_from_ssd && e.owned != nullptr && cached;
     o.server_restarts = restart;
@@ -519,7 +526,8 @@ class Bench {
   }
 
   void RunSweep() {
-    std::fprintf(table(), "strata bench: sweep, turn-2 TTFT (client, ms) after a turn 1 of `history` tokens\n");
+    std::fprintf(table(), "strata bench: sweep, turn-2 TTFT (client, ms) after a turn 1 of `history` tokens%s\n",
+                 c_.chat_stream ? " (each session's turns on one ChatSession call)" : "");
     // runs[shape][server]: each server runs every shape before the next server starts.
     std::vector<std::vector<RunSummary>> runs(c_.shapes.size());
     if (!ForEachEndpoint([&](size_t, Endpoint& e) {

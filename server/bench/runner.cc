@@ -27,6 +27,7 @@ class Runner {
  public:
   Runner(const Workload& workload, const RunnerOptions& options)
       : workload_(workload), options_(options), histories_(workload.sessions.size()),
+        streams_(workload.sessions.size()),
         next_turn_(workload.sessions.size(), 0), total_(workload.TotalTurns()) {
     Connect();
     for (size_t s = 0; s < workload.sessions.size(); ++s) {
@@ -44,6 +45,7 @@ class Runner {
     std::vector<std::thread> workers;
     for (int i = 0; i < options_.client_threads; ++i) workers.emplace_back([this] { Work(); });
     for (std::thread& t : workers) t.join();
+    for (SessionStream& s : streams_) s.Close();  // none is left open but by a bug
     RunResult result;
     result.turns = std::move(records_);
     result.not_sent_turns = not_sent_;
@@ -57,6 +59,7 @@ class Runner {
   // New connections to the target. Several, so that one HTTP/2 connection's flow control
   // does not shape the load. Only while no turn is in flight.
   void Connect() {
+    for (SessionStream& s : streams_) s.Close();  // their server is gone
     channels_.clear();
     stubs_.clear();
     const int channels = std::min(options_.client_threads, 8);
@@ -131,43 +134,11 @@ class Runner {
     r.turn = turn;
     r.measured = wt.measured;
     r.scheduled_ms = scheduled_ms;
-    grpc::ClientContext context;
-    if (!options_.api_key.empty()) context.AddMetadata("authorization", "Bearer " + options_.api_key);
-    context.AddMetadata(kSessionHeader, request.session_id());  // for session-affine proxies
-    context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
-    // A server restarted between rounds: the call waits for the channel to reconnect.
-    if (options_.server_restarts) context.set_wait_for_ready(true);
     const absl::Time sent = absl::Now();
     r.sent_ms = absl::ToDoubleMilliseconds(sent - start_);
-    auto reader = stub.Chat(&context, request);
-    v1::ChatEvent event;
-    absl::Time last = sent;
-    std::vector<int32_t> answer;
-    while (reader->Read(&event)) {
-      if (event.has_delta() && event.delta().token_ids_size() > 0) {
-        const absl::Time now = absl::Now();
-        const int n = event.delta().token_ids_size();
-        if (r.ttft_ms < 0) {
-          r.ttft_ms = absl::ToDoubleMilliseconds(now - sent);
-          for (int i = 1; i < n; ++i) r.inter_token_ms.push_back(0);
-        } else {
-          // Tokens that arrive together share the gap since the previous delta.
-          for (int i = 0; i < n; ++i) r.inter_token_ms.push_back(absl::ToDoubleMilliseconds(now - last) / n);
-        }
-        last = now;
-        answer.insert(answer.end(), event.delta().token_ids().begin(), event.delta().token_ids().end());
-      }
-      if (event.has_done()) {
-        const v1::ChatDone& done = event.done();
-        r.server_ttft_ms = done.ttft_ms();
-        r.prompt_tokens = done.usage().prompt_tokens();
-        r.cached_tokens = done.usage().cached_tokens();
-        r.computed_tokens = done.usage().computed_tokens();
-        r.completion_tokens = done.usage().completion_tokens();
-        r.tier = done.cache_tier();
-      }
-    }
-    const grpc::Status status = reader->Finish();
+    Answer answer{sent};
+    const grpc::Status status = options_.chat_stream ? StreamTurn(stub, session, turn, request, r, answer)
+                                                     : CallTurn(stub, request, r, answer);
     r.e2e_ms = absl::ToDoubleMilliseconds(absl::Now() - sent);
     r.status_code = status.error_code();
     if (!status.ok()) {
@@ -181,9 +152,105 @@ class Runner {
       r.prompt_tokens = r.cached_tokens = r.computed_tokens = r.completion_tokens = 0;
       r.tier = 0;
     } else {
-      history.insert(history.end(), answer.begin(), answer.end());
+      history.insert(history.end(), answer.tokens.begin(), answer.tokens.end());
     }
     return r;
+  }
+
+  // A turn's answer as it arrives.
+  struct Answer {
+    absl::Time sent;
+    absl::Time last;
+    std::vector<int32_t> tokens;
+    explicit Answer(absl::Time at) : sent(at), last(at) {}
+  };
+
+  // One Chat call per turn, or a session's ChatSession call (chat_stream).
+  struct SessionStream {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::ChatRequest, v1::ChatEvent>> stream;
+    void Close() {
+      if (stream == nullptr) return;
+      context->TryCancel();
+      stream->Finish();
+      stream.reset();
+      context.reset();
+    }
+  };
+
+  // The metadata and deadline of a call for session `session_id`.
+  void SetUp(grpc::ClientContext& context, const std::string& session_id, absl::Duration timeout) const {
+    if (!options_.api_key.empty()) context.AddMetadata("authorization", "Bearer " + options_.api_key);
+    context.AddMetadata(kSessionHeader, session_id);  // for session-affine proxies
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    // A server restarted between rounds: the call waits for the channel to reconnect.
+    if (options_.server_restarts) context.set_wait_for_ready(true);
+  }
+
+  // Takes one event of the turn into `r` and `answer`; true for its last (`done`).
+  static bool Take(const v1::ChatEvent& event, TurnRecord& r, Answer& answer) {
+    if (event.has_delta() && event.delta().token_ids_size() > 0) {
+      const absl::Time now = absl::Now();
+      const int n = event.delta().token_ids_size();
+      if (r.ttft_ms < 0) {
+        r.ttft_ms = absl::ToDoubleMilliseconds(now - answer.sent);
+        for (int i = 1; i < n; ++i) r.inter_token_ms.push_back(0);
+      } else {
+        // Tokens that arrive together share the gap since the previous delta.
+        for (int i = 0; i < n; ++i) r.inter_token_ms.push_back(absl::ToDoubleMilliseconds(now - answer.last) / n);
+      }
+      answer.last = now;
+      answer.tokens.insert(answer.tokens.end(), event.delta().token_ids().begin(), event.delta().token_ids().end());
+    }
+    if (!event.has_done()) return false;
+    const v1::ChatDone& done = event.done();
+    r.server_ttft_ms = done.ttft_ms();
+    r.prompt_tokens = done.usage().prompt_tokens();
+    r.cached_tokens = done.usage().cached_tokens();
+    r.computed_tokens = done.usage().computed_tokens();
+    r.completion_tokens = done.usage().completion_tokens();
+    r.tier = done.cache_tier();
+    return true;
+  }
+
+  grpc::Status CallTurn(v1::ChatService::Stub& stub, const v1::ChatRequest& request, TurnRecord& r, Answer& answer) {
+    grpc::ClientContext context;
+    SetUp(context, request.session_id(), options_.request_timeout);
+    auto reader = stub.Chat(&context, request);
+    v1::ChatEvent event;
+    while (reader->Read(&event)) Take(event, r, answer);
+    return reader->Finish();
+  }
+
+  // The turn on its session's stream (opened by its first turn, with a deadline that
+  // covers the session's turns); the stream ends after the session's last turn, or with
+  // a turn that failed (its status).
+  grpc::Status StreamTurn(v1::ChatService::Stub& stub, int session, int turn, const v1::ChatRequest& request,
+                          TurnRecord& r, Answer& answer) {
+    const WorkloadSession& ws = workload_.sessions[session];
+    SessionStream& s = streams_[session];
+    if (s.stream == nullptr) {
+      s.context = std::make_unique<grpc::ClientContext>();
+      const double span_ms = std::max(0.0, ws.turns.back().arrival_ms - ws.turns[turn].arrival_ms);
+      SetUp(*s.context, request.session_id(),
+            options_.request_timeout * static_cast<double>(ws.turns.size() - turn) + absl::Milliseconds(span_ms));
+      s.stream = stub.ChatSession(s.context.get());
+    }
+    bool done = false;
+    if (s.stream->Write(request)) {
+      v1::ChatEvent event;
+      while (!done && s.stream->Read(&event)) done = Take(event, r, answer);
+    }
+    const bool last = static_cast<size_t>(turn) + 1 == ws.turns.size();
+    if (done && !last) return grpc::Status::OK;
+    if (done) s.stream->WritesDone();
+    grpc::Status status = s.stream->Finish();
+    s.stream.reset();
+    s.context.reset();
+    if (!done && status.ok()) {
+      status = grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended without the turn's done event");
+    }
+    return status;
   }
 
   void Finish(TurnRecord record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -236,6 +303,7 @@ class Runner {
   std::atomic<int> failures_logged_{0};
   // Per session: its prompt so far, and the index of its next turn; see SendTurn.
   std::vector<std::vector<int32_t>> histories_;
+  std::vector<SessionStream> streams_;  // chat_stream: per session, like histories_
   std::vector<int> next_turn_ ABSL_GUARDED_BY(mu_);
   std::priority_queue<Due, std::vector<Due>, std::greater<Due>> due_ ABSL_GUARDED_BY(mu_);
   std::vector<int> waiting_ ABSL_GUARDED_BY(mu_);  // turn_barrier: sessions held for the next round

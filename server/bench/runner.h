@@ -38,6 +38,11 @@ struct RunnerOptions {
   // between_rounds restarts the server: calls wait for their channel to reconnect (else a
   // call fails at once when its server is gone).
   bool server_restarts = false;
+  // Each session's turns go out on one ChatSession call, opened at its first turn and
+  // half-closed after its last (as by a gateway that keeps a stream per session), instead
+  // of a Chat call per turn. A turn's latencies are then those of a request on a call
+  // already open.
+  bool chat_stream = false;
 };
 
 // What one turn did. Times are milliseconds; latencies are measured by this client.

@@ -156,6 +156,50 @@ TEST(BenchE2eTest, ReportedReuseAndHitsEqualTheServersMetrics) {
   EXPECT_NE(bench.Stdout().find("TTFT (client)"), std::string::npos) << "no table on stdout:\n" << bench.Stdout();
 }
 
+// --chat_stream: each session's turns on one ChatSession call, counted by the server as
+// one call a session; the same reuse as Chat calls, reported as the server counted it.
+TEST(BenchE2eTest, ChatStreamSendsEachSessionsTurnsOnOneCall) {
+  auto server = ServerProcess::Start(kServeFlags);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string json_path = "/tmp/strata-bench-e2e-stream-" + std::to_string(getpid()) + ".json";
+  const auto before = Scrape(**server);
+  BenchProcess bench({"--target=" + (*server)->target(),
+                      absl::StrCat("--metrics_target=127.0.0.1:", (*server)->metrics_port()), "--sessions=5",
+                      "--rate=20", "--turns=3", "--prompt_tokens=24", "--output_tokens=6", "--think_s=0.1",
+                      "--seed=7", "--chat_stream", "--json=" + json_path});
+  ASSERT_EQ(bench.Wait(), 0) << "bench failed; stderr:\n" << bench.Stderr() << "\nstdout:\n" << bench.Stdout();
+  const auto after = Scrape(**server);
+  const nlohmann::json report = ReadJson(json_path);
+  std::filesystem::remove(json_path);
+  ASSERT_TRUE(report.contains("runs") && report["runs"].size() == 1) << report.dump(2);
+  const nlohmann::json& run = report["runs"][0];
+  EXPECT_EQ(run["turns_failed"].get<int>(), 0);
+  EXPECT_GE(run["turns_ok"].get<int>(), 5);
+  EXPECT_EQ(Moved(before, after, "strata_requests_total{code=\"ok\",method=\"strata.v1.ChatService/ChatSession\"}"),
+            5)
+      << "one stream a session";
+  EXPECT_EQ(Moved(before, after, "strata_requests_total{code=\"ok\",method=\"strata.v1.ChatService/Chat\"}"), 0);
+  const double reused = Moved(before, after, "strata_prefill_tokens_total{source=\"reused\"}");
+  EXPECT_GT(reused, 0) << "later turns on a stream must reuse the session cache";
+  EXPECT_EQ(run["cached_tokens"].get<double>(), reused);
+
+  // A sweep whose server restarts between its rounds: the streams of turn 1 are gone with
+  // it, and turn 2 opens new ones.
+  const std::string base = "/tmp/strata-bench-e2e-stream-ssd-" + std::to_string(getpid());
+  std::filesystem::create_directories(base + "/ssd");
+  BenchProcess sweep({"--sweep", "--history=64", "--new_tokens=8", "--concurrency=2", "--sweep_from_ssd",
+                      "--chat_stream",
+                      "--serve_flags=--device=cpu --pin_host_memory=false --chunk_tokens=16 --ssd_dirs=" + base +
+                          "/ssd --ssd_capacity_bytes=16777216",
+                      "--json=" + base + "/report.json"});
+  ASSERT_EQ(sweep.Wait(), 0) << "stderr:\n" << sweep.Stderr() << "\nstdout:\n" << sweep.Stdout();
+  const nlohmann::json swept = ReadJson(base + "/report.json");
+  std::filesystem::remove_all(base);
+  ASSERT_TRUE(swept.contains("sweep") && swept["sweep"].size() == 1) << swept.dump(2);
+  EXPECT_EQ(swept["sweep"][0]["runs"][0]["turns_ok"].get<int>(), 4);
+  EXPECT_GE(swept["sweep"][0]["runs"][0]["cached_tokens"].get<int>(), 2 * 64);
+}
+
 TEST(BenchE2eTest, ServerKilledMidRunExitsNonZeroWithUnavailableErrors) {
   auto server = ServerProcess::Start(kServeFlags);
   ASSERT_TRUE(server.ok()) << server.status();

@@ -3,6 +3,7 @@
 real `strata serve` process, with stubs generated from strata's .proto files."""
 import argparse
 import os
+import queue
 import re
 import signal
 import subprocess
@@ -125,6 +126,42 @@ class GatewayE2eTest(unittest.TestCase):
         off = three_turns(self.off, "py-equal")
         for t in range(3):
             self.assertEqual(on[t][0], off[t][0], "turn %d differs with the cache on" % (t + 1))
+
+    def test_chat_session_stream_answers_as_chat_calls(self):
+        # A gateway's stream per session: each request written is a turn, answered (deltas,
+        # then done) before the next is read; the same answers as Chat, the cache reused.
+        requests = queue.Queue()
+        events = self.on.chat.ChatSession(iter(requests.get, None), timeout=180)
+        conv, dones = [], []
+        for user in USER_TURNS:
+            conv.append(("user", user))
+            requests.put(chat_pb2.ChatRequest(session_id="py-stream", max_new_tokens=16,
+                                              messages=[chat_pb2.Message(role=r, content=c) for r, c in conv]))
+            tokens, text = [], ""
+            for event in events:
+                if event.HasField("delta"):
+                    tokens.extend(event.delta.token_ids)
+                    text += event.delta.text
+                if event.HasField("done"):
+                    dones.append(event.done)
+                    break
+            self.assertEqual(len(dones), len(conv) // 2 + 1, "a turn ended without its done event")
+            ref_tokens, _, _ = turn(self.off, "py-stream", conv)
+            self.assertEqual(tokens, ref_tokens, "turn %d on the stream differs" % len(dones))
+            conv.append(("assistant", text))
+        requests.put(None)  # the half-close
+        self.assertEqual(list(events), [])
+        self.assertEqual(events.code(), grpc.StatusCode.OK)
+        for t in (1, 2):
+            prev = dones[t - 1].usage
+            self.assertEqual(dones[t].usage.cached_tokens, prev.prompt_tokens + prev.completion_tokens - 1)
+            self.assertEqual(dones[t].cache_tier, chat_pb2.TIER_HBM)
+        # A request that does not parse ends a stream with INVALID_ARGUMENT.
+        raw = self.on.channel.stream_stream("/strata.v1.ChatService/ChatSession",
+                                            request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        with self.assertRaises(grpc.RpcError) as err:
+            list(raw(iter([b"\xff\xff\xff\xff"]), timeout=60))
+        self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
 
     def test_edited_history_reuses_unchanged_prefix(self):
         _, first_text, _ = turn(self.on, "py-edit", [("user", "I live in Paris and love jazz.")])

@@ -19,6 +19,11 @@ class ChatServiceStub(object):
                 request_serializer=strata_dot_v1_dot_chat__pb2.ChatRequest.SerializeToString,
                 response_deserializer=strata_dot_v1_dot_chat__pb2.ChatEvent.FromString,
                 )
+        self.ChatSession = channel.stream_stream(
+                '/strata.v1.ChatService/ChatSession',
+                request_serializer=strata_dot_v1_dot_chat__pb2.ChatRequest.SerializeToString,
+                response_deserializer=strata_dot_v1_dot_chat__pb2.ChatEvent.FromString,
+                )
 
 
 class ChatServiceServicer(object):
@@ -31,11 +36,28 @@ class ChatServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ChatSession(self, request_iterator, context):
+        """The same turns over one long-lived call: each ChatRequest sent on the stream is a turn,
+        answered as Chat answers it (token deltas, then its `done`) before the next request is
+        read, so a gateway that keeps a stream open per session (or per connection) pays a
+        call's set-up once, not per turn. A turn that fails ends the stream with the status
+        Chat would have answered (the turns before it stand); the client's half-close ends it
+        with OK once the turn in progress is answered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ChatServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Chat': grpc.unary_stream_rpc_method_handler(
                     servicer.Chat,
+                    request_deserializer=strata_dot_v1_dot_chat__pb2.ChatRequest.FromString,
+                    response_serializer=strata_dot_v1_dot_chat__pb2.ChatEvent.SerializeToString,
+            ),
+            'ChatSession': grpc.stream_stream_rpc_method_handler(
+                    servicer.ChatSession,
                     request_deserializer=strata_dot_v1_dot_chat__pb2.ChatRequest.FromString,
                     response_serializer=strata_dot_v1_dot_chat__pb2.ChatEvent.SerializeToString,
             ),
@@ -61,6 +83,23 @@ class ChatService(object):
             timeout=None,
             metadata=None):
         return grpc.experimental.unary_stream(request, target, '/strata.v1.ChatService/Chat',
+            strata_dot_v1_dot_chat__pb2.ChatRequest.SerializeToString,
+            strata_dot_v1_dot_chat__pb2.ChatEvent.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ChatSession(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(request_iterator, target, '/strata.v1.ChatService/ChatSession',
             strata_dot_v1_dot_chat__pb2.ChatRequest.SerializeToString,
             strata_dot_v1_dot_chat__pb2.ChatEvent.FromString,
             options, channel_credentials,
