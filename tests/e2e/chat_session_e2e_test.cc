@@ -263,5 +263,25 @@ TEST_F(ChatSessionE2eTest, StreamsAreCountedByTheirStatus) {
   EXPECT_EQ(count("invalid_argument"), bad_before + 1);
 }
 
+// On shutdown a stream between turns ends with UNAVAILABLE (the code a gateway retries,
+// on another replica) once the running turns are done, and the server exits cleanly.
+TEST(ChatSessionShutdownE2eTest, AStreamBetweenTurnsEndsUnavailableOnShutdown) {
+  auto server = ServerProcess::Start({});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::ChatService::NewStub(grpc::CreateChannel((*server)->target(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(InAMinute());
+  auto stream = stub->ChatSession(&ctx);
+  ASSERT_TRUE(stream->Write(Request("idle", {{"user", "hello"}}, 4)));
+  ASSERT_TRUE(ReadTurn([&](v1::ChatEvent* e) { return stream->Read(e); }).done);
+  const absl::Time stop = absl::Now();
+  const int wait_status = (*server)->Stop();
+  EXPECT_TRUE(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) << "wait status " << wait_status;
+  v1::ChatEvent e;
+  EXPECT_FALSE(stream->Read(&e));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_LT(absl::Now() - stop, absl::Seconds(10)) << "the idle stream held the shutdown up";
+}
+
 }  // namespace
 }  // namespace strata
