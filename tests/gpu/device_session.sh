@@ -74,7 +74,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 
 run_tests() {
   for t in cuda_kernels_test cuda_prefill_attention_test cuda_model_kernels_test cuda_model_test cuda_engine_test \
-           engine_test model_test chat_e2e_test bench_e2e_test; do
+           engine_test model_test chat_e2e_test chat_session_e2e_test bench_e2e_test; do
     timeout 900 "$B/$t" --gtest_brief=1 >"$OUT/test-$t.log" 2>&1
     note "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test-$t.log" | tr '\n' ' ')"
   done
