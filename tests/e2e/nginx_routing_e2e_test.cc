@@ -199,6 +199,56 @@ TEST_F(NginxRoutingE2eTest, SessionsStayOnTheirReplicaAndMoveWhenItStops) {
   EXPECT_EQ(from_ssd, static_cast<int>(on_a.size())) << "A's sessions came back from its SSD tier";
 }
 
+// ChatSession streams pass through the proxy, routed by the same session header as Chat
+// calls: a session's turns on a stream and its next turn as a call reach one replica.
+TEST_F(NginxRoutingE2eTest, ChatSessionStreamsReachTheSessionsReplica) {
+  std::vector<std::unique_ptr<ServerProcess>> replicas;
+  replicas.push_back(Replica(0));
+  replicas.push_back(Replica(1));
+  ASSERT_TRUE(replicas[0] && replicas[1]);
+  const int listen = FreePort();
+  auto nginx = Nginx::Start(dir_ + "/nginx", listen, ports_);
+  ASSERT_TRUE(nginx != nullptr) << "nginx did not start; see " << dir_ << "/nginx/logs/error.log";
+  const std::string front = absl::StrCat("127.0.0.1:", listen);
+  auto stub = v1::ChatService::NewStub(grpc::CreateChannel(front, grpc::InsecureChannelCredentials()));
+  for (int s = 0; s < 6; ++s) {
+    const std::string id = absl::StrCat("streamed-", s);
+    v1::ChatRequest r;
+    r.set_session_id(id);
+    r.set_max_new_tokens(4);
+    for (int t = 0; t < 4; ++t) r.add_token_ids(65 + s + t);
+    std::vector<int32_t> answer;
+    {
+      grpc::ClientContext ctx;
+      ctx.AddMetadata("x-session-id", id);
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(1));
+      auto stream = stub->ChatSession(&ctx);
+      for (int turn = 0; turn < 2; ++turn) {
+        ASSERT_TRUE(stream->Write(r)) << id;
+        v1::ChatEvent e;
+        bool done = false;
+        while (!done && stream->Read(&e)) {
+          if (e.has_delta()) answer.insert(answer.end(), e.delta().token_ids().begin(), e.delta().token_ids().end());
+          if (e.has_done()) {
+            done = true;
+            if (turn > 0) EXPECT_GT(e.done().usage().cached_tokens(), 0u) << id;
+          }
+        }
+        ASSERT_TRUE(done) << id << " turn " << turn << " ended without its done event";
+        for (int32_t token : answer) r.add_token_ids(token);
+        answer.clear();
+        r.add_token_ids(66);
+      }
+      ASSERT_TRUE(stream->WritesDone());
+      const grpc::Status status = stream->Finish();
+      ASSERT_TRUE(status.ok()) << status.error_message();
+    }
+    const Turn next = testing::RunChat(front, r);
+    ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+    EXPECT_GT(next.done.usage().cached_tokens(), 0u) << id << ": the call reached another replica than the stream";
+  }
+}
+
 // A request whose session header names another session is refused.
 TEST_F(NginxRoutingE2eTest, ASessionHeaderThatDisagreesIsRefused) {
   auto replica = Replica(0);
