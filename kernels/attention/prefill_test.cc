@@ -164,6 +164,26 @@ class CudaPrefillAttentionTest : public test_support::GpuTest {
         EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
         Compare(dout.ToHost(), dlse.ToHost(), want, want_lse, lse_tol, rows, heads, d, form);
       }
+      // The tensor-core decode in blocks of two warps that split a part's keys (every
+      // launch, one part and several) and in one-warp blocks alone: the same tolerances.
+      for (KeyWarps mode : {KeyWarps::kAlways, KeyWarps::kNever}) {
+        for (int parts : {0, 1, 3}) {
+          SetTensorCoreDecodeKeyWarpsForTesting(mode);
+          SetTensorCoreDecodePartsForBenchmarks(parts);
+          const std::string form = what + (mode == KeyWarps::kAlways ? " two-warp" : " one-warp") +
+                                   " decode, parts " + std::to_string(parts);
+          DeviceVector<float> dout{std::vector<float>(q.size(), std::nanf(""))},
+              dlse{std::vector<float>(want_lse.size(), std::nanf(""))};
+          const absl::Status s = LaunchPagedDecodeAttention({dq.get(), dp.view, batch, heads, scale, max_tokens, ws.get(),
+                                                             dout.get(), dlse.get(), DecodeKernel::kTensorCores},
+                                                            stream_);
+          EXPECT_TRUE(s.ok()) << form << ": " << s;
+          EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
+          Compare(dout.ToHost(), dlse.ToHost(), want, want_lse, lse_tol, rows, heads, d, form);
+        }
+      }
+      SetTensorCoreDecodeKeyWarpsForTesting(KeyWarps::kAuto);
+      SetTensorCoreDecodePartsForBenchmarks(0);
     }
     return splits;
   }

@@ -95,6 +95,13 @@ int TensorCoreDecodeResidentBlocks(const internal::PrefillTcParams& shape) {
 }
 
 std::atomic<int> forced_tensor_core_parts{0};  // SetTensorCoreDecodePartsForBenchmarks
+std::atomic<int> key_warps_mode{0};            // SetTensorCoreDecodeKeyWarpsForTesting
+
+// Where the cost model picks 2 to 4 one-warp parts, one part whose block's two warps split
+// its keys runs instead (PagedDecodeTcKeyWarpsAsync): no merge launch, one block's Q and
+// start for two warps. On the H100 (decode_attention_bench, docs/BENCHMARKS.md): Qwen2.5-7B
+// 64 x 1K 0.0612 -> 0.0556 ms, 32 x 1K 0.0382 -> 0.0325, 64 x 8K 0.3879 -> 0.3770.
+constexpr int kKeyWarpsMaxParts = 4;
 
 // A decode on the tensor-core prefill kernel: one 16-row tile (the subgroup's heads) per
 // (part, KV head and subgroup, sequence).
@@ -112,15 +119,23 @@ absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch
   const int max_parts = ChooseDecodeSplit(batch, max_tokens, sms, kTensorCoreDecodeBlocksPerSm).parts;
   p.key_splits = TensorCoreDecodeParts(
       {int64_t{batch} * kv.kv_heads * subgroups, max_tokens, kv.head_dim, sms, int64_t{resident} * sms}, max_parts);
-  if (const int forced = forced_tensor_core_parts.load(std::memory_order_relaxed); forced > 0) {
-    p.key_splits = std::min(forced, max_parts);
-  }
+  const int forced = forced_tensor_core_parts.load(std::memory_order_relaxed);
+  if (forced > 0) p.key_splits = std::min(forced, max_parts);
+  const int key_warps = key_warps_mode.load(std::memory_order_relaxed);
+  const bool two_warps = kv.head_dim <= 128 && (key_warps == 2 || (key_warps == 0 && forced == 0 &&
+                                                                   p.key_splits >= 2 &&
+                                                                   p.key_splits <= kKeyWarpsMaxParts));
+  if (two_warps && key_warps == 0) p.key_splits = 1;
   if (p.key_splits > 1) {
     p.ws_o = workspace;
     p.ws_lse = workspace + int64_t{p.key_splits} * batch * num_heads * kv.head_dim;
   }
-  STRATA_CUDA_RETURN_IF_ERROR(
-      internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::k16Rows1Warp, stream));
+  if (two_warps) {
+    STRATA_CUDA_RETURN_IF_ERROR(internal::PagedDecodeTcKeyWarpsAsync(p, stream));
+  } else {
+    STRATA_CUDA_RETURN_IF_ERROR(
+        internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::k16Rows1Warp, stream));
+  }
   if (p.key_splits > 1) {
     STRATA_CUDA_RETURN_IF_ERROR(internal::MergeStatesAsync(p.ws_o, p.ws_lse, p.key_splits, batch, num_heads,
                                                            kv.head_dim, out, lse, stream, nullptr, out_bf16));
@@ -184,6 +199,10 @@ void SetTensorCoreDecodePartsForBenchmarks(int parts) {
   forced_tensor_core_parts.store(std::max(0, parts), std::memory_order_relaxed);
 }
 
+void SetTensorCoreDecodeKeyWarpsForTesting(KeyWarps mode) {
+  key_warps_mode.store(mode == KeyWarps::kAuto ? 0 : mode == KeyWarps::kNever ? 1 : 2, std::memory_order_relaxed);
+}
+
 bool DecodeRunsOnTensorCores(DecodeKernel kernel, int head_dim, int num_heads, int kv_heads, int batch,
                              int64_t max_tokens) {
   const int subgroup = GqaSubgroupSize(GqaGroupSize(num_heads, kv_heads));
@@ -205,6 +224,7 @@ absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams& p, cudaSt
 
 int64_t DecodeWorkspaceFloats(int, int, int, int64_t) { return 0; }
 void SetTensorCoreDecodePartsForBenchmarks(int) {}
+void SetTensorCoreDecodeKeyWarpsForTesting(KeyWarps) {}
 bool DecodeRunsOnTensorCores(DecodeKernel, int, int, int, int, int64_t) { return false; }
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams&, cudaStream_t) { return internal::NoCuda(); }
 absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams&, cudaStream_t) { return internal::NoCuda(); }

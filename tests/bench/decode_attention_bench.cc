@@ -8,7 +8,8 @@
 //
 //   build/tests/bench/decode_attention_bench        (needs a CUDA device; says so otherwise)
 //   decode_attention_bench --parts_sweep   the tensor-core decode's time by the parts each
-//       sequence's keys are split into, against the count the launch picks (GQA 7 and 8)
+//       sequence's keys are split into, in one-warp blocks and in two-warp blocks that split
+//       a part's keys, against what the launch picks (GQA 7 and 8)
 //   decode_attention_bench --shape=GQA,batch,context   only the shapes of that many query
 //       heads per KV head, batch and context (e.g. for a profiler: --shape=7,64,1024)
 #include <cuda_runtime_api.h>
@@ -136,6 +137,15 @@ int main(int argc, char** argv) {
             strata::kernels::SetTensorCoreDecodePartsForBenchmarks(parts);
             std::printf(" %d: %.4f", parts, time(DecodeKernel::kTensorCores));
           }
+          // Blocks of two warps splitting each part's keys (no merge at one part).
+          strata::kernels::SetTensorCoreDecodeKeyWarpsForTesting(strata::kernels::KeyWarps::kAlways);
+          std::printf(" | two-warp");
+          for (int parts : {1, 2, 3, 4}) {
+            if (parts > (context + 31) / 32) break;
+            strata::kernels::SetTensorCoreDecodePartsForBenchmarks(parts);
+            std::printf(" %d: %.4f", parts, time(DecodeKernel::kTensorCores));
+          }
+          strata::kernels::SetTensorCoreDecodeKeyWarpsForTesting(strata::kernels::KeyWarps::kAuto);
           strata::kernels::SetTensorCoreDecodePartsForBenchmarks(0);
           std::printf(" | picked %.4f ms\n", time(DecodeKernel::kTensorCores));
           release();
