@@ -65,7 +65,7 @@ constexpr int kDecodePartAlign = 32;
 enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };
 constexpr int kTensorCoreDecodeMinGroup = 8;
 constexpr int kTensorCoreDecodeMinLargeGroup = 5;
-constexpr int64_t kTensorCoreDecodeMinKvTokens = 32768;
+constexpr int64_t kTensorCoreDecodeMinKvTokens = 16384;
 constexpr int kTensorCoreDecodeMinBatchAt80 = 8;
 
 struct DecodeAttentionParams {
@@ -99,7 +99,7 @@ int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t ma
 // (at most what the workspace holds), or 0 for the launch's own choice. Process-wide.
 void SetTensorCoreDecodePartsForBenchmarks(int parts);
 
-// The tensor-core decode runs a pick of 2 to 4 parts as one part whose block's two warps
+// The tensor-core decode runs a pick of two parts as one part whose block's two warps
 // split its keys (kAuto; forced part counts stay in one-warp blocks). For tests and
 // benchmarks: kNever keeps one-warp blocks, kAlways runs every tensor-core decode (forced
 // part counts included) in two-warp blocks. Process-wide.

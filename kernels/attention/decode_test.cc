@@ -231,7 +231,8 @@ TEST(DecodeKernelRuleTest, TakesTheTensorCoresWhereTheyWereMeasuredFaster) {
   };
   const Case cases[] = {
       {128, 32, 8, 64, 1024, false},  // Llama-3-8B (GQA 4): CUDA cores everywhere
-      {128, 32, 8, 8, 8192, false},   {128, 28, 4, 32, 1024, true},   // Qwen2.5-7B (GQA 7) from 32K tokens
+      {128, 32, 8, 8, 8192, false},   {128, 28, 4, 32, 1024, true},   // Qwen2.5-7B (GQA 7) from 16K tokens
+      {128, 28, 4, 16, 1024, true},
       {128, 28, 4, 8, 1024, false},   {128, 28, 4, 1, 8192, false},   {128, 28, 4, 8, 8192, true},
       {128, 64, 8, 8, 1024, true},    {128, 64, 8, 1, 1024, false},  // Llama-3-70B (GQA 8) from batch 2
       {80, 32, 8, 8, 1024, true},     {80, 32, 8, 64, 8192, true},   {80, 32, 8, 1, 8192, false},  // head_dim 80
@@ -359,7 +360,7 @@ TEST_F(CudaKernelsTest, TwoWarpTensorCoreDecodeMatchesTheOneWarpForm) {
   // one-warp blocks: within bf16 rounding of the probabilities, over GQA 7 (Qwen2.5-7B's
   // shape), 8 and 2, head_dims 128, 64 and 80, uneven lengths (a part shorter than two tiles,
   // an odd tile count, an empty sequence), one part and three. The launch's own rule takes
-  // them where it picks 2 to 4 parts.
+  // them where it picks two parts.
   struct Case {
     int heads, kv_heads, head_dim;
     std::vector<int64_t> lengths;

@@ -97,11 +97,12 @@ int TensorCoreDecodeResidentBlocks(const internal::PrefillTcParams& shape) {
 std::atomic<int> forced_tensor_core_parts{0};  // SetTensorCoreDecodePartsForBenchmarks
 std::atomic<int> key_warps_mode{0};            // SetTensorCoreDecodeKeyWarpsForTesting
 
-// Where the cost model picks 2 to 4 one-warp parts, one part whose block's two warps split
-// its keys runs instead (PagedDecodeTcKeyWarpsAsync): no merge launch, one block's Q and
-// start for two warps. On the H100 (decode_attention_bench, docs/BENCHMARKS.md): Qwen2.5-7B
-// 64 x 1K 0.0612 -> 0.0556 ms, 32 x 1K 0.0382 -> 0.0325, 64 x 8K 0.3879 -> 0.3770.
-constexpr int kKeyWarpsMaxParts = 4;
+// Where the cost model picks two one-warp parts, one part whose block's two warps split
+// its keys runs instead (PagedDecodeTcKeyWarpsAsync): as many warps, no merge launch. On the
+// H100 (decode_attention_bench --parts_sweep, docs/BENCHMARKS.md) Qwen2.5-7B 64 x 1K 0.0598
+// -> 0.0555 ms. (Two-warp blocks in place of 3 or 4 parts halve the warps: faster at 32 x
+// 1K, 0.0363 -> 0.0344, slower at 8 x 1K, 0.021 -> 0.028, so the cost model, fitted to
+// one-warp blocks, is not asked about them.)
 
 // A decode on the tensor-core prefill kernel: one 16-row tile (the subgroup's heads) per
 // (part, KV head and subgroup, sequence).
@@ -122,9 +123,8 @@ absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch
   const int forced = forced_tensor_core_parts.load(std::memory_order_relaxed);
   if (forced > 0) p.key_splits = std::min(forced, max_parts);
   const int key_warps = key_warps_mode.load(std::memory_order_relaxed);
-  const bool two_warps = kv.head_dim <= 128 && (key_warps == 2 || (key_warps == 0 && forced == 0 &&
-                                                                   p.key_splits >= 2 &&
-                                                                   p.key_splits <= kKeyWarpsMaxParts));
+  const bool two_warps =
+      kv.head_dim <= 128 && (key_warps == 2 || (key_warps == 0 && forced == 0 && p.key_splits == 2));
   if (two_warps && key_warps == 0) p.key_splits = 1;
   if (p.key_splits > 1) {
     p.ws_o = workspace;

@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
     if (only_gqa != 0 && shape.heads / shape.kv_heads != only_gqa) continue;
     const int kv_heads = shape.kv_heads, heads = shape.heads, head_dim = shape.head_dim;
     for (int64_t context : {1024, 8192}) {
-      for (int batch : {1, 8, 32, 64}) {
+      for (int batch : {1, 8, 16, 32, 64}) {
         // The sweep takes the shapes the launch runs on the tensor cores, and GQA 7 and 8 at any batch.
         if (parts_sweep && shape.heads / shape.kv_heads < 7 &&
             !strata::kernels::DecodeRunsOnTensorCores(DecodeKernel::kAuto, head_dim, heads,
