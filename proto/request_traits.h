@@ -22,6 +22,13 @@ namespace strata::proto {
 // parses on the handler's own thread and returns false for a message that does not parse
 // as for the client's half-close: this tells the two apart.
 inline thread_local bool last_request_malformed = false;
+
+// The status of a request of message type `type` that does not parse.
+inline grpc::Status MalformedRequest(const char* type) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                      std::string("request is not a valid ") + type +
+                          ": malformed protobuf, wrong field types, or a string field that is not valid UTF-8");
+}
 }  // namespace strata::proto
 
 #define STRATA_STRICT_REQUEST_TRAITS(Type)                                                  \
@@ -37,10 +44,7 @@ inline thread_local bool last_request_malformed = false;
       grpc::Status s = grpc::GenericDeserialize<grpc::ProtoBufferReader, Type>(buffer, msg); \
       strata::proto::last_request_malformed = !s.ok();                                      \
       if (s.ok()) return s;                                                                 \
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,                               \
-                          std::string("request is not a valid ") + #Type +                  \
-                              ": malformed protobuf, wrong field types, or a string "       \
-                              "field that is not valid UTF-8");                             \
+      return strata::proto::MalformedRequest(#Type);                                        \
     }                                                                                       \
   };
 

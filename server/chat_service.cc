@@ -64,12 +64,7 @@ grpc::Status ChatServiceImpl::ChatSession(grpc::ServerContext* context,
     if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
     request.Clear();
   }
-  if (proto::last_request_malformed) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "request is not a valid strata::v1::ChatRequest: malformed protobuf, wrong field types, "
-                        "or a string field that is not valid UTF-8");
-  }
-  return grpc::Status::OK;
+  return proto::last_request_malformed ? proto::MalformedRequest("strata::v1::ChatRequest") : grpc::Status::OK;
 }
 
 grpc::Status ChatServiceImpl::DoChat(grpc::ServerContext* context, const v1::ChatRequest& request,
