@@ -32,7 +32,7 @@ constexpr int SmemBytes() {
 // b is sequence b's one new token, the last of its keys): the kGroup query heads as the
 // rows of one 16-row tile, as the one-warp form of PrefillTcBlock; its part's key tiles
 // dealt round-robin to kKeyWarps warps. Writes the part as PrefillTcBlock does (to
-// ws_o / ws_lse with key_splits > 1, else out / lse).
+// ws_o / ws_lse with key_splits > 1, else out, or out_bf16 when set, and lse).
 template <int kHeadDim, int kGroup, int kKeyWarps, int kStages>
 __global__ void __launch_bounds__(kKeyWarps * 32) PagedDecodeTcKernel(const PrefillTcParams p) {
   static_assert(kStages >= 2 && kKeyWarps >= 1 && kHeadDim <= 128);
@@ -263,9 +263,17 @@ __global__ void __launch_bounds__(kKeyWarps * 32) PagedDecodeTcKernel(const Pref
     float* dst = (p.ws_o != nullptr ? p.ws_o + part_row * kHeadDim : p.out + head_row * kHeadDim) + (lane & 3) * 2;
     // sum >= 1 when the part has keys (the row's maximum contributes exp2(0)); 0 when empty.
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    if (p.out_bf16 != nullptr && p.ws_o == nullptr) {  // the o projection's input, cast here
+      uint16_t* dst16 = p.out_bf16 + head_row * kHeadDim + (lane & 3) * 2;
 #pragma unroll
-    for (int d = 0; d < kDimFrags; ++d) {
-      *reinterpret_cast<float2*>(dst + d * 8) = make_float2(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
+      for (int d = 0; d < kDimFrags; ++d) {
+        *reinterpret_cast<uint32_t*>(dst16 + d * 8) = NarrowPair(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
+      }
+    } else {
+#pragma unroll
+      for (int d = 0; d < kDimFrags; ++d) {
+        *reinterpret_cast<float2*>(dst + d * 8) = make_float2(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
+      }
     }
     if ((lane & 3) == 0) {
       const float part_lse = sum > 0.0f ? row_max[h] * p.scale + logf(sum) : -INFINITY;

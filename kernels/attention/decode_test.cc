@@ -331,9 +331,11 @@ TEST_F(CudaKernelsTest, PagedDecodeAttentionWritesBf16AsItsOutputCast) {
     const test_support::PagedPool pool = test_support::RandomPagedPool(lengths, 16, kv_heads, head_dim, 95);
     const std::vector<float> q = RandomVector(static_cast<size_t>(batch) * heads * head_dim, 96);
     DevicePool dp(pool);
-    for (DecodeKernel kernel : {DecodeKernel::kCudaCores, DecodeKernel::kTensorCores}) {
+    for (int form = 0; form < 3; ++form) {  // CUDA cores, tensor cores, tensor cores in two-warp blocks
+      const DecodeKernel kernel = form == 0 ? DecodeKernel::kCudaCores : DecodeKernel::kTensorCores;
+      SetTensorCoreDecodeKeyWarpsForTesting(form == 2 ? KeyWarps::kAlways : KeyWarps::kNever);
       const std::string what = std::to_string(heads) + " heads, batch " + std::to_string(batch) +
-                               (kernel == DecodeKernel::kCudaCores ? ", CUDA cores" : ", tensor cores");
+                               (form == 0 ? ", CUDA cores" : form == 1 ? ", tensor cores" : ", two-warp tensor cores");
       DeviceVector<float> dq(q), dout{std::vector<float>(q.size())},
           ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(batch, heads, head_dim, max_tokens)))};
       DeviceVector<uint16_t> cast{std::vector<uint16_t>(q.size())}, direct{std::vector<uint16_t>(q.size() + 4, 0xffff)};
@@ -353,6 +355,7 @@ TEST_F(CudaKernelsTest, PagedDecodeAttentionWritesBf16AsItsOutputCast) {
       EXPECT_TRUE(absl::IsInvalidArgument(LaunchPagedDecodeAttention(p, stream_))) << what;
     }
   }
+  SetTensorCoreDecodeKeyWarpsForTesting(KeyWarps::kAuto);
 }
 
 TEST_F(CudaKernelsTest, TwoWarpTensorCoreDecodeMatchesTheOneWarpForm) {

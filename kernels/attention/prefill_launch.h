@@ -36,6 +36,9 @@ struct PrefillTcParams {
   // of ws_o / ws_lse instead (relay attention's fused launch: the context part's parts
   // beside the system part's).
   int ws_row_parts = 0, ws_first_part = 0;
+  // The two-warp decode (PagedDecodeTcKeyWarpsAsync) with one part: when set, the rows go
+  // here as bf16 (ToBf16's rounding of what out would hold), not to out.
+  uint16_t* out_bf16 = nullptr;
   // When set, nothing is launched: the chosen form's resident blocks per SM (the occupancy
   // calculator's) are written here.
   int* resident_blocks_out = nullptr;

@@ -131,6 +131,11 @@ absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch
     p.ws_lse = workspace + int64_t{p.key_splits} * batch * num_heads * kv.head_dim;
   }
   if (two_warps) {
+    if (p.key_splits == 1 && out_bf16 != nullptr) {  // the kernel stores the cast itself
+      p.out_bf16 = out_bf16;
+      STRATA_CUDA_RETURN_IF_ERROR(internal::PagedDecodeTcKeyWarpsAsync(p, stream));
+      return absl::OkStatus();
+    }
     STRATA_CUDA_RETURN_IF_ERROR(internal::PagedDecodeTcKeyWarpsAsync(p, stream));
   } else {
     STRATA_CUDA_RETURN_IF_ERROR(
