@@ -62,7 +62,6 @@ grpc::Status ChatServiceImpl::ChatSession(grpc::ServerContext* context,
     if (!stream->Read(&request)) break;
     if (grpc::Status s = DoChat(context, request, stream); !s.ok()) return s;
     if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-    request.Clear();
   }
   return proto::last_request_malformed ? proto::MalformedRequest("strata::v1::ChatRequest") : grpc::Status::OK;
 }

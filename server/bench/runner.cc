@@ -165,16 +165,22 @@ class Runner {
     explicit Answer(absl::Time at) : sent(at), last(at) {}
   };
 
-  // One Chat call per turn, or a session's ChatSession call (chat_stream).
+  // A session's ChatSession call (chat_stream), open from its first turn to its last.
   struct SessionStream {
     std::unique_ptr<grpc::ClientContext> context;
     std::unique_ptr<grpc::ClientReaderWriter<v1::ChatRequest, v1::ChatEvent>> stream;
+    // The call's status; the stream is closed after it.
+    grpc::Status Finish() {
+      grpc::Status status = stream->Finish();
+      stream.reset();
+      context.reset();
+      return status;
+    }
+    // Cancels an open call (its server is gone, or a bug left it open).
     void Close() {
       if (stream == nullptr) return;
       context->TryCancel();
-      stream->Finish();
-      stream.reset();
-      context.reset();
+      Finish();
     }
   };
 
@@ -244,9 +250,7 @@ class Runner {
     const bool last = static_cast<size_t>(turn) + 1 == ws.turns.size();
     if (done && !last) return grpc::Status::OK;
     if (done) s.stream->WritesDone();
-    grpc::Status status = s.stream->Finish();
-    s.stream.reset();
-    s.context.reset();
+    grpc::Status status = s.Finish();
     if (!done && status.ok()) {
       status = grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended without the turn's done event");
     }

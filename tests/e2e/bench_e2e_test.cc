@@ -112,21 +112,44 @@ nlohmann::json ReadJson(const std::string& path) {
   return j;
 }
 
+// A synthetic run (6 sessions unless `flags` say otherwise) against `server`, with its
+// /metrics scraped before and after; `run` is the report's one run (null if the bench
+// failed or wrote none, which is reported).
+struct MeasuredRun {
+  std::map<std::string, double> before, after;
+  nlohmann::json run;
+  std::string stdout_text;
+};
+MeasuredRun RunSynthetic(const ServerProcess& server, const std::vector<std::string>& flags) {
+  const std::string json_path = "/tmp/strata-bench-e2e-report-" + std::to_string(getpid()) + ".json";
+  MeasuredRun m;
+  m.before = Scrape(server);
+  std::vector<std::string> args = {"--target=" + server.target(),
+                                   absl::StrCat("--metrics_target=127.0.0.1:", server.metrics_port()),
+                                   "--rate=20", "--turns=3", "--prompt_tokens=24", "--output_tokens=6",
+                                   "--think_s=0.1", "--json=" + json_path};
+  args.insert(args.end(), flags.begin(), flags.end());
+  BenchProcess bench(args);
+  const int code = bench.Wait();
+  EXPECT_EQ(code, 0) << "bench failed; stderr:\n" << bench.Stderr() << "\nstdout:\n" << bench.Stdout();
+  m.after = Scrape(server);
+  m.stdout_text = bench.Stdout();
+  if (code != 0) return m;
+  const nlohmann::json report = ReadJson(json_path);
+  std::filesystem::remove(json_path);
+  EXPECT_TRUE(report.contains("runs") && report["runs"].size() == 1) << report.dump(2);
+  if (report.contains("runs") && report["runs"].size() == 1) m.run = report["runs"][0];
+  return m;
+}
+
 TEST(BenchE2eTest, ReportedReuseAndHitsEqualTheServersMetrics) {
   auto server = ServerProcess::Start(kServeFlags);
   ASSERT_TRUE(server.ok()) << server.status();
-  const std::string json_path = "/tmp/strata-bench-e2e-report-" + std::to_string(getpid()) + ".json";
-  const auto before = Scrape(**server);
-  BenchProcess bench({"--target=" + (*server)->target(),
-                      absl::StrCat("--metrics_target=127.0.0.1:", (*server)->metrics_port()), "--sessions=6",
-                      "--rate=20", "--turns=3", "--prompt_tokens=24", "--output_tokens=6", "--think_s=0.1",
-                      "--seed=5", "--json=" + json_path});
-  ASSERT_EQ(bench.Wait(), 0) << "bench failed; stderr:\n" << bench.Stderr() << "\nstdout:\n" << bench.Stdout();
-  const auto after = Scrape(**server);
-  const nlohmann::json report = ReadJson(json_path);
-  std::filesystem::remove(json_path);
-  ASSERT_TRUE(report.contains("runs") && report["runs"].size() == 1) << report.dump(2);
-  const nlohmann::json& run = report["runs"][0];
+  const MeasuredRun m = RunSynthetic(**server, {"--sessions=6", "--seed=5"});
+  ASSERT_FALSE(m.run.is_null());
+  const auto& before = m.before;
+  const auto& after = m.after;
+  const nlohmann::json& run = m.run;
 
   const double reused = Moved(before, after, "strata_prefill_tokens_total{source=\"reused\"}");
   const double computed = Moved(before, after, "strata_prefill_tokens_total{source=\"computed\"}");
@@ -153,7 +176,7 @@ TEST(BenchE2eTest, ReportedReuseAndHitsEqualTheServersMetrics) {
   EXPECT_EQ(run["metrics"]["prefill_computed_tokens"].get<double>(), computed);
   EXPECT_EQ(run["metrics"]["hits_by_tier"]["hbm"].get<double>(), hbm_hits);
   EXPECT_EQ(run["metrics"]["hits_by_tier"]["host"].get<double>(), host_hits);
-  EXPECT_NE(bench.Stdout().find("TTFT (client)"), std::string::npos) << "no table on stdout:\n" << bench.Stdout();
+  EXPECT_NE(m.stdout_text.find("TTFT (client)"), std::string::npos) << "no table on stdout:\n" << m.stdout_text;
 }
 
 // --chat_stream: each session's turns on one ChatSession call, counted by the server as
@@ -161,18 +184,11 @@ TEST(BenchE2eTest, ReportedReuseAndHitsEqualTheServersMetrics) {
 TEST(BenchE2eTest, ChatStreamSendsEachSessionsTurnsOnOneCall) {
   auto server = ServerProcess::Start(kServeFlags);
   ASSERT_TRUE(server.ok()) << server.status();
-  const std::string json_path = "/tmp/strata-bench-e2e-stream-" + std::to_string(getpid()) + ".json";
-  const auto before = Scrape(**server);
-  BenchProcess bench({"--target=" + (*server)->target(),
-                      absl::StrCat("--metrics_target=127.0.0.1:", (*server)->metrics_port()), "--sessions=5",
-                      "--rate=20", "--turns=3", "--prompt_tokens=24", "--output_tokens=6", "--think_s=0.1",
-                      "--seed=7", "--chat_stream", "--json=" + json_path});
-  ASSERT_EQ(bench.Wait(), 0) << "bench failed; stderr:\n" << bench.Stderr() << "\nstdout:\n" << bench.Stdout();
-  const auto after = Scrape(**server);
-  const nlohmann::json report = ReadJson(json_path);
-  std::filesystem::remove(json_path);
-  ASSERT_TRUE(report.contains("runs") && report["runs"].size() == 1) << report.dump(2);
-  const nlohmann::json& run = report["runs"][0];
+  const MeasuredRun m = RunSynthetic(**server, {"--sessions=5", "--seed=7", "--chat_stream"});
+  ASSERT_FALSE(m.run.is_null());
+  const auto& before = m.before;
+  const auto& after = m.after;
+  const nlohmann::json& run = m.run;
   EXPECT_EQ(run["turns_failed"].get<int>(), 0);
   EXPECT_GE(run["turns_ok"].get<int>(), 5);
   EXPECT_EQ(Moved(before, after, "strata_requests_total{code=\"ok\",method=\"strata.v1.ChatService/ChatSession\"}"),

@@ -15,6 +15,8 @@
 #include "gtest/gtest.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "strata/v1/chat.grpc.pb.h"
+#include "tests/e2e/cache_on_off_servers.h"
+#include "tests/e2e/chat_rpc.h"
 #include "tests/e2e/server_process.h"
 
 namespace strata {
@@ -108,18 +110,7 @@ class Client {
   std::string api_key_;
 };
 
-v1::ChatRequest Request(const std::string& session, const std::vector<std::pair<std::string, std::string>>& msgs,
-                        int64_t max_new = 16) {
-  v1::ChatRequest r;
-  r.set_session_id(session);
-  r.set_max_new_tokens(static_cast<uint32_t>(max_new));
-  for (const auto& [role, content] : msgs) {
-    v1::Message* m = r.add_messages();
-    m->set_role(role);
-    m->set_content(content);
-  }
-  return r;
-}
+using testing::MessagesRequest;
 
 const std::vector<std::string> kUserTurns = {
     "Hello! Please help me plan a trip to the mountains next month.",
@@ -135,39 +126,14 @@ std::vector<TurnOutput> ThreeTurns(Client& client, const std::string& session, i
   std::vector<TurnOutput> outs;
   for (const std::string& user : kUserTurns) {
     conv.push_back({"user", user + tag});
-    outs.push_back(client.Chat(Request(session, conv, max_new)));
+    outs.push_back(client.Chat(MessagesRequest(session, conv, max_new)));
     EXPECT_TRUE(outs.back().status.ok()) << outs.back().status.error_message();
     conv.push_back({"assistant", outs.back().text});
   }
   return outs;
 }
 
-class ChatE2eTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    auto on = ServerProcess::Start({});
-    ASSERT_TRUE(on.ok()) << on.status();
-    cache_on_ = on->release();
-    auto off = ServerProcess::Start({"--cache=off"});
-    ASSERT_TRUE(off.ok()) << off.status();
-    cache_off_ = off->release();
-  }
-  static void TearDownTestSuite() {
-    // A clean exit also means the sanitizers found nothing in the server process.
-    for (ServerProcess* server : {cache_on_, cache_off_}) {
-      if (server == nullptr) continue;
-      int status = server->Stop();
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        ADD_FAILURE() << "strata serve did not exit cleanly: wait status " << status;
-      }
-      delete server;
-    }
-  }
-  static ServerProcess* cache_on_;
-  static ServerProcess* cache_off_;
-};
-ServerProcess* ChatE2eTest::cache_on_ = nullptr;
-ServerProcess* ChatE2eTest::cache_off_ = nullptr;
+class ChatE2eTest : public testing::CacheOnOffServers<ChatE2eTest> {};
 
 TEST_F(ChatE2eTest, LaterTurnsComputeExactlyTheNewTokens) {
   Client client(cache_on_->target());
@@ -208,13 +174,13 @@ TEST_F(ChatE2eTest, CachedAnswersEqualCacheOffAnswers) {
 TEST_F(ChatE2eTest, EditedHistoryReusesOnlyTheUnchangedPrefix) {
   Client on(cache_on_->target());
   Client off(cache_off_->target());
-  auto first = on.Chat(Request("edited", {{"user", "My name is Ada and I like chess."}}));
+  auto first = on.Chat(MessagesRequest("edited", {{"user", "My name is Ada and I like chess."}}));
   ASSERT_TRUE(first.status.ok());
   // The client edits its first message and goes on.
   std::vector<std::pair<std::string, std::string>> edited = {
       {"user", "My name is Bob and I like chess."}, {"assistant", first.text}, {"user", "And you?"}};
-  auto cached = on.Chat(Request("edited", edited));
-  auto fresh = off.Chat(Request("edited", edited));
+  auto cached = on.Chat(MessagesRequest("edited", edited));
+  auto fresh = off.Chat(MessagesRequest("edited", edited));
   ASSERT_TRUE(cached.status.ok() && fresh.status.ok());
   // <bos> <|user|> "My name is " = 2 + 11 tokens are unchanged.
   EXPECT_EQ(cached.done.usage().cached_tokens(), 13u);
@@ -301,7 +267,7 @@ TEST_F(ChatE2eTest, MetricsShowTheReuse) {
 // Each bad request gets its status, and the session's stored state does not change.
 TEST_F(ChatE2eTest, BadInputGetsClearStatusAndChangesNothing) {
   Client client(cache_on_->target());
-  ASSERT_TRUE(client.Chat(Request("victim", {{"user", "keep me"}}, 4)).status.ok());
+  ASSERT_TRUE(client.Chat(MessagesRequest("victim", {{"user", "keep me"}}, 4)).status.ok());
   auto before = client.GetSession("victim");
   ASSERT_TRUE(before.ok());
   // strata_requests_total{method="strata.v1.ChatService/Chat",code="invalid_argument"}
@@ -328,19 +294,19 @@ TEST_F(ChatE2eTest, BadInputGetsClearStatusAndChangesNothing) {
     EXPECT_TRUE(out.tokens.empty()) << what;
   };
   using C = grpc::StatusCode;
-  expect(Request("", {{"user", "hi"}}), C::INVALID_ARGUMENT, "empty session id");
-  expect(Request(std::string(129, 's'), {{"user", "hi"}}), C::INVALID_ARGUMENT, "long session id");
-  expect(Request("victim", {}), C::INVALID_ARGUMENT, "empty conversation");
-  expect(Request("victim", {{"user", "keep me"}, {"wizard", "x"}}), C::INVALID_ARGUMENT, "unknown role");
-  expect(Request("victim", {{"user", std::string(9000, 'a')}}), C::INVALID_ARGUMENT, "longer than context");
-  expect(Request("victim", {{"user", "keep me"}}, 0), C::INVALID_ARGUMENT, "max_new_tokens 0");
-  expect(Request("victim", {{"user", "keep me"}}, 2000000000), C::INVALID_ARGUMENT, "absurd max_new_tokens");
+  expect(MessagesRequest("", {{"user", "hi"}}), C::INVALID_ARGUMENT, "empty session id");
+  expect(MessagesRequest(std::string(129, 's'), {{"user", "hi"}}), C::INVALID_ARGUMENT, "long session id");
+  expect(MessagesRequest("victim", {}), C::INVALID_ARGUMENT, "empty conversation");
+  expect(MessagesRequest("victim", {{"user", "keep me"}, {"wizard", "x"}}), C::INVALID_ARGUMENT, "unknown role");
+  expect(MessagesRequest("victim", {{"user", std::string(9000, 'a')}}), C::INVALID_ARGUMENT, "longer than context");
+  expect(MessagesRequest("victim", {{"user", "keep me"}}, 0), C::INVALID_ARGUMENT, "max_new_tokens 0");
+  expect(MessagesRequest("victim", {{"user", "keep me"}}, 2000000000), C::INVALID_ARGUMENT, "absurd max_new_tokens");
   // The largest value the field holds is reported as sent, not clamped first.
-  TurnOutput huge = client.Chat(Request("victim", {{"user", "keep me"}}, 4294967295u));
+  TurnOutput huge = client.Chat(MessagesRequest("victim", {{"user", "keep me"}}, 4294967295u));
   ++invalid;
   EXPECT_EQ(huge.status.error_code(), C::INVALID_ARGUMENT);
   EXPECT_NE(huge.status.error_message().find("4294967295"), std::string::npos) << huge.status.error_message();
-  v1::ChatRequest both = Request("victim", {{"user", "x"}});
+  v1::ChatRequest both = MessagesRequest("victim", {{"user", "x"}});
   both.add_token_ids(1);
   expect(both, C::INVALID_ARGUMENT, "messages and token_ids");
   v1::ChatRequest bad_token;
@@ -350,7 +316,7 @@ TEST_F(ChatE2eTest, BadInputGetsClearStatusAndChangesNothing) {
   expect(bad_token, C::INVALID_ARGUMENT, "token outside vocabulary");
 
   // Raw bytes: invalid UTF-8 in a string field, and bytes that are no protobuf at all.
-  v1::ChatRequest valid = Request("victim", {{"user", "PLACEHOLDER"}});
+  v1::ChatRequest valid = MessagesRequest("victim", {{"user", "PLACEHOLDER"}});
   std::string wire = valid.SerializeAsString();
   wire.replace(wire.find("PLACEHOLDER"), 11, "\xff\xfe\xfd invalid");
   grpc::Status utf8 = client.ChatRaw(wire);
@@ -373,7 +339,7 @@ TEST_F(ChatE2eTest, BadInputGetsClearStatusAndChangesNothing) {
 
 TEST_F(ChatE2eTest, CacheServiceReportsAndDropsSessions) {
   Client client(cache_on_->target());
-  ASSERT_TRUE(client.Chat(Request("to-drop", {{"user", "hello"}}, 4)).status.ok());
+  ASSERT_TRUE(client.Chat(MessagesRequest("to-drop", {{"user", "hello"}}, 4)).status.ok());
   grpc::ClientContext list_ctx;
   v1::ListSessionsResponse list;
   ASSERT_TRUE(client.cache().ListSessions(&list_ctx, v1::ListSessionsRequest(), &list).ok());
@@ -394,7 +360,7 @@ TEST_F(ChatE2eTest, CacheServiceReportsAndDropsSessions) {
   EXPECT_EQ(stats.model_fingerprint().size(), 16u);
   ASSERT_EQ(stats.tiers_size(), 1);
   EXPECT_GT(stats.tiers(0).capacity_bytes(), 0u);
-  ASSERT_TRUE(client.Chat(Request("kept", {{"user", "hi"}}, 4)).status.ok());
+  ASSERT_TRUE(client.Chat(MessagesRequest("kept", {{"user", "hi"}}, 4)).status.ok());
   grpc::ClientContext prefetch_ctx;
   v1::PrefetchRequest prefetch;
   prefetch.add_session_ids("kept");
@@ -409,7 +375,7 @@ TEST_F(ChatE2eTest, ClientThatGoesAwayFreesItsSession) {
   Client client(cache_on_->target());
   {
     grpc::ClientContext ctx;
-    v1::ChatRequest long_turn = Request("walk-away", {{"user", "talk for a long time"}}, 4000);
+    v1::ChatRequest long_turn = MessagesRequest("walk-away", {{"user", "talk for a long time"}}, 4000);
     auto reader = v1::ChatService::NewStub(
                       grpc::CreateChannel(cache_on_->target(), grpc::InsecureChannelCredentials()))
                       ->Chat(&ctx, long_turn);
@@ -420,7 +386,7 @@ TEST_F(ChatE2eTest, ClientThatGoesAwayFreesItsSession) {
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
   // The next turn of the session is admitted (nothing stuck) and answers.
-  TurnOutput next = client.Chat(Request("walk-away", {{"user", "short one"}}, 4));
+  TurnOutput next = client.Chat(MessagesRequest("walk-away", {{"user", "short one"}}, 4));
   EXPECT_TRUE(next.status.ok()) << next.status.error_message();
   EXPECT_GE(next.done.usage().completion_tokens(), 1u);
 }
@@ -463,19 +429,19 @@ TEST(TenancyE2eTest, TenantsAreIsolatedAndKeysRequired) {
   Client beta((*server)->target(), "key-b");
   Client anonymous((*server)->target());
   Client forger((*server)->target(), "key-c");
-  auto first = alpha.Chat(Request("shared-id", {{"user", "alpha's secret prompt"}}, 4));
+  auto first = alpha.Chat(MessagesRequest("shared-id", {{"user", "alpha's secret prompt"}}, 4));
   ASSERT_TRUE(first.status.ok()) << first.status.error_message();
-  EXPECT_EQ(anonymous.Chat(Request("shared-id", {{"user", "x"}}, 4)).status.error_code(),
+  EXPECT_EQ(anonymous.Chat(MessagesRequest("shared-id", {{"user", "x"}}, 4)).status.error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(forger.Chat(Request("shared-id", {{"user", "x"}}, 4)).status.error_code(),
+  EXPECT_EQ(forger.Chat(MessagesRequest("shared-id", {{"user", "x"}}, 4)).status.error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
   // Beta sends the very same conversation under the same session ID: nothing is reused,
   // and alpha's session is invisible to it.
   EXPECT_TRUE(absl::IsNotFound(beta.GetSession("shared-id").status()));
-  auto probe = beta.Chat(Request("shared-id", {{"user", "alpha's secret prompt"}}, 4));
+  auto probe = beta.Chat(MessagesRequest("shared-id", {{"user", "alpha's secret prompt"}}, 4));
   ASSERT_TRUE(probe.status.ok());
   EXPECT_EQ(probe.done.usage().cached_tokens(), 0u);
-  auto again = alpha.Chat(Request("shared-id", {{"user", "alpha's secret prompt"}, {"assistant", first.text},
+  auto again = alpha.Chat(MessagesRequest("shared-id", {{"user", "alpha's secret prompt"}, {"assistant", first.text},
                                                 {"user", "more"}}, 4));
   EXPECT_GT(again.done.usage().cached_tokens(), 0u);
   EXPECT_EQ((*server)->Stop() >> 8, 0);
@@ -503,9 +469,9 @@ TEST(TenancyE2eTest, StatsShowOnlyTheCallersTenant) {
     }
     return v1::TierStats();
   };
-  auto first = alpha.Chat(Request("s", {{"user", "alpha's question"}}, 4));
+  auto first = alpha.Chat(MessagesRequest("s", {{"user", "alpha's question"}}, 4));
   ASSERT_TRUE(first.status.ok()) << first.status.error_message();
-  auto second = alpha.Chat(Request("s", {{"user", "alpha's question"}, {"assistant", first.text}, {"user", "more"}}, 4));
+  auto second = alpha.Chat(MessagesRequest("s", {{"user", "alpha's question"}, {"assistant", first.text}, {"user", "more"}}, 4));
   ASSERT_TRUE(second.status.ok());
   ASSERT_GT(second.done.usage().cached_tokens(), 0u);
   const v1::StatsResponse a = stats(alpha), b = stats(beta), all = stats(ops);
@@ -536,14 +502,14 @@ TEST(DeviceE2eTest, DeviceFlagChoosesOrRefusesTheBackendAtStart) {
   auto cpu = ServerProcess::Start({"--device=cpu"});
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   Client client((*cpu)->target());
-  auto turn = client.Chat(Request("device", {{"user", "which backend?"}}, 6));
+  auto turn = client.Chat(MessagesRequest("device", {{"user", "which backend?"}}, 6));
   ASSERT_TRUE(turn.status.ok()) << turn.status.error_message();
   EXPECT_EQ(turn.done.usage().completion_tokens(), 6u);
   if (!model::CudaAvailable()) {
     auto automatic = ServerProcess::Start({});
     ASSERT_TRUE(automatic.ok()) << automatic.status();
     Client other((*automatic)->target());
-    EXPECT_EQ(other.Chat(Request("device", {{"user", "which backend?"}}, 6)).tokens, turn.tokens)
+    EXPECT_EQ(other.Chat(MessagesRequest("device", {{"user", "which backend?"}}, 6)).tokens, turn.tokens)
         << "without a GPU, auto is the CPU backend";
     std::ifstream log((*automatic)->log_path());
     const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());

@@ -6,6 +6,19 @@
 
 namespace strata::testing {
 
+v1::ChatRequest MessagesRequest(const std::string& session,
+                                const std::vector<std::pair<std::string, std::string>>& messages, int max_new) {
+  v1::ChatRequest r;
+  r.set_session_id(session);
+  r.set_max_new_tokens(static_cast<uint32_t>(max_new));
+  for (const auto& [role, content] : messages) {
+    v1::Message* m = r.add_messages();
+    m->set_role(role);
+    m->set_content(content);
+  }
+  return r;
+}
+
 ChatTurn RunChat(const std::string& target, const v1::ChatRequest& request, const std::string& api_key) {
   auto stub = v1::ChatService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,6 +22,10 @@ struct ChatTurn {
   std::string text;             // every delta's text
   v1::ChatDone done;            // the final event (empty if none came)
 };
+
+// A request for `session` of these (role, content) messages and `max_new` tokens.
+v1::ChatRequest MessagesRequest(const std::string& session,
+                                const std::vector<std::pair<std::string, std::string>>& messages, int max_new = 16);
 
 // Sends `request` (with `api_key` as its bearer token, if not empty) and reads the stream
 // to its end (deadline two minutes).

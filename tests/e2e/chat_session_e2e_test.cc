@@ -19,6 +19,8 @@
 #include "gtest/gtest.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "strata/v1/chat.grpc.pb.h"
+#include "tests/e2e/cache_on_off_servers.h"
+#include "tests/e2e/chat_rpc.h"
 #include "tests/e2e/server_process.h"
 
 namespace strata {
@@ -35,15 +37,7 @@ struct TurnOutput {
 };
 
 v1::ChatRequest Request(const std::string& session, const Conversation& conv, int max_new = 12) {
-  v1::ChatRequest r;
-  r.set_session_id(session);
-  r.set_max_new_tokens(static_cast<uint32_t>(max_new));
-  for (const auto& [role, content] : conv) {
-    v1::Message* m = r.add_messages();
-    m->set_role(role);
-    m->set_content(content);
-  }
-  return r;
+  return testing::MessagesRequest(session, conv, max_new);
 }
 
 // Reads one turn's events from `read` (a Chat reader's or a ChatSession stream's Read)
@@ -84,34 +78,12 @@ const std::vector<std::string> kUserTurns = {
     "Great, now summarise that in one line.",
 };
 
-class ChatSessionE2eTest : public ::testing::Test {
+class ChatSessionE2eTest : public testing::CacheOnOffServers<ChatSessionE2eTest> {
  protected:
-  static void SetUpTestSuite() {
-    auto on = ServerProcess::Start({});
-    ASSERT_TRUE(on.ok()) << on.status();
-    cache_on_ = on->release();
-    auto off = ServerProcess::Start({"--cache=off"});
-    ASSERT_TRUE(off.ok()) << off.status();
-    cache_off_ = off->release();
-  }
-  static void TearDownTestSuite() {
-    for (ServerProcess* server : {cache_on_, cache_off_}) {
-      if (server == nullptr) continue;
-      const int status = server->Stop();
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        ADD_FAILURE() << "strata serve did not exit cleanly: wait status " << status;
-      }
-      delete server;
-    }
-  }
   static std::unique_ptr<v1::ChatService::Stub> Stub(ServerProcess* server) {
     return v1::ChatService::NewStub(grpc::CreateChannel(server->target(), grpc::InsecureChannelCredentials()));
   }
-  static ServerProcess* cache_on_;
-  static ServerProcess* cache_off_;
 };
-ServerProcess* ChatSessionE2eTest::cache_on_ = nullptr;
-ServerProcess* ChatSessionE2eTest::cache_off_ = nullptr;
 
 TEST_F(ChatSessionE2eTest, TurnsOnOneStreamAnswerAsChatCallsAndReuseTheCache) {
   auto on = Stub(cache_on_), off = Stub(cache_off_);
