@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/cpu_idle_pollers.h"
 #include "server/auth.h"
 #include "base/log.h"
 #include "server/cli/commands.h"
@@ -79,6 +80,11 @@ ABSL_FLAG(std::string, admin_tenant, "",
 ABSL_FLAG(int, drain_seconds, 30,
           "serve: on SIGTERM/SIGINT, how long running turns may take to finish (health says NOT_SERVING and "
           "new turns get UNAVAILABLE meanwhile)");
+ABSL_FLAG(int, cpu_idle_poll_threads, 0,
+          "serve: keep this many CPUs out of their idle state with a spinning thread each, pinned, at SCHED_IDLE "
+          "(it runs only when nothing else wants the CPU): on a VM, where waking a halted vCPU costs ~0.1 ms and a "
+          "turn's token crosses several threads, it takes ~0.25 ms off TTFT after a pause, for power and CPUs "
+          "that read busy (-1: every CPU; 0: off)");
 ABSL_FLAG(std::string, port_file, "", "serve: write 'grpc_port metrics_port' here once listening");
 ABSL_FLAG(int, max_queued_per_tenant, 0,
           "serve: turns one tenant may have waiting (RESOURCE_EXHAUSTED past it, naming the limit); 0: no "
@@ -247,6 +253,11 @@ void WritePortFile(const std::string& path, int port, int metrics_port) {
 int ServeCommand() {
   ServerOptions o;
   if (!OptionsFromFlags(o)) return 2;
+  CpuIdlePollers pollers;
+  if (absl::Status s = pollers.Start(absl::GetFlag(FLAGS_cpu_idle_poll_threads)); !s.ok()) {
+    std::fprintf(stderr, "--cpu_idle_poll_threads: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   auto server = StrataServer::Start(o);
   if (!server.ok()) {
     std::fprintf(stderr, "strata serve: %s\n", server.status().ToString().c_str());
