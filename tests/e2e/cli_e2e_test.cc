@@ -2,7 +2,8 @@
 // command, `strata <command> --help` those of one, --version names the version
 // and the commit, a bad command or model name is refused with a message;
 // `strata ppl` scores a text; the scripted `strata chat` against the built-in
-// model reads as English.
+// model reads as English; --cpu_idle_poll_threads runs its spinners at idle priority.
+#include <sched.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -91,6 +92,27 @@ TEST(CliE2eTest, UnknownRandomModelNameIsRefusedAtStart) {
   EXPECT_TRUE(absl::StrContains(run.output, "unknown model shape 'llama9-400b'")) << run.output;
   EXPECT_TRUE(absl::StrContains(run.output, "llama3-8b")) << "the message should name the known shapes:\n"
                                                           << run.output;
+}
+
+// --cpu_idle_poll_threads: the server runs that many SCHED_IDLE threads beside its own
+// and answers; a count out of range is refused before anything starts.
+TEST(CliE2eTest, CpuIdlePollersRunAtIdlePriorityAndABadCountIsRefused) {
+  const CommandRun bad = RunStrata("serve --port=0 --metrics_port=-1 --cpu_idle_poll_threads=-3");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_TRUE(absl::StrContains(bad.output, "--cpu_idle_poll_threads")) << bad.output;
+
+  auto server = ServerProcess::Start({"--cpu_idle_poll_threads=1"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  int idle = 0, threads = 0;
+  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", (*server)->pid(), "/task"))) {
+    int tid = 0;
+    if (!absl::SimpleAtoi(task.path().filename().string(), &tid)) continue;
+    ++threads;
+    if (sched_getscheduler(tid) == SCHED_IDLE) ++idle;
+  }
+  EXPECT_EQ(idle, 1) << "of " << threads << " threads";
+  const CommandRun chat = RunStrata(absl::StrCat("chat --target=", (*server)->target(), " --session=pollers"));
+  EXPECT_EQ(chat.exit_code, 0) << chat.output;
 }
 
 // The number after `label` at the start of a line of `output`, or -1.
