@@ -15,6 +15,9 @@
 #   bench-host-concurrent  bench-host's 32 and 64 sessions at once alone (CONC_HISTORY)
 #   bench-hbm-settled  the HBM history sweep with turn 2 sent 500 ms after turn 1 (resident
 #             in HBM, no write-back beside it)
+#   bench-hbm-stream  the same at 1K and 16K over ChatSession (--chat_stream), the server with
+#             --cpu_idle_poll_threads=-1 and without, three times each, alternating; then
+#             model_bench's compute of the turn's new tokens
 #   relay-sweep  relay_attention_bench --sweep: the fused launch's balances at batch >= 32
 #   diag-host the 16K host-tier turn alone (5 repeats, no cache-off server) settled (500 ms
 #             after turn 1) and at once, and from HBM: where its TTFT goes (queue, prefill,
@@ -142,7 +145,7 @@ run_bench_history() {
   local tag=$1 extra=$2
   "$B/strata" bench --sweep --history=${HISTORY:-1024,4096,16384,30720} --new_tokens=64 --concurrency=1 \
     --sweep_repeats=${REPEATS:-3} \
-    --sweep_answer_tokens=16 ${COMPARE-"--compare=cache_off"} ${SWEEP_GAP:+--sweep_gap_ms=$SWEEP_GAP} --serve_flags="$SERVE8B $extra --host_cache_bytes=$((16 << 30))" \
+    --sweep_answer_tokens=16 ${COMPARE-"--compare=cache_off"} ${SWEEP_GAP:+--sweep_gap_ms=$SWEEP_GAP} ${BENCH_EXTRA:-} --serve_flags="$SERVE8B $extra --host_cache_bytes=$((16 << 30))" \
     --json="$OUT/$tag-history.json" >"$OUT/$tag-history.txt" 2>"$OUT/$tag-history.err"
   note "$tag history sweep: rc=$?"; cat "$OUT/$tag-history.txt" >>"$summary"
 }
@@ -310,6 +313,14 @@ for phase in "$@"; do
     bench-ssd) run_bench_ssd ;; bench-host-history) run_bench_history bench-host --hbm_cache_bytes=0 ;;
     bench-hbm-history) run_bench_history bench-hbm "" ;;
     bench-hbm-settled) SWEEP_GAP=500 run_bench_history bench-hbm-settled "" ;;
+    bench-hbm-stream) for rep in 1 2 3; do
+                        for p in -1 0; do
+                          HISTORY=1024,16384 REPEATS=7 COMPARE= SWEEP_GAP=500 BENCH_EXTRA=--chat_stream \
+                            run_bench_history "bench-hbm-stream-pollers$p-$rep" "--cpu_idle_poll_threads=$p"
+                        done
+                      done
+                      "$B/model_bench" --models=llama3-8b >"$OUT/model_bench.txt" 2>&1
+                      note "model_bench: rc=$?"; grep -A4 '^history' "$OUT/model_bench.txt" >>"$summary" ;;
     bench-host-concurrent) run_bench_concurrent bench-host --hbm_cache_bytes=0 ;;
     relay-sweep) "$B/relay_attention_bench" --sweep >"$OUT/relay_sweep.txt" 2>&1
       note "relay_attention_bench --sweep: rc=$?"; sed -n '/balance/,$p' "$OUT/relay_sweep.txt" >>"$summary" ;;
