@@ -2,6 +2,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
@@ -90,6 +91,9 @@ void LogTenantQuotas(const storage::SessionStoreOptions& so, const std::map<std:
 
 absl::Status ServerOptions::Validate() const {
   if (listen_address.empty()) return absl::InvalidArgumentError("listen address is empty");
+  if (max_rpc_threads < kMinRpcThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_rpc_threads must be at least ", kMinRpcThreads));
+  }
   if (store.host_capacity_bytes < 0) return absl::InvalidArgumentError("--host_cache_bytes must be >= 0");
   if (store.ttl <= absl::ZeroDuration()) return absl::InvalidArgumentError("--ttl_seconds must be positive");
   if (store.tenant_quota.host_bytes < 0 || store.tenant_quota.ssd_bytes < 0) {
@@ -209,6 +213,9 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   // The port is this server's alone: gRPC would otherwise share it (SO_REUSEPORT) with a
   // second strata, silently splitting sessions between two caches.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  grpc::ResourceQuota quota("strata");
+  quota.SetMaxThreads(options.max_rpc_threads);
+  builder.SetResourceQuota(quota);
   builder.RegisterService(server->chat_service_.get());
   builder.RegisterService(server->cache_service_.get());
   builder.RegisterService(server->prompt_service_.get());

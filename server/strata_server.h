@@ -34,6 +34,9 @@ namespace strata::server {
 // Batch prompts running at once on the GPU by default (EngineOptions::max_running_batch).
 inline constexpr int kGpuBatchRunning = 256;
 
+// The fewest gRPC threads a server takes (--max_rpc_threads): its pollers and a call.
+inline constexpr int kMinRpcThreads = 4;
+
 struct ServerOptions {
   std::string listen_address = "127.0.0.1:7070";   // gRPC; port 0 picks a free port
   std::string metrics_address = "127.0.0.1:9464";  // Prometheus /metrics and the status page; empty: off
@@ -43,6 +46,10 @@ struct ServerOptions {
   // Shutdown: how long running turns (and their write-backs) may take to finish before
   // the remaining streams are cancelled.
   absl::Duration drain_timeout = absl::Seconds(30);
+  // Threads the gRPC server may run calls on (grpc::ResourceQuota): each running Chat or
+  // other call, and each open ChatSession stream, holds one; a call past it gets
+  // RESOURCE_EXHAUSTED at once, so a flood of streams costs calls, not the process.
+  int max_rpc_threads = 2048;
   bool cache_enabled = true;
   // The session cache: host tier, SSD tier and index, TTL, placement, chunk size
   // (layout.chunk_tokens; the rest of the layout and the fingerprint come from the model;

@@ -80,6 +80,9 @@ ABSL_FLAG(std::string, admin_tenant, "",
 ABSL_FLAG(int, drain_seconds, 30,
           "serve: on SIGTERM/SIGINT, how long running turns may take to finish (health says NOT_SERVING and "
           "new turns get UNAVAILABLE meanwhile)");
+ABSL_FLAG(int, max_rpc_threads, 2048,
+          "serve: threads the gRPC server runs calls on: each running call and each open ChatSession stream holds "
+          "one, and a call past them gets RESOURCE_EXHAUSTED at once");
 ABSL_FLAG(int, cpu_idle_poll_threads, 0,
           "serve: keep this many CPUs out of their idle state with a spinning thread each, pinned, at SCHED_IDLE "
           "(it runs only when nothing else wants the CPU): on a VM, where waking a halted vCPU costs ~0.1 ms and a "
@@ -236,6 +239,7 @@ bool OptionsFromFlags(ServerOptions& o) {
     return false;
   }
   o.drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));
+  o.max_rpc_threads = absl::GetFlag(FLAGS_max_rpc_threads);
   return true;
 }
 

@@ -115,6 +115,12 @@ TEST(CliE2eTest, CpuIdlePollersRunAtIdlePriorityAndABadCountIsRefused) {
   EXPECT_EQ(chat.exit_code, 0) << chat.output;
 }
 
+TEST(CliE2eTest, TooFewRpcThreadsAreRefusedAtStart) {
+  const CommandRun run = RunStrata("serve --port=0 --metrics_port=-1 --max_rpc_threads=2");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "--max_rpc_threads must be at least 4")) << run.output;
+}
+
 // The number after `label` at the start of a line of `output`, or -1.
 double Figure(const std::string& output, absl::string_view label) {
   for (absl::string_view line : absl::StrSplit(output, '\n')) {

@@ -1,6 +1,7 @@
 // Lifecycle of a real `strata serve`: health per service, a graceful drain on SIGTERM
 // (NOT_SERVING, new turns UNAVAILABLE, the running turn finishes, exit 0) and a gRPC port
-// that is this server's alone (a second server on it fails at once, saying so).
+// that is this server's alone (a second server on it fails at once, saying so); calls past
+// --max_rpc_threads are refused with RESOURCE_EXHAUSTED and the server recovers.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -216,6 +217,77 @@ TEST(LifecycleE2eTest, DeadlinesAndCancellationsAreCountedApart) {
   EXPECT_EQ(FinishedTurns(server, "deadline"), 1);
   EXPECT_EQ(FinishedTurns(server, "cancelled"), 1);
   EXPECT_EQ(FinishedTurns(server, "stop") + FinishedTurns(server, "length") + FinishedTurns(server, "error"), 0);
+}
+
+// Each open ChatSession stream holds one of the server's gRPC threads. Past
+// --max_rpc_threads a new stream or call gets RESOURCE_EXHAUSTED at once, the streams
+// already open keep working, health still answers, and once streams close calls succeed
+// again.
+TEST(LifecycleE2eTest, CallsPastTheThreadLimitGetResourceExhaustedAndTheServerRecovers) {
+  auto server = ServerProcess::Start({"--max_rpc_threads=6"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::ChatService::NewStub(grpc::CreateChannel((*server)->target(), grpc::InsecureChannelCredentials()));
+  auto deadline = [] { return std::chrono::system_clock::now() + std::chrono::seconds(60); };
+  // A turn on the stream: true when it answered to its done event.
+  auto turn = [](grpc::ClientReaderWriter<v1::ChatRequest, v1::ChatEvent>& stream, const std::string& session) {
+    if (!stream.Write(LongTurn(session, 3))) return false;
+    v1::ChatEvent e;
+    while (stream.Read(&e)) {
+      if (e.has_done()) return true;
+    }
+    return false;
+  };
+  constexpr int kStreams = 8;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::ChatRequest, v1::ChatEvent>>> open;
+  int refused = 0;
+  for (int i = 0; i < kStreams; ++i) {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(deadline());
+    auto stream = stub->ChatSession(ctx.get());
+    if (turn(*stream, "s" + std::to_string(i))) {
+      contexts.push_back(std::move(ctx));
+      open.push_back(std::move(stream));
+      continue;
+    }
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << "stream " << i << ": "
+                                                                          << status.error_message();
+    ++refused;
+  }
+  EXPECT_GE(open.size(), 1u);
+  EXPECT_LT(open.size(), 6u) << "more streams than threads";
+  EXPECT_EQ(static_cast<int>(open.size()) + refused, kStreams);
+  // While they are open: a Chat call is refused, health answers, the open streams still talk.
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    auto reader = stub->Chat(&ctx, LongTurn("unary", 3));
+    v1::ChatEvent e;
+    while (reader->Read(&e)) {}
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  EXPECT_EQ(HealthStatus((*server)->target(), ""), 1) << "health should answer SERVING past the limit";
+  for (size_t i = 0; i < open.size(); ++i) EXPECT_TRUE(turn(*open[i], "s" + std::to_string(i))) << "stream " << i;
+  for (auto& stream : open) {
+    ASSERT_TRUE(stream->WritesDone());
+    v1::ChatEvent e;
+    EXPECT_FALSE(stream->Read(&e));
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  // The threads go back to the pool as their calls end: a Chat call succeeds again.
+  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+  for (const absl::Time until = absl::Now() + absl::Seconds(10); absl::Now() < until;) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    auto reader = stub->Chat(&ctx, LongTurn("after", 3));
+    v1::ChatEvent e;
+    while (reader->Read(&e)) {}
+    code = reader->Finish().error_code();
+    if (code != grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(code, grpc::StatusCode::OK);
 }
 
 }  // namespace
