@@ -9,7 +9,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 
 namespace strata {
 namespace {
@@ -62,20 +61,23 @@ absl::Status CpuIdlePollers::Start(int count) {
   stop_.store(false);
   std::vector<std::string> errors(n);
   std::vector<pid_t> tids(n);
-  std::vector<absl::Notification> ready(n);
+  // Threads up so far (an atomic, not absl::Notification: Debian's Abseil is not built
+  // for TSan, which would not see the hand-off; base/mutex.h). A thread does not touch it,
+  // nor the references it took, after its increment.
+  std::atomic<int> up{0};
   for (int i = 0; i < n; ++i) {
-    threads_.emplace_back([this, cpu = cpus[i], &error = errors[i], &tid = tids[i], &up = ready[i]] {
+    threads_.emplace_back([this, cpu = cpus[i], &error = errors[i], &tid = tids[i], &up] {
       tid = gettid();
       error = BecomePoller(cpu);
       const bool ok = error.empty();
-      up.Notify();  // the references above are not used past here
+      up.fetch_add(1, std::memory_order_release);
       if (!ok) return;
       while (!stop_.load(std::memory_order_relaxed)) {
         for (int k = 0; k < 64; ++k) Pause();
       }
     });
   }
-  for (auto& up : ready) up.WaitForNotification();
+  while (up.load(std::memory_order_acquire) < n) std::this_thread::yield();
   for (int i = 0; i < n; ++i) {
     if (!errors[i].empty()) {
       Stop();
