@@ -32,7 +32,7 @@ class Server:
         deadline = time.time() + 120
         while time.time() < deadline:
             if os.path.exists(self.port_file) and os.path.getsize(self.port_file) > 0:
-                self.port = int(open(self.port_file).read().split()[0])
+                self.port, self.metrics_port = (int(x) for x in open(self.port_file).read().split()[:2])
                 return
             if self.proc.poll() is not None:
                 raise RuntimeError("strata serve %s exited (%d)" % (name, self.proc.returncode))
@@ -89,6 +89,44 @@ def main():
                 check(a.last.usage.cached_tokens > 0, "turn %d reused nothing" % turn, failures)
             check(b.last.usage.cached_tokens == 0, "the cache-off server reused tokens", failures)
         check(len(a.messages) == 7, "conversation of %d messages, want 7" % len(a.messages), failures)
+
+        # stream_turns: the same conversation on one ChatSession stream answers the same,
+        # reuses the session's KV from HBM, and is one call by the server's count.
+        import urllib.request  # noqa: E402
+
+        def streams_ended(server, code):
+            body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % server.metrics_port).read().decode()
+            key = 'strata_requests_total{code="%s",method="strata.v1.ChatService/ChatSession"} ' % code
+            return sum(float(line.split()[-1]) for line in body.splitlines() if line.startswith(key))
+        ok_before = streams_ended(cached, "ok")
+        with Session(cached.target, "py-s", system="You are a helpful assistant.", max_new_tokens=12,
+                     stream_turns=True) as streamed:
+            for turn, text in enumerate(["Hello there", "Tell me more", "And finally?"]):
+                answer = "".join(streamed.stream(text))
+                check(answer == a.messages[2 * turn + 2][1],
+                      "stream turn %d: the answer differs from the Chat session's" % turn, failures)
+                if turn > 0:
+                    check(streamed.last.cache_tier == 1, "stream turn %d came from tier %d, not HBM"
+                          % (turn, streamed.last.cache_tier), failures)
+            check(streamed.messages == a.messages, "the streamed conversation differs", failures)
+        check(streams_ended(cached, "ok") == ok_before + 1,
+              "three turns and a close were %g ChatSession calls" % (streams_ended(cached, "ok") - ok_before), failures)
+
+        # A streamed turn past timeout_s is DEADLINE_EXCEEDED at once and leaves the
+        # conversation as it was; the next turn opens a new stream and is answered.
+        slow = Session(cached.target, "py-slow", max_new_tokens=2000, stream_turns=True, timeout_s=0.3)
+        started = time.time()
+        try:
+            slow.send("Write a very long story about the river, the hills and the mill.")
+            failures.append("a 2000-token turn finished within 0.3 s")
+        except TurnError as e:
+            check(e.code.name == "DEADLINE_EXCEEDED", "a turn past its timeout gave %s" % e, failures)
+        check(time.time() - started < 5, "the timeout took %.1f s to end the turn" % (time.time() - started),
+              failures)
+        check(slow.messages == [], "a timed-out turn stayed in the conversation", failures)
+        slow.max_new_tokens, slow.timeout_s = 6, 60
+        check(slow.send("Hello") != "" and len(slow.messages) == 2, "the turn after a timeout", failures)
+        slow.close()
 
         # The gateway example of docs/API.md, run as written against this server.
         doc = open(os.path.join(args.client, "..", "..", "docs", "API.md")).read()
@@ -162,6 +200,17 @@ def main():
         s.send("Second")
         t.join()
         check(len(s.messages) == 4, "the turn across the restart is in the conversation once", failures)
+        # The same with the turns on a stream: the restart ends it between turns, and the
+        # next turn opens another once the server is back.
+        st = Session(restarting.target, "py-3", max_new_tokens=6, retries=8, backoff_s=0.2, stream_turns=True)
+        st.send("First")
+        servers[-1].stop()
+        t = threading.Thread(target=bring_back)
+        t.start()
+        st.send("Second")
+        t.join()
+        check(len(st.messages) == 4, "the streamed turn across the restart is in the conversation once", failures)
+        st.close()
 
         # UNAVAILABLE before the first token (a draining server) is retried; after tokens
         # have streamed it is raised. A stub that fails as told stands in for the server.
