@@ -58,10 +58,20 @@ struct SessionOptions {
   // a turn is never replayed.
   int retries = 4;
   absl::Duration backoff = absl::Milliseconds(250);
-  absl::Duration timeout = absl::Seconds(120);  // deadline of each call
+  absl::Duration timeout = absl::Seconds(120);  // deadline of each call (each turn's, below)
   // Wait (within `timeout`) for a server that is not reachable yet instead of
   // failing at once.
   bool wait_for_ready = true;
+  // Send the turns on one ChatSession stream, opened by the first turn and kept
+  // open between turns, instead of a Chat call each: it saves a call's set-up
+  // per turn (about 0.3-0.5 ms of TTFT on the H100 machine, docs/BENCHMARKS.md).
+  // Each open stream holds one of the server's threads, so use it for sessions
+  // that are talking, not for many idle ones. The stream has no deadline:
+  // `timeout` bounds each attempt of a turn, and a turn past it cancels the
+  // stream (DEADLINE_EXCEEDED). A turn that fails or times out closes the
+  // stream and the next turn opens a new one; a stream found broken between
+  // turns counts as a turn refused with UNAVAILABLE before its answer began.
+  bool stream_turns = false;
 
   // OK, or INVALID_ARGUMENT naming the field that is wrong.
   absl::Status Validate() const;
@@ -71,8 +81,10 @@ struct SessionOptions {
 struct Turn {
   std::string answer;  // the whole answer, as it streamed
   v1::ChatDone done;   // usage (prompt, cached, computed tokens), cache tier, TTFT
-  int attempts = 0;    // calls made (1 without retries)
+  int attempts = 0;    // calls (or turns on a stream) made: 1 without retries
 };
+
+class TurnWatchdog;  // session.cc: cancels a streamed turn past its timeout
 
 // Not thread-safe: one turn at a time, which is also what strata does with a
 // session.
@@ -85,11 +97,15 @@ class Session {
   static absl::StatusOr<std::unique_ptr<Session>> Create(SessionOptions options,
                                                          std::shared_ptr<grpc::Channel> channel);
 
+  // With stream_turns, half-closes the open stream and waits for the server to
+  // end it (a second at most: then it cancels the stream).
+  ~Session();
+
   // Sends `user_text` as the next user message and streams the answer's text to
   // `on_text` (if set) as it arrives; blocks until the turn is done. On success
   // the answer joins the conversation. On failure the conversation is as it
   // was, and the status has the gRPC call's code (absl and gRPC number them
-  // alike) and message.
+  // alike) and message; a turn past `timeout` is DEADLINE_EXCEEDED.
   absl::StatusOr<Turn> Send(std::string_view user_text, const std::function<void(std::string_view)>& on_text = nullptr);
 
   // The conversation so far (system message first, if any), as (role, content).
@@ -97,12 +113,29 @@ class Session {
   const SessionOptions& options() const { return options_; }
 
  private:
+  using OnText = std::function<void(std::string_view)>;
+  using Stream = grpc::ClientReaderWriter<v1::ChatRequest, v1::ChatEvent>;
+
   Session(SessionOptions options, std::shared_ptr<grpc::Channel> channel);
   v1::ChatRequest Request() const;
+  // The metadata (session header, API key) and wait_for_ready of a call.
+  void SetUp(grpc::ClientContext& context) const;
+  // One attempt of a turn, on a Chat call or on the session's stream: fills
+  // `turn`, sets `started` once a delta arrived, returns the call's status.
+  grpc::Status CallTurn(const v1::ChatRequest& request, const OnText& on_text, Turn& turn, bool& started);
+  grpc::Status StreamTurn(const v1::ChatRequest& request, const OnText& on_text, Turn& turn, bool& started);
+  // Finishes the stream (its reads ended, or it was cancelled) and drops it.
+  grpc::Status CloseStream();
 
   SessionOptions options_;
   std::unique_ptr<v1::ChatService::Stub> stub_;
   std::vector<std::pair<std::string, std::string>> messages_;
+  // With stream_turns: the open stream (null between a failed turn and the
+  // next) and its call, and the thread that cancels a turn past its timeout
+  // (started by the first turn). The stream goes before its context.
+  std::unique_ptr<TurnWatchdog> watchdog_;
+  std::unique_ptr<grpc::ClientContext> stream_context_;
+  std::unique_ptr<Stream> stream_;
 };
 
 }  // namespace strata::client
