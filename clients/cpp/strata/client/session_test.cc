@@ -157,6 +157,15 @@ class SessionTest : public ::testing::Test {
   std::unique_ptr<grpc::Server> server_;
 };
 
+using Messages = std::vector<std::pair<std::string, std::string>>;
+
+// A request's messages as (role, content).
+Messages MessagesOf(const v1::ChatRequest& request) {
+  Messages out;
+  for (const v1::Message& m : request.messages()) out.emplace_back(m.role(), m.content());
+  return out;
+}
+
 TEST_F(SessionTest, ResendsTheWholeConversationWithAnswersVerbatim) {
   SessionOptions o = Options();
   o.system = "be brief";
@@ -173,12 +182,8 @@ TEST_F(SessionTest, ResendsTheWholeConversationWithAnswersVerbatim) {
   const std::vector<v1::ChatRequest> requests = fake_.requests();
   ASSERT_EQ(requests.size(), 2u);
   const v1::ChatRequest& second = requests[1];
-  ASSERT_EQ(second.messages_size(), 4);
-  EXPECT_EQ(second.messages(0).role(), "system");
-  EXPECT_EQ(second.messages(1).content(), "hi");
-  EXPECT_EQ(second.messages(2).role(), "assistant");
-  EXPECT_EQ(second.messages(2).content(), "echo:hi");
-  EXPECT_EQ(second.messages(3).content(), "again");
+  EXPECT_EQ(MessagesOf(second),
+            (Messages{{"system", "be brief"}, {"user", "hi"}, {"assistant", "echo:hi"}, {"user", "again"}}));
   EXPECT_EQ(second.session_id(), "s1");
   EXPECT_EQ(second.max_new_tokens(), 256u);
   EXPECT_EQ(fake_.headers(), (std::vector<std::string>{"s1", "s1"})) << "x-session-id must go with every call";
@@ -252,14 +257,12 @@ TEST_F(StreamTurnsTest, SendsTheTurnsOnOneStreamWithTheWholeConversation) {
   const std::vector<v1::ChatRequest> requests = fake_.requests();
   ASSERT_EQ(requests.size(), 3u);
   const v1::ChatRequest& last = requests[2];
-  ASSERT_EQ(last.messages_size(), 6);
-  EXPECT_EQ(last.messages(0).role(), "system");
-  EXPECT_EQ(last.messages(1).content(), "hi");
-  EXPECT_EQ(last.messages(2).role(), "assistant");
-  EXPECT_EQ(last.messages(2).content(), "echo:hi");
-  EXPECT_EQ(last.messages(3).content(), "again");
-  EXPECT_EQ(last.messages(4).content(), "echo:again");
-  EXPECT_EQ(last.messages(5).content(), "more");
+  EXPECT_EQ(MessagesOf(last), (Messages{{"system", "be brief"},
+                                       {"user", "hi"},
+                                       {"assistant", "echo:hi"},
+                                       {"user", "again"},
+                                       {"assistant", "echo:again"},
+                                       {"user", "more"}}));
   EXPECT_EQ(last.session_id(), "s1");
   EXPECT_EQ(fake_.headers(), (std::vector<std::string>{"s1", "s1", "s1"})) << "x-session-id must go with the stream";
   EXPECT_EQ(fake_.authorizations(), (std::vector<std::string>{"Bearer k1", "Bearer k1", "Bearer k1"}));
