@@ -95,7 +95,7 @@ int TensorCoreDecodeResidentBlocks(const internal::PrefillTcParams& shape) {
 }
 
 std::atomic<int> forced_tensor_core_parts{0};  // SetTensorCoreDecodePartsForBenchmarks
-std::atomic<int> key_warps_mode{0};            // SetTensorCoreDecodeKeyWarpsForTesting
+std::atomic<KeyWarps> key_warps_mode{KeyWarps::kAuto};  // SetTensorCoreDecodeKeyWarpsForTesting
 
 // Where the cost model picks two one-warp parts, one part whose block's two warps split
 // its keys runs instead (PagedDecodeTcKeyWarpsAsync): as many warps, no merge launch. On the
@@ -122,25 +122,19 @@ absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch
       {int64_t{batch} * kv.kv_heads * subgroups, max_tokens, kv.head_dim, sms, int64_t{resident} * sms}, max_parts);
   const int forced = forced_tensor_core_parts.load(std::memory_order_relaxed);
   if (forced > 0) p.key_splits = std::min(forced, max_parts);
-  const int key_warps = key_warps_mode.load(std::memory_order_relaxed);
-  const bool two_warps =
-      kv.head_dim <= 128 && (key_warps == 2 || (key_warps == 0 && forced == 0 && p.key_splits == 2));
-  if (two_warps && key_warps == 0) p.key_splits = 1;
+  const KeyWarps key_warps = key_warps_mode.load(std::memory_order_relaxed);
+  const bool auto_pick = key_warps == KeyWarps::kAuto && forced == 0 && p.key_splits == 2;
+  const bool two_warps = kv.head_dim <= 128 && (key_warps == KeyWarps::kAlways || auto_pick);
+  if (two_warps && auto_pick) p.key_splits = 1;
   if (p.key_splits > 1) {
     p.ws_o = workspace;
     p.ws_lse = workspace + int64_t{p.key_splits} * batch * num_heads * kv.head_dim;
   }
-  if (two_warps) {
-    if (p.key_splits == 1 && out_bf16 != nullptr) {  // the kernel stores the cast itself
-      p.out_bf16 = out_bf16;
-      STRATA_CUDA_RETURN_IF_ERROR(internal::PagedDecodeTcKeyWarpsAsync(p, stream));
-      return absl::OkStatus();
-    }
-    STRATA_CUDA_RETURN_IF_ERROR(internal::PagedDecodeTcKeyWarpsAsync(p, stream));
-  } else {
-    STRATA_CUDA_RETURN_IF_ERROR(
-        internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::k16Rows1Warp, stream));
-  }
+  if (two_warps && p.key_splits == 1) p.out_bf16 = out_bf16;  // the two-warp kernel stores the cast itself
+  STRATA_CUDA_RETURN_IF_ERROR(two_warps ? internal::PagedDecodeTcKeyWarpsAsync(p, stream)
+                                        : internal::PagedPrefillAttentionTcAsync(
+                                              p, internal::PrefillTcTiles::k16Rows1Warp, stream));
+  if (p.out_bf16 != nullptr) return absl::OkStatus();
   if (p.key_splits > 1) {
     STRATA_CUDA_RETURN_IF_ERROR(internal::MergeStatesAsync(p.ws_o, p.ws_lse, p.key_splits, batch, num_heads,
                                                            kv.head_dim, out, lse, stream, nullptr, out_bf16));
@@ -205,7 +199,7 @@ void SetTensorCoreDecodePartsForBenchmarks(int parts) {
 }
 
 void SetTensorCoreDecodeKeyWarpsForTesting(KeyWarps mode) {
-  key_warps_mode.store(mode == KeyWarps::kAuto ? 0 : mode == KeyWarps::kNever ? 1 : 2, std::memory_order_relaxed);
+  key_warps_mode.store(mode, std::memory_order_relaxed);
 }
 
 bool DecodeRunsOnTensorCores(DecodeKernel kernel, int head_dim, int num_heads, int kv_heads, int batch,
