@@ -6,9 +6,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include "kernels/attention/paged_kv.h"
 
 #define CHECK_CUDA(call)                                                                                  \
   do {                                                                                                    \
@@ -63,6 +66,13 @@ float MedianMs(cudaStream_t stream, int reps, Fn fn) {
 // Reads `bytes` of `buffer` (a multiple of 16) on `stream` and writes nothing: see
 // cuda_bench_flush.cu. `sink` is one device float the kernel may write.
 cudaError_t ReadFlushAsync(const void* buffer, size_t bytes, float* sink, cudaStream_t stream);
+
+// Reads every K and V row of `batch` sequences (at most max_tokens each) in a paged pool the
+// way the decode kernels do, per (KV head, sequence, part), and computes nothing:
+// cuda_bench_paged_read.cu. The decode benchmark's tighter ceiling (the rows' spread over
+// the pages, not only their bytes).
+cudaError_t PagedReadAsync(const kernels::PagedKv& kv, int batch, int64_t max_tokens, float* sink,
+                           cudaStream_t stream);
 
 // The memory benchmarks' peer, on `stream`: an L2 flush (reading 256 MB evicts the 50 MB
 // L2; since 2026-11-26 it reads instead of writing, so the timed work does not pay the

@@ -3,7 +3,9 @@
 // Llama-3-8B, Qwen2.5-7B, GQA-16, head_dim 64, 80, 96 and 256 attention shapes (bf16 KV, 16-token
 // pages), batch 1-64, contexts 1K and 8K. The floor is the KV bytes every step must read;
 // the ceilings are device-to-device cudaMemcpys (bytes read + written over their time):
-// one of 1 GiB, and one moving as many bytes as the step reads (same launch overheads).
+// one of 1 GiB, and one moving as many bytes as the step reads (same launch overheads);
+// and a read of the same rows of the same pages as the kernels read them, computing
+// nothing (cuda_bench.h's PagedReadAsync): what the pool's layout leaves of the bandwidth.
 // L2 is flushed before each timed run (a 1K-token batch of 8 fits in the 50 MB L2).
 //
 //   build/tests/bench/decode_attention_bench        (needs a CUDA device; says so otherwise)
@@ -54,14 +56,16 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreate(&stream));
   strata::bench::CopyCeiling ceiling(stream);
+  float* sink = nullptr;
+  CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&sink), sizeof(float)));
   auto flush = [&] { ceiling.Flush(); };
   const double big_copy_gbps = ceiling.Gbps();
   std::printf("%s, %d SMs; device-to-device copy of 1 GiB: %.0f GB/s (read + write)\n\n", prop.name,
               prop.multiProcessorCount, big_copy_gbps);
   if (!parts_sweep) std::printf(
       "| shape | batch | context | KV MB read | CUDA cores ms | GB/s | vs same-size copy | tensor cores ms | GB/s | "
-      "vs same-size copy | auto |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "vs same-size copy | auto | paged read ms | auto vs paged read |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   struct Shape {
     const char* name;
     int heads, kv_heads, head_dim;
@@ -153,16 +157,20 @@ int main(int argc, char** argv) {
         }
         const float cuda_ms = time(DecodeKernel::kCudaCores), tc_ms = time(DecodeKernel::kTensorCores);
         const float auto_ms = time(DecodeKernel::kAuto);
+        const float read_ms = MedianMs(stream, 20, [&] { CHECK_CUDA(strata::bench::PagedReadAsync(kv, batch, context, sink, stream)); },
+                                       flush);
         const double bytes = 2.0 * batch * context * kv_heads * head_dim * 2;  // K and V, bf16
         const double same_gbps = ceiling.Gbps(static_cast<size_t>(bytes / 2));  // reads + writes `bytes`
         const double cuda_gbps = bytes / (cuda_ms * 1e-3) / 1e9, tc_gbps = bytes / (tc_ms * 1e-3) / 1e9;
-        std::printf("| %s | %d | %lld | %.0f | %.3f | %.0f | %.2f | %.3f | %.0f | %.2f | %s |\n", shape.name, batch,
-                    static_cast<long long>(context), bytes / 1e6, cuda_ms, cuda_gbps, cuda_gbps / same_gbps, tc_ms,
-                    tc_gbps, tc_gbps / same_gbps,
-                    std::abs(auto_ms - tc_ms) < std::abs(auto_ms - cuda_ms) ? "tensor" : "cuda");
+        std::printf("| %s | %d | %lld | %.0f | %.3f | %.0f | %.2f | %.3f | %.0f | %.2f | %s | %.3f | %.2f |\n",
+                    shape.name, batch, static_cast<long long>(context), bytes / 1e6, cuda_ms, cuda_gbps,
+                    cuda_gbps / same_gbps, tc_ms, tc_gbps, tc_gbps / same_gbps,
+                    std::abs(auto_ms - tc_ms) < std::abs(auto_ms - cuda_ms) ? "tensor" : "cuda", read_ms,
+                    read_ms / auto_ms);
         release();
       }
     }
   }
+  CHECK_CUDA(cudaFree(sink));
   return 0;
 }
