@@ -99,11 +99,13 @@ int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t ma
 // (at most what the workspace holds), or 0 for the launch's own choice. Process-wide.
 void SetTensorCoreDecodePartsForBenchmarks(int parts);
 
-// The tensor-core decode runs a pick of two parts as one part whose block's two warps
-// split its keys (kAuto; forced part counts stay in one-warp blocks). For tests and
+// The tensor-core decode runs one part in four-warp blocks where a part's blocks number
+// about one an SM (decode_parts.h's TensorCoreDecodeFourWarps), and else a pick of two
+// parts as one part whose block's two warps split its keys (kAuto; forced part counts
+// stay in one-warp blocks). For tests and
 // benchmarks: kNever keeps one-warp blocks, kAlways runs every tensor-core decode (forced
-// part counts included) in two-warp blocks. Process-wide.
-enum class KeyWarps { kAuto, kNever, kAlways };
+// part counts included) in two-warp blocks, kFour in four-warp blocks. Process-wide.
+enum class KeyWarps { kAuto, kNever, kAlways, kFour };
 void SetTensorCoreDecodeKeyWarpsForTesting(KeyWarps mode);
 
 }  // namespace strata::kernels

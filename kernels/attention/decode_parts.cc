@@ -50,4 +50,10 @@ int TensorCoreDecodeParts(const TensorCoreDecodeShape& s, int max_parts) {
   return best;
 }
 
+bool TensorCoreDecodeFourWarps(const TensorCoreDecodeShape& shape, int64_t four_warp_slots) {
+  const int64_t blocks = shape.blocks_per_part, sms = shape.sm_count;
+  if (blocks <= 0 || sms <= 0 || four_warp_slots <= 0 || blocks > four_warp_slots) return false;
+  return 4 * blocks > 3 * sms || (8 * blocks > 3 * sms && shape.max_tokens <= kFourWarpShortTokens);
+}
+
 }  // namespace strata::kernels

@@ -31,6 +31,15 @@ double TensorCoreDecodeCost(const TensorCoreDecodeShape& shape, int parts);
 // ties go to fewer parts.
 int TensorCoreDecodeParts(const TensorCoreDecodeShape& shape, int max_parts);
 
+// Whether the launch runs one part in blocks of four warps that split its key tiles (no
+// merge) instead of the parts TensorCoreDecodeParts picks: where a part's blocks number
+// about one an SM (more than 3/4 of the SMs), or about half that over sequences of at most
+// kFourWarpShortTokens, and all are resident at once (four_warp_slots: the four-warp
+// form's resident blocks over the GPU). Measured on the H100 (docs/BENCHMARKS.md, "Four
+// warps a block"): 2-16% faster there than the picked parts, slower with more blocks.
+inline constexpr int64_t kFourWarpShortTokens = 2048;
+bool TensorCoreDecodeFourWarps(const TensorCoreDecodeShape& shape, int64_t four_warp_slots);
+
 }  // namespace strata::kernels
 
 #endif  // STRATA_KERNELS_ATTENTION_DECODE_PARTS_H_

@@ -210,5 +210,43 @@ TEST(TensorCoreDecodePartsTest, RespectsTheBoundsAndTiesToFewerParts) {
   EXPECT_EQ(TensorCoreDecodeParts({2048, 1024, 128, 132, 528}, 8), 1);
 }
 
+// Four-warp blocks take the shapes where they beat the picked parts in
+// `decode_attention_bench --parts_sweep` on the H100 (132 SMs; ms, four-warp one part /
+// picked) and leave those where they lose: a part's blocks (sequences x KV heads x
+// subgroups) about one an SM, or half that over short sequences.
+TEST(TensorCoreDecodePartsTest, FourWarpBlocksWhereTheSweepFoundThemFaster) {
+  struct Row {
+    const char* name;
+    int64_t blocks, max_tokens;
+    int head_dim;
+    bool four_warps;
+  };
+  const Row rows[] = {
+      {"Qwen2.5-0.5B 64 x 1K (0.0206 / 0.0240)", 128, 1024, 64, true},
+      {"Qwen2.5-0.5B 64 x 8K (0.1079 / 0.1107)", 128, 8192, 64, true},
+      {"Qwen2.5-0.5B 32 x 1K (0.0171 / 0.0186)", 64, 1024, 64, true},
+      {"Qwen2.5-0.5B 32 x 8K (0.0816 / 0.0631)", 64, 8192, 64, false},
+      {"Qwen2.5-1.5B 64 x 1K (0.0328 / 0.0372)", 128, 1024, 128, true},
+      {"Qwen2.5-1.5B 32 x 8K (0.1188 / 0.1094)", 64, 8192, 128, false},
+      {"Qwen2.5-7B 32 x 1K (0.0327 / 0.0372)", 128, 1024, 128, true},
+      {"Qwen2.5-7B 64 x 1K (0.0590 / 0.0562)", 256, 1024, 128, false},
+      {"Qwen2.5-7B 64 x 8K (0.3892 / 0.3803)", 256, 8192, 128, false},
+      {"Llama-3-70B 16 x 8K (0.1975 / 0.2011)", 128, 8192, 128, true},
+      {"Llama-3-70B 32 x 1K (0.0590 / 0.0557)", 256, 1024, 128, false},
+      {"GQA 16 32 x 8K (0.1299 / 0.1369)", 128, 8192, 128, true},
+      {"GQA 16 64 x 1K (0.0452 / 0.0389)", 256, 1024, 128, false},
+      {"head_dim 80 8 x 1K (0.0188 / 0.0214)", 64, 1024, 80, true},
+      {"head_dim 80 16 x 8K (0.1378 / 0.1466)", 128, 8192, 80, true},
+  };
+  for (const Row& r : rows) {
+    const TensorCoreDecodeShape shape{r.blocks, r.max_tokens, r.head_dim, 132, 3 * 132};
+    EXPECT_EQ(TensorCoreDecodeFourWarps(shape, 132), r.four_warps) << r.name;
+  }
+  // Only where every four-warp block is resident at once (one wave).
+  EXPECT_FALSE(TensorCoreDecodeFourWarps({128, 1024, 128, 132, 396}, 100));
+  EXPECT_FALSE(TensorCoreDecodeFourWarps({0, 1024, 128, 132, 396}, 132));
+  EXPECT_FALSE(TensorCoreDecodeFourWarps({128, 1024, 128, 0, 0}, 132));
+}
+
 }  // namespace
 }  // namespace strata::kernels

@@ -359,17 +359,19 @@ TEST_F(CudaKernelsTest, PagedDecodeAttentionWritesBf16AsItsOutputCast) {
 }
 
 TEST_F(CudaKernelsTest, TwoWarpTensorCoreDecodeMatchesTheOneWarpForm) {
-  // Blocks of two warps that split a part's key tiles and merge in shared memory, against
-  // one-warp blocks: within bf16 rounding of the probabilities, over GQA 7 (Qwen2.5-7B's
-  // shape), 8 and 2, head_dims 128, 64 and 80, uneven lengths (a part shorter than two tiles,
-  // an odd tile count, an empty sequence), one part and three. The launch's own rule takes
-  // them where it picks two parts.
+  // Blocks of two and of four warps that split a part's key tiles and merge in shared
+  // memory, against one-warp blocks: within bf16 rounding of the probabilities, over GQA 7
+  // (Qwen2.5-7B's shape), 8 and 2, head_dims 128, 64 and 80, uneven lengths (a part shorter
+  // than two tiles or than four, an odd tile count, an empty sequence), one part and three.
+  // The launch's own rule takes them where it picks two parts, or where a part's blocks
+  // number about one an SM.
   struct Case {
     int heads, kv_heads, head_dim;
     std::vector<int64_t> lengths;
   };
   const Case cases[] = {{28, 4, 128, {1000, 33, 0, 2049, 64}}, {16, 2, 128, {700, 1500}},
-                        {16, 8, 64, {95, 1024}}, {32, 8, 80, {513, 31, 4100}}};
+                        {16, 8, 64, {95, 1024}},           {32, 8, 80, {513, 31, 4100}},
+                        {14, 2, 64, {1000, 65, 7, 4100}}};
   for (const Case& c : cases) {
     const int batch = static_cast<int>(c.lengths.size());
     const int64_t max_tokens = *std::max_element(c.lengths.begin(), c.lengths.end());
@@ -381,8 +383,8 @@ TEST_F(CudaKernelsTest, TwoWarpTensorCoreDecodeMatchesTheOneWarpForm) {
         ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(batch, c.heads, c.head_dim, max_tokens)))};
     for (int parts : {1, 3}) {
       SetTensorCoreDecodePartsForBenchmarks(parts);
-      std::vector<float> outs[2], lses[2];
-      for (KeyWarps mode : {KeyWarps::kNever, KeyWarps::kAlways}) {
+      std::vector<float> outs[3], lses[3];
+      for (KeyWarps mode : {KeyWarps::kNever, KeyWarps::kAlways, KeyWarps::kFour}) {
         SetTensorCoreDecodeKeyWarpsForTesting(mode);
         DeviceVector<float> dout{std::vector<float>(q.size(), std::nanf(""))},
             dlse{std::vector<float>(static_cast<size_t>(batch) * c.heads, std::nanf(""))};
@@ -391,24 +393,27 @@ TEST_F(CudaKernelsTest, TwoWarpTensorCoreDecodeMatchesTheOneWarpForm) {
                                               stream_)
                         .ok());
         Sync();
-        const int m = mode == KeyWarps::kAlways;
+        const int m = mode == KeyWarps::kNever ? 0 : mode == KeyWarps::kAlways ? 1 : 2;
         outs[m] = dout.ToHost();
         lses[m] = dlse.ToHost();
       }
-      const std::string what = std::to_string(c.heads) + ":" + std::to_string(c.kv_heads) + "x" +
-                               std::to_string(c.head_dim) + ", parts " + std::to_string(parts);
-      double worst = 0, worst_lse = 0;
-      for (size_t i = 0; i < q.size(); ++i) worst = std::max(worst, std::abs(double{outs[1][i]} - outs[0][i]));
-      for (size_t i = 0; i < lses[0].size(); ++i) {
-        if (std::isinf(lses[0][i]) || std::isinf(lses[1][i])) {
-          EXPECT_EQ(lses[0][i], lses[1][i]) << what << ": an empty sequence's lse, head " << i;
-        } else {
-          worst_lse = std::max(worst_lse, std::abs(double{lses[1][i]} - lses[0][i]));
+      for (int m : {1, 2}) {
+        const std::string what = std::to_string(c.heads) + ":" + std::to_string(c.kv_heads) + "x" +
+                                 std::to_string(c.head_dim) + ", parts " + std::to_string(parts) +
+                                 (m == 1 ? ", two warps" : ", four warps");
+        double worst = 0, worst_lse = 0;
+        for (size_t i = 0; i < q.size(); ++i) worst = std::max(worst, std::abs(double{outs[m][i]} - outs[0][i]));
+        for (size_t i = 0; i < lses[0].size(); ++i) {
+          if (std::isinf(lses[0][i]) || std::isinf(lses[m][i])) {
+            EXPECT_EQ(lses[0][i], lses[m][i]) << what << ": an empty sequence's lse, head " << i;
+          } else {
+            worst_lse = std::max(worst_lse, std::abs(double{lses[m][i]} - lses[0][i]));
+          }
         }
+        // Outputs are O(1) averages of values in [-1, 1]; P is rounded to bf16 per tile.
+        EXPECT_LT(worst, 2e-3) << what;
+        EXPECT_LT(worst_lse, 1e-4) << what;
       }
-      // Outputs are O(1) averages of values in [-1, 1]; P is rounded to bf16 per tile.
-      EXPECT_LT(worst, 2e-3) << what;
-      EXPECT_LT(worst_lse, 1e-4) << what;
     }
   }
   SetTensorCoreDecodeKeyWarpsForTesting(KeyWarps::kAuto);

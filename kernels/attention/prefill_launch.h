@@ -54,11 +54,11 @@ enum class PrefillTcTiles { kAuto, k64Rows4Warps, k128Rows8Warps, k128Rows4Warps
 
 cudaError_t PagedPrefillAttentionTcAsync(const PrefillTcParams& p, PrefillTcTiles tiles, cudaStream_t stream);
 
-// The decode (qo_indptr null, head_dim up to 128) in blocks of two warps that split each
-// part's key tiles between them and merge in shared memory (decode_tc.cu): the same
+// The decode (qo_indptr null, head_dim up to 128) in blocks of key_warps (2 or 4) warps that
+// split each part's key tiles between them and merge in shared memory (decode_tc.cu): the same
 // outputs as the k16Rows1Warp form, within bf16 rounding; key_splits, ws_o / ws_lse and
 // resident_blocks_out as above.
-cudaError_t PagedDecodeTcKeyWarpsAsync(const PrefillTcParams& p, cudaStream_t stream);
+cudaError_t PagedDecodeTcKeyWarpsAsync(const PrefillTcParams& p, int key_warps, cudaStream_t stream);
 
 }  // namespace strata::kernels::internal
 

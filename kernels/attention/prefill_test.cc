@@ -164,13 +164,17 @@ class CudaPrefillAttentionTest : public test_support::GpuTest {
         EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
         Compare(dout.ToHost(), dlse.ToHost(), want, want_lse, lse_tol, rows, heads, d, form);
       }
-      // The tensor-core decode in blocks of two warps that split a part's keys (every
-      // launch, one part and several) and in one-warp blocks alone: the same tolerances.
-      for (KeyWarps mode : {KeyWarps::kAlways, KeyWarps::kNever}) {
+      // The tensor-core decode in blocks of two and of four warps that split a part's keys
+      // (every launch, one part and several) and in one-warp blocks alone: the same
+      // tolerances.
+      for (KeyWarps mode : {KeyWarps::kAlways, KeyWarps::kFour, KeyWarps::kNever}) {
         for (int parts : {0, 1, 3}) {
           SetTensorCoreDecodeKeyWarpsForTesting(mode);
           SetTensorCoreDecodePartsForBenchmarks(parts);
-          const std::string form = what + (mode == KeyWarps::kAlways ? " two-warp" : " one-warp") +
+          const std::string form = what +
+                                   (mode == KeyWarps::kAlways ? " two-warp"
+                                    : mode == KeyWarps::kFour ? " four-warp"
+                                                              : " one-warp") +
                                    " decode, parts " + std::to_string(parts);
           DeviceVector<float> dout{std::vector<float>(q.size(), std::nanf(""))},
               dlse{std::vector<float>(want_lse.size(), std::nanf(""))};

@@ -74,20 +74,25 @@ bool UseTensorCores(DecodeKernel kernel, int head_dim, int subgroup, int batch, 
          (head_dim == 80 && subgroup >= 4 && batch >= kTensorCoreDecodeMinBatchAt80);
 }
 
-// Resident blocks per SM of the tensor-core decode form for this shape (the occupancy
-// calculator's, asked once per head dim and subgroup size; 0 when it cannot say).
-int TensorCoreDecodeResidentBlocks(const internal::PrefillTcParams& shape) {
-  // Per dispatched head dim x subgroup size 1..8.
-  static std::atomic<int> cache[std::size(kDispatchedHeadDims)][9] = {};
+// Resident blocks per SM of the tensor-core decode's one-warp form (or, with four_warps,
+// its four-warp blocks) for this shape (the occupancy calculator's, asked once per form,
+// head dim and subgroup size; 0 when it cannot say).
+int TensorCoreDecodeResidentBlocks(const internal::PrefillTcParams& shape, bool four_warps = false) {
+  // Per form x dispatched head dim x subgroup size 1..8.
+  static std::atomic<int> cache[2][std::size(kDispatchedHeadDims)][9] = {};
   const int dim = DispatchedHeadDimIndex(shape.head_dim);
   const int subgroup = GqaSubgroupSize(shape.num_heads / shape.kv_heads);
   if (dim < 0 || subgroup < 1 || subgroup > 8) return 0;
-  std::atomic<int>& slot = cache[dim][subgroup];
+  std::atomic<int>& slot = cache[four_warps][dim][subgroup];
   if (int known = slot.load(std::memory_order_relaxed); known > 0) return known;
   internal::PrefillTcParams query = shape;
   int blocks = 0;
   query.resident_blocks_out = &blocks;
-  if (internal::PagedPrefillAttentionTcAsync(query, internal::PrefillTcTiles::k16Rows1Warp, nullptr) != cudaSuccess) {
+  const cudaError_t asked =
+      four_warps ? internal::PagedDecodeTcKeyWarpsAsync(query, 4, nullptr)
+                 : internal::PagedPrefillAttentionTcAsync(query, internal::PrefillTcTiles::k16Rows1Warp, nullptr);
+  if (asked != cudaSuccess) {
+    cudaGetLastError();
     return 0;
   }
   slot.store(blocks, std::memory_order_relaxed);
@@ -97,8 +102,10 @@ int TensorCoreDecodeResidentBlocks(const internal::PrefillTcParams& shape) {
 std::atomic<int> forced_tensor_core_parts{0};  // SetTensorCoreDecodePartsForBenchmarks
 std::atomic<KeyWarps> key_warps_mode{KeyWarps::kAuto};  // SetTensorCoreDecodeKeyWarpsForTesting
 
-// Where the cost model picks two one-warp parts, one part whose block's two warps split
-// its keys runs instead (PagedDecodeTcKeyWarpsAsync): as many warps, no merge launch. On the
+// Where a part's blocks number about one an SM, one part in four-warp blocks runs
+// (TensorCoreDecodeFourWarps, decode_parts.h); else, where the cost model picks two
+// one-warp parts, one part whose block's two warps split its keys runs instead
+// (PagedDecodeTcKeyWarpsAsync): as many warps, no merge launch. On the
 // H100 (decode_attention_bench --parts_sweep, docs/BENCHMARKS.md) Qwen2.5-7B 64 x 1K 0.0598
 // -> 0.0555 ms. (Two-warp blocks in place of 3 or 4 parts halve the warps: faster at 32 x
 // 1K, 0.0363 -> 0.0344, slower at 8 x 1K, 0.021 -> 0.028, so the cost model, fitted to
@@ -118,20 +125,28 @@ absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch
   // The workspace holds the parts ChooseDecodeSplit gives a KV head and subgroup at
   // kTensorCoreDecodeBlocksPerSm (DecodeWorkspaceFloats).
   const int max_parts = ChooseDecodeSplit(batch, max_tokens, sms, kTensorCoreDecodeBlocksPerSm).parts;
-  p.key_splits = TensorCoreDecodeParts(
-      {int64_t{batch} * kv.kv_heads * subgroups, max_tokens, kv.head_dim, sms, int64_t{resident} * sms}, max_parts);
+  const TensorCoreDecodeShape shape{int64_t{batch} * kv.kv_heads * subgroups, max_tokens, kv.head_dim, sms,
+                                    int64_t{resident} * sms};
+  p.key_splits = TensorCoreDecodeParts(shape, max_parts);
   const int forced = forced_tensor_core_parts.load(std::memory_order_relaxed);
   if (forced > 0) p.key_splits = std::min(forced, max_parts);
   const KeyWarps key_warps = key_warps_mode.load(std::memory_order_relaxed);
-  const bool auto_pick = key_warps == KeyWarps::kAuto && forced == 0 && p.key_splits == 2;
-  const bool two_warps = kv.head_dim <= 128 && (key_warps == KeyWarps::kAlways || auto_pick);
-  if (two_warps && auto_pick) p.key_splits = 1;
+  const bool own_pick = key_warps == KeyWarps::kAuto && forced == 0 && kv.head_dim <= 128;
+  const bool four_pick =
+      own_pick && TensorCoreDecodeFourWarps(shape, int64_t{TensorCoreDecodeResidentBlocks(p, true)} * sms);
+  const bool two_pick = own_pick && !four_pick && p.key_splits == 2;
+  const int block_warps = kv.head_dim > 128 ? 1
+                          : key_warps == KeyWarps::kFour || four_pick ? 4
+                          : key_warps == KeyWarps::kAlways || two_pick ? 2
+                                                                       : 1;
+  const bool multi_warp = block_warps > 1;
+  if (four_pick || two_pick) p.key_splits = 1;
   if (p.key_splits > 1) {
     p.ws_o = workspace;
     p.ws_lse = workspace + int64_t{p.key_splits} * batch * num_heads * kv.head_dim;
   }
-  if (two_warps && p.key_splits == 1) p.out_bf16 = out_bf16;  // the two-warp kernel stores the cast itself
-  STRATA_CUDA_RETURN_IF_ERROR(two_warps ? internal::PagedDecodeTcKeyWarpsAsync(p, stream)
+  if (multi_warp && p.key_splits == 1) p.out_bf16 = out_bf16;  // the multi-warp kernel stores the cast itself
+  STRATA_CUDA_RETURN_IF_ERROR(multi_warp ? internal::PagedDecodeTcKeyWarpsAsync(p, block_warps, stream)
                                         : internal::PagedPrefillAttentionTcAsync(
                                               p, internal::PrefillTcTiles::k16Rows1Warp, stream));
   if (p.out_bf16 != nullptr) return absl::OkStatus();

@@ -10,8 +10,9 @@
 //
 //   build/tests/bench/decode_attention_bench        (needs a CUDA device; says so otherwise)
 //   decode_attention_bench --parts_sweep   the tensor-core decode's time by the parts each
-//       sequence's keys are split into, in one-warp blocks and in two-warp blocks that split
-//       a part's keys, against what the launch picks (GQA 7 and 8)
+//       sequence's keys are split into, in one-warp blocks and in two- and four-warp blocks
+//       that split a part's keys, against what the launch picks (GQA 6, 7 and 8, and the
+//       shapes it runs on tensor cores)
 //   decode_attention_bench --shape=GQA,batch,context   only the shapes of that many query
 //       heads per KV head, batch and context (e.g. for a profiler: --shape=7,64,1024)
 #include <cuda_runtime_api.h>
@@ -70,10 +71,13 @@ int main(int argc, char** argv) {
     const char* name;
     int heads, kv_heads, head_dim;
   };
-  // Llama-3-8B (GQA 4), Qwen2.5-7B (GQA 7), Llama-3-70B (GQA 8, 8 KV heads per GPU), a GQA-16
-  // model, and head_dims 80, 96, 64 (Llama-3.2-1B) and 256.
+  // Llama-3-8B (GQA 4), Qwen2.5-7B (GQA 7), Qwen2.5-0.5B and -1.5B (GQA 7 and 6, two KV
+  // heads), Llama-3-70B (GQA 8, 8 KV heads per GPU), a GQA-16 model, and head_dims 80, 96, 64
+  // (Llama-3.2-1B) and 256.
   const Shape shapes[] = {{"llama3-8b 32:8x128", 32, 8, 128},
                           {"qwen2.5-7b 28:4x128", 28, 4, 128},
+                          {"qwen2.5-0.5b 14:2x64", 14, 2, 64},
+                          {"qwen2.5-1.5b 12:2x128", 12, 2, 128},
                           {"llama3-70b 64:8x128", 64, 8, 128},
                           {"gqa16 32:2x128", 32, 2, 128},
                           {"hd80 32:8x80", 32, 8, 80},
@@ -90,8 +94,8 @@ int main(int argc, char** argv) {
     const int kv_heads = shape.kv_heads, heads = shape.heads, head_dim = shape.head_dim;
     for (int64_t context : {1024, 8192}) {
       for (int batch : {1, 8, 16, 32, 64}) {
-        // The sweep takes the shapes the launch runs on the tensor cores, and GQA 7 and 8 at any batch.
-        if (parts_sweep && shape.heads / shape.kv_heads < 7 &&
+        // The sweep takes the shapes the launch runs on the tensor cores, and GQA 6 to 8 at any batch.
+        if (parts_sweep && shape.heads / shape.kv_heads < 6 &&
             !strata::kernels::DecodeRunsOnTensorCores(DecodeKernel::kAuto, head_dim, heads,
                                                       kv_heads, batch, context)) {
           continue;
@@ -145,6 +149,13 @@ int main(int argc, char** argv) {
           strata::kernels::SetTensorCoreDecodeKeyWarpsForTesting(strata::kernels::KeyWarps::kAlways);
           std::printf(" | two-warp");
           for (int parts : {1, 2, 3, 4}) {
+            if (parts > (context + 31) / 32) break;
+            strata::kernels::SetTensorCoreDecodePartsForBenchmarks(parts);
+            std::printf(" %d: %.4f", parts, time(DecodeKernel::kTensorCores));
+          }
+          strata::kernels::SetTensorCoreDecodeKeyWarpsForTesting(strata::kernels::KeyWarps::kFour);
+          std::printf(" | four-warp");
+          for (int parts : {1, 2, 4}) {
             if (parts > (context + 31) / 32) break;
             strata::kernels::SetTensorCoreDecodePartsForBenchmarks(parts);
             std::printf(" %d: %.4f", parts, time(DecodeKernel::kTensorCores));
