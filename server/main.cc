@@ -44,7 +44,7 @@ const std::vector<Command>& Commands() {
        {"server/cli/chat_command.cc", "server/cli/shared_flags.cc"}},
       {"bench", strata::server::bench::RunBenchCommand,
        "a multi-turn serving benchmark: TTFT, latency, throughput, cache reuse; cache on vs off",
-       {"server/bench/bench_command.cc", "server/cli/shared_flags.cc"}},
+       {"server/bench/bench_config.cc", "server/cli/shared_flags.cc"}},
       {"logits", strata::server::cli::LogitsCommand, "a model's logits for token sequences, as JSON",
        {"server/cli/logits_command.cc", "server/cli/shared_flags.cc"}},
       {"batch", strata::server::cli::BatchCommand,
