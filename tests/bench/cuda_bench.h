@@ -69,8 +69,8 @@ cudaError_t ReadFlushAsync(const void* buffer, size_t bytes, float* sink, cudaSt
 
 // Reads every K and V row of `batch` sequences (at most max_tokens each) in a paged pool the
 // way the decode kernels do, per (KV head, sequence, part), and computes nothing:
-// cuda_bench_paged_read.cu. The decode benchmark's tighter ceiling (the rows' spread over
-// the pages, not only their bytes).
+// cuda_bench_paged_read.cu. The decode benchmark's peer for reading the same rows the same
+// way, not only the same bytes (not a bound: a kernel's own split can beat its simple one).
 cudaError_t PagedReadAsync(const kernels::PagedKv& kv, int batch, int64_t max_tokens, float* sink,
                            cudaStream_t stream);
 

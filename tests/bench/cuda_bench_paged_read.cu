@@ -10,17 +10,16 @@
 #include <cstdint>
 
 #include "kernels/attention/paged_kv.h"
+#include "kernels/cuda_device.cuh"
 
 namespace strata::bench {
 namespace {
 
 constexpr int kTile = 32, kStages = 4, kMaxHeadDim = 256;
 
-__device__ __forceinline__ void CopyAsync16(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
-               : "memory");
-}
+using kernels::internal::CpAsync16;
+using kernels::internal::CpAsyncCommit;
+using kernels::internal::CpAsyncWait;
 
 __global__ void __launch_bounds__(32) PagedReadKernel(const kernels::PagedKv kv, int part_tiles, float* sink) {
   extern __shared__ __align__(16) uint16_t smem[];
@@ -45,24 +44,24 @@ __global__ void __launch_bounds__(32) PagedReadKernel(const kernels::PagedKv kv,
         const int row = copy / chunks, chunk = copy % chunks;
         const int64_t at = __shfl_sync(0xffffffffu, row_ahead, row) + chunk * 8;
         const bool valid = t * kTile + row < len;
-        CopyAsync16(k_tile + row * stride + chunk * 8, kv.k_pages + at, valid);
-        CopyAsync16(v_tile + row * stride + chunk * 8, kv.v_pages + at, valid);
+        CpAsync16(k_tile + row * stride + chunk * 8, kv.k_pages + at, valid);
+        CpAsync16(v_tile + row * stride + chunk * 8, kv.v_pages + at, valid);
       }
       if (t + 1 < tiles) fetch_rows(t + 1);
     }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    CpAsyncCommit();
   };
   if (first < tiles) fetch_rows(first);
   for (int t = first; t < first + kStages - 1; ++t) issue(t);
   uint32_t seen = 0;
   for (int t = first; t < tiles; ++t) {
     issue(t + kStages - 1);
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1) : "memory");
+    CpAsyncWait<kStages - 1>();
     __syncwarp();
     seen ^= smem[(t % kStages) * 2 * kTile * stride + lane * stride];  // one element of each K row
     __syncwarp();
   }
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  CpAsyncWait<0>();
   if (seen == 0xdeadbeefu) *sink = 1.0f;  // never true for 16-bit values: keeps the reads
 }
 

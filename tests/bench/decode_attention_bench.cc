@@ -5,7 +5,7 @@
 // the ceilings are device-to-device cudaMemcpys (bytes read + written over their time):
 // one of 1 GiB, and one moving as many bytes as the step reads (same launch overheads);
 // and a read of the same rows of the same pages as the kernels read them, computing
-// nothing (cuda_bench.h's PagedReadAsync): what the pool's layout leaves of the bandwidth.
+// nothing (cuda_bench.h's PagedReadAsync): what reading those rows leaves of the bandwidth.
 // L2 is flushed before each timed run (a 1K-token batch of 8 fits in the 50 MB L2).
 //
 //   build/tests/bench/decode_attention_bench        (needs a CUDA device; says so otherwise)
@@ -168,8 +168,8 @@ int main(int argc, char** argv) {
         }
         const float cuda_ms = time(DecodeKernel::kCudaCores), tc_ms = time(DecodeKernel::kTensorCores);
         const float auto_ms = time(DecodeKernel::kAuto);
-        const float read_ms = MedianMs(stream, 20, [&] { CHECK_CUDA(strata::bench::PagedReadAsync(kv, batch, context, sink, stream)); },
-                                       flush);
+        const float read_ms = MedianMs(
+            stream, 20, [&] { CHECK_CUDA(strata::bench::PagedReadAsync(kv, batch, context, sink, stream)); }, flush);
         const double bytes = 2.0 * batch * context * kv_heads * head_dim * 2;  // K and V, bf16
         const double same_gbps = ceiling.Gbps(static_cast<size_t>(bytes / 2));  // reads + writes `bytes`
         const double cuda_gbps = bytes / (cuda_ms * 1e-3) / 1e9, tc_gbps = bytes / (tc_ms * 1e-3) / 1e9;
