@@ -98,10 +98,19 @@ RelayShape ShapeOf(const RelayDecodeParams& p) {
                     p.context.kv_heads, p.context.head_dim, p.max_context_tokens, p.max_prefix_tokens};
 }
 
-// The balance the public launch takes for a shape.
-internal::RelayTuning DefaultTuning(const RelayShape& s) {
+bool HasSide(const RelaySide& side) {
+  return side.stream != nullptr && side.fork != nullptr && side.join != nullptr;
+}
+
+// The form and balance the public launch takes for a shape: given a second stream, the
+// three launches with the system part beside the decode where the rows' own tokens reach
+// side.min_context_tokens; else the fused launch, its context part twice the blocks from
+// kManyContextTokens.
+internal::RelayTuning DefaultTuning(const RelayShape& s, const RelaySide& side) {
   internal::RelayTuning t;
-  if (int64_t{s.rows} * s.max_context_tokens >= kManyContextTokens) t.context_blocks_per_sm = kManyContextBlocksPerSm;
+  const int64_t context_tokens = int64_t{s.rows} * s.max_context_tokens;
+  if (context_tokens >= kManyContextTokens) t.context_blocks_per_sm = kManyContextBlocksPerSm;
+  if (HasSide(side) && context_tokens >= side.min_context_tokens) t.three_launches = t.beside = true;
   return t;
 }
 
@@ -170,20 +179,25 @@ absl::Status LaunchFused(const RelayDecodeParams& p, const RelayShape& shape, co
 }
 
 // The context part (paged decode with its lse), the system part (the tensor-core prefill
-// kernel, split along the prefix), and one merge of both.
-absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, cudaStream_t stream) {
+// kernel, split along the prefix), and one merge of both. With `beside`, the system part
+// runs on p.side.stream from the fork, launched first so that its blocks take their SMs
+// before the decode's fill the rest, and the merge waits for the join.
+absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, bool beside, cudaStream_t stream) {
   const PagedKv& kv = p.context;
   const int64_t head_floats = int64_t{p.num_heads} * kv.head_dim;
   float* ctx_lse =
       p.workspace + Align4Floats(DecodeWorkspaceFloats(p.rows, p.num_heads, kv.head_dim, p.max_context_tokens));
   float* parts_o = ctx_lse + Align4Floats(int64_t{p.rows} * p.num_heads);
-  // The context part (it validates the shapes the system part shares).
-  if (absl::Status s = LaunchPagedDecodeAttention(
-          {p.q, kv, p.rows, p.num_heads, p.scale, p.max_context_tokens, p.workspace, p.out, ctx_lse}, stream);
-      !s.ok()) {
+  const DecodeAttentionParams context_part{p.q,       kv,    p.rows, p.num_heads, p.scale, p.max_context_tokens,
+                                           p.workspace, p.out, ctx_lse};
+  beside = beside && p.groups > 0;
+  if (!beside) {
+    // The context part (it validates the shapes the system part shares).
+    if (absl::Status s = LaunchPagedDecodeAttention(context_part, stream); !s.ok()) return s;
+    if (p.groups == 0) return absl::OkStatus();
+  } else if (absl::Status s = CheckContextPart(p); !s.ok()) {
     return s;
   }
-  if (p.groups == 0) return absl::OkStatus();
   const int splits = SystemSplits(shape);
   float* parts_lse = parts_o + Align4Floats(int64_t{p.grouped_rows} * splits * head_floats);
   PrefillAttentionTcParams prompt_part{p.q,         p.prefixes, p.group_rows,     p.groups, p.grouped_rows,
@@ -193,8 +207,23 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, cu
   sys.key_splits = splits;
   sys.ws_o = parts_o;
   sys.ws_lse = parts_lse;
-  STRATA_CUDA_RETURN_IF_ERROR(
-      internal::PagedPrefillAttentionTcAsync(sys, internal::PrefillTcTiles::k64Rows4Warps, stream));
+  if (beside) {
+    const RelaySide& side = p.side;
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.fork, stream));
+    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side.stream, side.fork, 0));
+    const cudaError_t sys_error =
+        internal::PagedPrefillAttentionTcAsync(sys, internal::PrefillTcTiles::k64Rows4Warps, side.stream);
+    // The join is recorded and waited for whatever failed: a capture must end joined.
+    const absl::Status context_status =
+        sys_error == cudaSuccess ? LaunchPagedDecodeAttention(context_part, stream) : absl::OkStatus();
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.join, side.stream));
+    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, side.join, 0));
+    STRATA_CUDA_RETURN_IF_ERROR(sys_error);
+    if (!context_status.ok()) return context_status;
+  } else {
+    STRATA_CUDA_RETURN_IF_ERROR(
+        internal::PagedPrefillAttentionTcAsync(sys, internal::PrefillTcTiles::k64Rows4Warps, stream));
+  }
   // The system part's pieces merged with the context part already in `out`.
   STRATA_CUDA_RETURN_IF_ERROR(internal::MergeStatesAsync(parts_o, parts_lse, splits, p.grouped_rows, p.num_heads,
                                                          kv.head_dim, p.out, nullptr, stream, ctx_lse));
@@ -206,7 +235,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, cu
 int64_t RelayDecodeWorkspaceFloats(const RelayShape& s) {
   if (s.rows <= 0 || s.num_heads <= 0 || s.head_dim <= 0) return 0;
   const int64_t three = ThreeLaunchWorkspaceFloats(s);
-  return FusedShape(s) ? std::max(three, FusedWorkspaceFloats(s, DefaultTuning(s))) : three;
+  return FusedShape(s) ? std::max(three, FusedWorkspaceFloats(s, DefaultTuning(s, RelaySide{}))) : three;
 }
 
 int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTuning& t) {
@@ -216,7 +245,7 @@ int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTun
 }
 
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t stream) {
-  return internal::LaunchRelayDecodeAttention(p, DefaultTuning(ShapeOf(p)), stream);
+  return internal::LaunchRelayDecodeAttention(p, DefaultTuning(ShapeOf(p), p.side), stream);
 }
 
 absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t,
@@ -233,12 +262,19 @@ absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, co
   }
   if (p.rows == 0) return absl::OkStatus();
   if (p.groups > 65535) return absl::InvalidArgumentError("relay attention takes at most 65535 groups");
+  const RelaySide& side = p.side;
+  if ((side.stream != nullptr || side.fork != nullptr || side.join != nullptr) && !HasSide(side)) {
+    return absl::InvalidArgumentError("relay attention: a side stream needs both its events");
+  }
+  if (HasSide(side) && side.stream == stream) {
+    return absl::InvalidArgumentError("relay attention: the side stream must not be the launch's stream");
+  }
   const RelayShape shape = ShapeOf(p);
   if (!t.three_launches && FusedShape(shape) && IsAligned(p.workspace, 16) && IsAligned(p.out, 16)) {
     if (absl::Status s = CheckContextPart(p); !s.ok()) return s;
     return LaunchFused(p, shape, t, stream);
   }
-  return LaunchThree(p, shape, stream);
+  return LaunchThree(p, shape, t.beside && HasSide(side), stream);
 }
 
 #else  // !STRATA_WITH_CUDA

@@ -16,8 +16,13 @@
 // workspace), then the merge writes `out`. Where the context part would run on the tensor
 // cores (DecodeRunsOnTensorCores: decode.h's rule, e.g. 8 or more query heads per KV head), or the workspace is
 // not 16-byte aligned, it runs as three: the paged decode (with its own merge when split),
-// the system part, and a merge of both into the decode's output. Nothing depends on host
-// state beyond the params, so the launches may be captured in a graph and replayed.
+// the system part, and a merge of both into the decode's output. Given a second stream
+// (`side`), the three launches also serve where the rows' own tokens are most of the bytes:
+// the system part then runs on `side` beside the decode, the two joined by events before
+// the merge (one grid holding both parts gives every context block the system part's
+// shared memory and registers, and reads the contexts slower than the decode alone).
+// Nothing depends on host state beyond the params, so the launches may be captured in a
+// graph and replayed (the fork and the join become the graph's edges).
 //
 // Rows [0, group_rows[groups]) belong to groups (group g: rows [group_rows[g],
 // group_rows[g+1])); the rows after them have no shared prefix (their context is all
@@ -34,6 +39,23 @@
 
 namespace strata::kernels {
 
+// A second stream for the system part, and two events of the caller's (made with
+// cudaEventDisableTiming): `fork` is recorded on the launch's stream and waited for by
+// `stream` before the system part; `join` is recorded on `stream` after it and waited for
+// by the launch's stream before the merge. The launch leaves both streams joined, also when
+// it fails; the events may be reused by the next launch. All null: one stream. The launch
+// takes the side stream where the rows' own tokens (rows x max_context_tokens) reach
+// `min_context_tokens` (0: always, as tests ask), and the fused launch below it. The
+// default, kRelayBesideMinContextTokens, is measured (relay_attention_bench on the H100,
+// docs/BENCHMARKS.md): beside the decode the system part is 6-10% faster from 32 rows of
+// 1K tokens, and ties or loses at 8 rows of 1K and over 128-token contexts.
+inline constexpr int64_t kRelayBesideMinContextTokens = 32 * 1024;
+struct RelaySide {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+  int64_t min_context_tokens = kRelayBesideMinContextTokens;
+};
+
 struct RelayDecodeParams {
   const float* q;             // [rows][num_heads][head_dim], fp32, rotated
   PagedKv context;            // per row (indptr over rows): the row's own pages
@@ -48,6 +70,7 @@ struct RelayDecodeParams {
   int64_t max_prefix_tokens;   // bounds every group's prefix (sets the system part's split)
   float* workspace;            // RelayDecodeWorkspaceFloats(...) floats
   float* out;                  // [rows][num_heads][head_dim]
+  RelaySide side = {};         // optional (see RelaySide)
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t stream);
 
@@ -63,12 +86,14 @@ int64_t RelayDecodeWorkspaceFloats(const RelayShape& s);
 namespace internal {
 // The fused launch's balance, for relay_attention_bench's comparison of forms: blocks per
 // SM each part is split to give on its own, which part's blocks come first in the grid, or
-// the three launches instead.
+// the three launches instead, with the system part on p.side beside the decode (`beside`,
+// where p.side is set) or after it.
 struct RelayTuning {
   int system_blocks_per_sm = 2;
   int context_blocks_per_sm = 2;
   bool three_launches = false;
   bool context_first = false;
+  bool beside = false;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t, cudaStream_t stream);
 int64_t RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTuning& t);

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "kernels/testing/attention_compare.h"
 #include "kernels/testing/attention_cpu.h"
 #include "kernels/testing/cuda_testing.h"
+#include "kernels/testing/delay.h"
 #include "kernels/testing/paged_pool.h"
 
 namespace strata::kernels {
@@ -75,6 +77,21 @@ struct DeviceView {
 
 class CudaRelayAttentionTest : public test_support::GpuTest {
  protected:
+  void SetUp() override {
+    test_support::GpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), cudaSuccess);
+    ASSERT_EQ(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), cudaSuccess);
+  }
+  void TearDown() override {
+    for (cudaEvent_t e : {fork_, join_}) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    if (side_ != nullptr) cudaStreamDestroy(side_);
+    test_support::GpuTest::TearDown();
+  }
+
   void Check(const RelayCase& c, uint32_t seed) {
     const std::string what = Describe(c);
     const int groups = static_cast<int>(c.prefixes.size());
@@ -157,7 +174,55 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
     three_launches.three_launches = true;
     ASSERT_TRUE(internal::LaunchRelayDecodeAttention(three, three_launches, stream_).ok()) << what;
     Sync();
-    test_support::ExpectAttentionNear(out_three.ToHost(), want, rows, heads, d, what + " (three launches vs CPU)");
+    const std::vector<float> got_three = out_three.ToHost();
+    test_support::ExpectAttentionNear(got_three, want, rows, heads, d, what + " (three launches vs CPU)");
+
+    // The three launches with the system part on a side stream: the same kernels on the same
+    // inputs, so the same bits, with either stream slowed on purpose. (1) The side stream
+    // slowed before the launch: without the join the merge would take the poisoned parts.
+    // (2) The launch's stream slowed, then writing the queries: without the fork the system
+    // part would read them before they land (NaN). (3) Captured in a graph and replayed.
+    internal::RelayTuning beside = three_launches;
+    beside.beside = true;
+    RelayDecodeParams side_p = three;
+    side_p.side = {side_, fork_, join_};
+    auto poison = [&] {
+      ASSERT_EQ(cudaMemset(ws_three.get(), 0xff, ws_three.size() * sizeof(float)), cudaSuccess);
+      ASSERT_EQ(cudaMemset(out_three.get(), 0xff, out_three.size() * sizeof(float)), cudaSuccess);
+    };
+    auto expect_beside = [&](const std::string& how, const std::function<void()>& before) {
+      poison();
+      before();
+      ASSERT_TRUE(internal::LaunchRelayDecodeAttention(side_p, beside, stream_).ok()) << what;
+      Sync();
+      EXPECT_TRUE(out_three.ToHost() == got_three)
+          << what << ": the system part beside the decode, " << how << ", differs from the three launches on one stream";
+    };
+    expect_beside("side stream slowed", [&] { ASSERT_EQ(testing::LaunchDelay(side_, 500), cudaSuccess); });
+    DeviceVector<float> late_q{std::vector<float>(q.size(), std::nanf(""))};
+    side_p.q = late_q.get();
+    expect_beside("queries written late on the launch's stream", [&] {
+      ASSERT_EQ(testing::LaunchDelay(stream_, 500), cudaSuccess);
+      ASSERT_EQ(cudaMemcpyAsync(late_q.get(), dq.get(), q.size() * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+                cudaSuccess);
+    });
+    side_p.q = dq.get();
+    {
+      cudaGraph_t g = nullptr;
+      cudaGraphExec_t e = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      const absl::Status captured = internal::LaunchRelayDecodeAttention(side_p, beside, stream_);
+      ASSERT_EQ(cudaStreamEndCapture(stream_, &g), cudaSuccess) << what << ": the capture did not end joined";
+      ASSERT_TRUE(captured.ok()) << what << ": " << captured;
+      ASSERT_EQ(cudaGraphInstantiate(&e, g, 0), cudaSuccess);
+      poison();
+      ASSERT_EQ(testing::LaunchDelay(side_, 500), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(e, stream_), cudaSuccess);
+      Sync();
+      EXPECT_TRUE(out_three.ToHost() == got_three) << what << ": a graph of the system part beside the decode differs";
+      cudaGraphExecDestroy(e);
+      cudaGraphDestroy(g);
+    }
 
     // Captured in a graph and replayed: the eager launch's bits, then new queries' bits.
     DeviceVector<float> out_graph{std::vector<float>(q.size(), std::nanf(""))};
@@ -200,6 +265,9 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
     test_support::ExpectAttentionNear(got, plain.ToHost(), rows, heads, d,
                                       what + " (relay vs plain decode on the device)");
   }
+
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
 };
 
 TEST_F(CudaRelayAttentionTest, GroupsOnSharedPrefixesMatchPlainDecode) {
@@ -251,6 +319,15 @@ TEST_F(CudaRelayAttentionTest, EmptyContextsSeeTheirPrefixAlone) {
 TEST_F(CudaRelayAttentionTest, NoGroupsIsPlainDecode) {
   RelayCase c{{}, {}, {5, 100, 260}, 2, 4, 128, 16, 1.0f};
   Check(c, 21);
+}
+
+TEST_F(CudaRelayAttentionTest, RejectsASideStreamWithoutItsEventsOrTheLaunchsOwn) {
+  RelayDecodeParams p{};
+  p.rows = 1;
+  p.side = {side_, fork_, nullptr};
+  EXPECT_EQ(LaunchRelayDecodeAttention(p, stream_).code(), absl::StatusCode::kInvalidArgument);
+  p.side = {stream_, fork_, join_};
+  EXPECT_EQ(LaunchRelayDecodeAttention(p, stream_).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CudaRelayAttentionTest, RejectsBadCounts) {

@@ -35,6 +35,7 @@ class DeviceVector {
   DeviceVector& operator=(const DeviceVector&) = delete;
 
   T* get() { return ptr_; }
+  size_t size() const { return size_; }
   std::vector<T> ToHost() const {
     std::vector<T> host(size_);
     EXPECT_EQ(cudaMemcpy(host.data(), ptr_, Bytes(), cudaMemcpyDeviceToHost), cudaSuccess);

@@ -53,6 +53,9 @@ absl::Status CudaModel::Impl::Init(int device) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&write_stream, cudaStreamNonBlocking, least));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&side_stream, cudaStreamNonBlocking, greatest));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&side_fork, cudaEventDisableTiming));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&side_join, cudaEventDisableTiming));
   if (absl::Status s = loader.Init(config, {options.kv_read_buffer_layers, options.kv_read_group_tokens,
                                             options.kv_read_copy_bytes, greatest});
       !s.ok()) {

@@ -46,6 +46,10 @@ struct CudaModel::Impl {
   CudaModelOptions options;
   cudaStream_t stream = nullptr;        // compute
   cudaStream_t write_stream = nullptr;  // saves (HBM -> host)
+  // Relay attention's system part beside the decode (kernels/attention/relay.h: RelaySide):
+  // a stream of `stream`'s priority, forked from and joined back to it inside each layer.
+  cudaStream_t side_stream = nullptr;
+  cudaEvent_t side_fork = nullptr, side_join = nullptr;
 
   cuda_internal::DeviceWeights weights;
   cuda_internal::KvPool pool;
@@ -100,7 +104,10 @@ struct CudaModel::Impl {
     for (auto& [t, e] : saves_in_flight) cudaEventDestroy(e);
     for (cudaEvent_t e : spare_save_events) cudaEventDestroy(e);
     for (cudaEvent_t e : stall_events) cudaEventDestroy(e);
-    for (cudaStream_t s : {stream, write_stream}) {
+    for (cudaEvent_t e : {side_fork, side_join}) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    for (cudaStream_t s : {stream, write_stream, side_stream}) {
       if (s != nullptr) cudaStreamDestroy(s);
     }
   }

@@ -310,83 +310,90 @@ TEST_F(CudaModelTest, SequencesOnASharedPrefixGiveTheInlineLogits) {
 // batched with sequences on a second prefix, a group of one and a plain sequence, each
 // decode's logits equal the prompt computed inline within bf16; and decode steps with
 // relay groups give the same tokens as graphs (captured, replayed across a context
-// bucket) as eagerly.
+// bucket) as eagerly. Both forms: one fused launch, and the system part on the model's
+// second stream beside the decode (relay_beside_min_tokens 0).
 TEST_F(CudaModelTest, RelayDecodeGroupsGiveTheInlineLogitsAndGraphsEqualEager) {
   ModelConfig c = Config();
   ModelWeights weights = ModelWeights::Random(c, 31, {});
   CpuModel cpu(ModelWeights::Random(c, 31, {}));
-  std::vector<int32_t> tokens_of[2];
-  for (int graphs = 0; graphs < 2; ++graphs) {
-    CudaModelOptions o = SmallPool();
-    o.share_prefixes = true;
-    o.relay_attention = true;
-    o.relay_min_saved_tokens = 0;  // every group of two or more
-    o.cuda_graphs = graphs;
-    auto model = CudaModel::Create(weights, o);
-    ASSERT_TRUE(model.ok()) << model.status();
-    CudaModel& m = **model;
-    const int page = m.page_tokens();
-    // Two prompts (8 and 3 pages) and the sequences on them: 4 on the first, 1 on the second,
-    // and one plain sequence.
-    std::vector<std::vector<int32_t>> systems = {Tokens(8 * page, 5), Tokens(3 * page, 6)};
-    std::vector<std::shared_ptr<SequenceState>> prefixes;
-    for (const auto& sys : systems) {
-      std::shared_ptr<SequenceState> p(std::move(*m.NewSequence(static_cast<int64_t>(sys.size()))));
-      ForwardEntry e{p.get(), 0, sys};
-      ASSERT_TRUE(m.Forward({&e, 1}).ok());
-      prefixes.push_back(std::move(p));
-    }
-    const int steps = 300;  // past a context bucket (256 own tokens)
-    const std::vector<int> on = {0, 0, 0, 0, 1, -1};
-    std::vector<std::unique_ptr<SequenceState>> seqs;
-    std::vector<std::vector<int32_t>> own;  // each sequence's tokens after its prefix
-    std::vector<int64_t> base;
-    for (size_t i = 0; i < on.size(); ++i) {
-      own.push_back(Tokens(5 + 3 * static_cast<int>(i), 10 + static_cast<int>(i)));
-      const int64_t b = on[i] < 0 ? 0 : static_cast<int64_t>(systems[on[i]].size());
-      base.push_back(b);
-      auto sq = on[i] < 0 ? m.NewSequence(static_cast<int64_t>(own[i].size()) + steps + 1)
-                          : m.NewSequenceOnPrefix(prefixes[on[i]], b, static_cast<int64_t>(own[i].size()) + steps + 1);
-      ASSERT_TRUE(sq.ok()) << sq.status();
-      seqs.push_back(std::move(*sq));
-      int32_t next = -1;
-      ForwardEntry e{seqs.back().get(), b, own[i], nullptr, &next};
-      ASSERT_TRUE(m.Forward({&e, 1}).ok());
-      own[i].push_back(next);
-    }
-    auto decode_batch = [&](std::vector<int32_t>* next, std::vector<std::vector<float>>* logits) {
-      std::vector<ForwardEntry> batch;
-      for (size_t i = 0; i < seqs.size(); ++i) {
-        const int64_t pos = base[i] + static_cast<int64_t>(own[i].size()) - 1;
-        batch.push_back(ForwardEntry{seqs[i].get(), pos, absl::Span<const int32_t>(&own[i].back(), 1),
-                                     logits == nullptr ? nullptr : (*logits)[i].data(), &(*next)[i]});
+  auto relay_form = [&](int64_t beside_min) {
+    const std::string form = beside_min == 0 ? "system part beside" : "fused";
+    std::vector<int32_t> tokens_of[2];
+    for (int graphs = 0; graphs < 2; ++graphs) {
+      CudaModelOptions o = SmallPool();
+      o.share_prefixes = true;
+      o.relay_attention = true;
+      o.relay_min_saved_tokens = 0;  // every group of two or more
+      o.relay_beside_min_tokens = beside_min;
+      o.cuda_graphs = graphs;
+      auto model = CudaModel::Create(weights, o);
+      ASSERT_TRUE(model.ok()) << model.status();
+      CudaModel& m = **model;
+      const int page = m.page_tokens();
+      // Two prompts (8 and 3 pages) and the sequences on them: 4 on the first, 1 on the second,
+      // and one plain sequence.
+      std::vector<std::vector<int32_t>> systems = {Tokens(8 * page, 5), Tokens(3 * page, 6)};
+      std::vector<std::shared_ptr<SequenceState>> prefixes;
+      for (const auto& sys : systems) {
+        std::shared_ptr<SequenceState> p(std::move(*m.NewSequence(static_cast<int64_t>(sys.size()))));
+        ForwardEntry e{p.get(), 0, sys};
+        ASSERT_TRUE(m.Forward({&e, 1}).ok());
+        prefixes.push_back(std::move(p));
       }
-      return m.Forward(batch);
-    };
-    // One step with logits out (eager): every decode against the prompt computed inline.
-    if (graphs == 0) {
-      std::vector<int32_t> next(seqs.size(), -1);
-      std::vector<std::vector<float>> logits(seqs.size(), std::vector<float>(static_cast<size_t>(c.vocab_size)));
-      ASSERT_TRUE(decode_batch(&next, &logits).ok());
-      for (size_t i = 0; i < seqs.size(); ++i) {
-        std::vector<int32_t> all;
-        if (on[i] >= 0) all = systems[on[i]];
-        all.insert(all.end(), own[i].begin(), own[i].end());
-        auto seq = cpu.NewSequence(static_cast<int64_t>(all.size()));
-        std::vector<float> want(static_cast<size_t>(c.vocab_size));
-        ForwardEntry e{seq->get(), 0, all, want.data()};
-        ASSERT_TRUE(cpu.Forward({&e, 1}).ok());
-        EXPECT_LT(RelativeError(logits[i], want), 3e-2) << "decode of sequence " << i;
+      const int steps = 300;  // past a context bucket (256 own tokens)
+      const std::vector<int> on = {0, 0, 0, 0, 1, -1};
+      std::vector<std::unique_ptr<SequenceState>> seqs;
+      std::vector<std::vector<int32_t>> own;  // each sequence's tokens after its prefix
+      std::vector<int64_t> base;
+      for (size_t i = 0; i < on.size(); ++i) {
+        own.push_back(Tokens(5 + 3 * static_cast<int>(i), 10 + static_cast<int>(i)));
+        const int64_t b = on[i] < 0 ? 0 : static_cast<int64_t>(systems[on[i]].size());
+        base.push_back(b);
+        auto sq = on[i] < 0
+                      ? m.NewSequence(static_cast<int64_t>(own[i].size()) + steps + 1)
+                      : m.NewSequenceOnPrefix(prefixes[on[i]], b, static_cast<int64_t>(own[i].size()) + steps + 1);
+        ASSERT_TRUE(sq.ok()) << sq.status();
+        seqs.push_back(std::move(*sq));
+        int32_t next = -1;
+        ForwardEntry e{seqs.back().get(), b, own[i], nullptr, &next};
+        ASSERT_TRUE(m.Forward({&e, 1}).ok());
+        own[i].push_back(next);
       }
+      auto decode_batch = [&](std::vector<int32_t>* next, std::vector<std::vector<float>>* logits) {
+        std::vector<ForwardEntry> batch;
+        for (size_t i = 0; i < seqs.size(); ++i) {
+          const int64_t pos = base[i] + static_cast<int64_t>(own[i].size()) - 1;
+          batch.push_back(ForwardEntry{seqs[i].get(), pos, absl::Span<const int32_t>(&own[i].back(), 1),
+                                       logits == nullptr ? nullptr : (*logits)[i].data(), &(*next)[i]});
+        }
+        return m.Forward(batch);
+      };
+      // One step with logits out (eager): every decode against the prompt computed inline.
+      if (graphs == 0) {
+        std::vector<int32_t> next(seqs.size(), -1);
+        std::vector<std::vector<float>> logits(seqs.size(), std::vector<float>(static_cast<size_t>(c.vocab_size)));
+        ASSERT_TRUE(decode_batch(&next, &logits).ok());
+        for (size_t i = 0; i < seqs.size(); ++i) {
+          std::vector<int32_t> all;
+          if (on[i] >= 0) all = systems[on[i]];
+          all.insert(all.end(), own[i].begin(), own[i].end());
+          auto seq = cpu.NewSequence(static_cast<int64_t>(all.size()));
+          std::vector<float> want(static_cast<size_t>(c.vocab_size));
+          ForwardEntry e{seq->get(), 0, all, want.data()};
+          ASSERT_TRUE(cpu.Forward({&e, 1}).ok());
+          EXPECT_LT(RelativeError(logits[i], want), 3e-2) << form << ": decode of sequence " << i;
+        }
+      }
+      for (int s = 0; s < steps - 1; ++s) {
+        std::vector<int32_t> next(seqs.size(), -1);
+        ASSERT_TRUE(decode_batch(&next, nullptr).ok());
+        for (size_t i = 0; i < seqs.size(); ++i) own[i].push_back(next[i]);
+      }
+      for (const auto& t : own) tokens_of[graphs].insert(tokens_of[graphs].end(), t.end() - (steps - 1), t.end());
     }
-    for (int s = 0; s < steps - 1; ++s) {
-      std::vector<int32_t> next(seqs.size(), -1);
-      ASSERT_TRUE(decode_batch(&next, nullptr).ok());
-      for (size_t i = 0; i < seqs.size(); ++i) own[i].push_back(next[i]);
-    }
-    for (const auto& t : own) tokens_of[graphs].insert(tokens_of[graphs].end(), t.end() - (steps - 1), t.end());
-  }
-  EXPECT_EQ(tokens_of[0], tokens_of[1]) << "relay decode steps as graphs differ from eager ones";
+    EXPECT_EQ(tokens_of[0], tokens_of[1]) << form << ": relay decode steps as graphs differ from eager ones";
+  };
+  for (const int64_t beside_min : {int64_t{1} << 40, int64_t{0}}) relay_form(beside_min);
 }
 
 }  // namespace

@@ -5,8 +5,10 @@
 // logits of the sampled rows; sampling.
 //
 // Everything goes on the model's stream in this order and nothing synchronises (a decode
-// step is captured as a graph from here). A step with loads in flight waits, before each
-// layer's attention, for that layer's loads' event (and runs eagerly).
+// step is captured as a graph from here); relay attention may run its system part on the
+// side stream, forked from the model's stream and joined back to it inside the launch. A
+// step with loads in flight waits, before each layer's attention, for that layer's loads'
+// event (and runs eagerly).
 #include <cmath>
 
 #include "kernels/attention/decode.h"
@@ -98,7 +100,11 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
           {q.as<float>(), pool.LayerKv(l, d_indptr, d_indices, d_last),
            pool.LayerKv(l, d_relay_indptr, d_relay_indices, d_relay_last), d_relay_rows, step.decodes, step.groups,
            step.grouped_rows, step.max_group_rows, c.num_heads, scale, step.max_tokens, step.prefix_bucket,
-           attn_ws.as<float>(), attn.as<float>()}, st));
+           attn_ws.as<float>(), attn.as<float>(),
+           {side_stream, side_fork, side_join,
+            options.relay_beside_min_tokens < 0 ? kernels::kRelayBesideMinContextTokens
+                                                : options.relay_beside_min_tokens}},
+          st));
     } else if (step.decodes > 0) {
       // A step of decodes only: the attention writes the o projection's bf16 input itself.
       kernels::DecodeAttentionParams dp{q.as<float>(), pool.LayerKv(l, d_indptr, d_indices, d_last), step.decodes,

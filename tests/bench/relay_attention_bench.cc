@@ -11,8 +11,11 @@
 // of relay's bytes (what the memory system gives at that size, launch included), whether
 // the backend's rule (cuda_model.h, relay_min_saved_tokens) would take the relay path,
 // relay in its three-launch form (decode, system part, merge: the form before the fused
-// launch, and what runs where the context part takes the tensor cores), and relay's
-// launches captured in a CUDA graph and replayed (as the decode graphs run it). L2 is
+// launch, and what runs where the context part takes the tensor cores), relay's launches
+// captured in a CUDA graph and replayed (as the decode graphs run it), and the two forms
+// the launch chooses between given a side stream (the "relay" column: the model's choice):
+// the fused launch on one stream, and the three launches with the system part on the side
+// stream beside the decode. L2 is
 // flushed before each timed run. K and V are random bf16 (a 64 MiB random block repeated
 // through the pool).
 //
@@ -133,8 +136,13 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  cudaStream_t stream;
+  cudaStream_t stream, side;
   CHECK_CUDA(cudaStreamCreate(&stream));
+  // The side stream relay's system part may take (as the model gives it: RelaySide).
+  CHECK_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  cudaEvent_t fork, join;
+  CHECK_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CHECK_CUDA(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
   strata::bench::CopyCeiling ceiling(stream);
   auto flush = [&] { ceiling.Flush(); };
   const double copy_gbps = ceiling.Gbps();  // read + write
@@ -153,8 +161,9 @@ int main(int argc, char** argv) {
   std::printf(
       "| batch | S | ctx | plain, shared pages (ms) | plain, a copy each (ms) | relay (ms) | relay vs shared pages | "
       "relay vs a copy each | paper's bound | relay GB/s read | vs copy | same-size copy GB/s | "
-      "vs same-size copy | rule takes relay | three launches (ms) | relay, graph (ms) |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "vs same-size copy | rule takes relay | three launches (ms) | relay, graph (ms) | fused, one stream (ms) | "
+      "three, system part beside (ms) |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const int kv_heads = 8, heads = 32, head_dim = 128, page = 16;
   const float scale = 0.088f;
   const double token_bytes = 2.0 * kv_heads * head_dim * 2;  // K and V, bf16
@@ -223,7 +232,10 @@ int main(int argc, char** argv) {
         const strata::kernels::PagedKv prefixes{
             k, v, page, kv_heads, head_dim, d_prefix_indptr, d_prefix_indices, d_prefix_last};
         const strata::kernels::RelayDecodeParams params{
-            q, context, prefixes, d_group_rows, batch, 1, batch, batch, heads, scale, ctx, prompt, ws, out};
+            q,   context, prefixes, d_group_rows, batch, 1, batch, batch, heads, scale, ctx, prompt, ws,
+            out, {side, fork, join}};
+        strata::kernels::RelayDecodeParams one_stream = params;
+        one_stream.side = {};
         auto relay = [&](const strata::kernels::internal::RelayTuning& t) {
           Check(strata::kernels::internal::LaunchRelayDecodeAttention(params, t, stream));
         };
@@ -261,6 +273,11 @@ int main(int argc, char** argv) {
             stream, 20, [&] { Check(strata::kernels::LaunchRelayDecodeAttention(params, stream)); }, flush);
         const float graph_ms = GraphMedianMs(
             stream, 20, [&] { Check(strata::kernels::LaunchRelayDecodeAttention(params, stream)); }, flush);
+        const float fused_ms = MedianMs(
+            stream, 20, [&] { Check(strata::kernels::LaunchRelayDecodeAttention(one_stream, stream)); }, flush);
+        strata::kernels::internal::RelayTuning beside;
+        beside.three_launches = beside.beside = true;
+        const float beside_ms = MedianMs(stream, 20, [&] { relay(beside); }, flush);
         const double relay_bytes = token_bytes * (prompt + batch * ctx);
         const double same_size_gbps = ceiling.Gbps(static_cast<size_t>(relay_bytes));
         const double s = static_cast<double>(prompt), c = static_cast<double>(ctx);
@@ -269,10 +286,10 @@ int main(int argc, char** argv) {
         const bool rule = batch >= 2 && (batch - 1) * prompt >= defaults.relay_min_saved_tokens;
         std::printf(
             "| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.2f | %.0f | %.2f | %s | %.3f | "
-            "%.3f |\n",
+            "%.3f | %.3f | %.3f |\n",
             batch, static_cast<long long>(prompt), static_cast<long long>(ctx), shared_ms, copy_each_ms, relay_ms,
             shared_ms / relay_ms, copy_each_ms / relay_ms, bound, read_gbps, read_gbps / copy_gbps, same_size_gbps,
-            read_gbps / same_size_gbps, rule ? "yes" : "no", three_ms, graph_ms);
+            read_gbps / same_size_gbps, rule ? "yes" : "no", three_ms, graph_ms, fused_ms, beside_ms);
         std::fflush(stdout);
         for (void* p :
              {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(d_shared_indptr),
