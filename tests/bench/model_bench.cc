@@ -15,6 +15,10 @@
 //                             beside the tuned ones, and the shapes tuning chose for)
 //   model_bench --models=llama3-8b --profile=BATCH,CONTEXT   (for ncu --profile-from-start off:
 //       two warm-up decode steps, then one between cudaProfilerStart and Stop, no graphs)
+//   model_bench --pair=qwen2.5-7b,llama3-8b [--rounds=N]   (both models on the GPU at once; each
+//       decode shape timed N times (default 7) alternately on the one and the other, so that
+//       clock and thermal drift between the two does not enter their ratio: the ratio of their
+//       roofline fractions from the median step of each, and its range over the rounds)
 // Without a GPU it says so and exits 0.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
@@ -23,6 +27,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -138,6 +143,43 @@ void PrintTunedMatMuls() {
   }
 }
 
+// Median seconds of `steps` decode steps (after 2 warm-ups) of `seqs`, each at position
+// ctx + s; negative if a step failed (printed).
+double TimeDecodeSteps(CudaModel& m, const ModelConfig& c, const std::vector<std::unique_ptr<SequenceState>>& seqs,
+                       int ctx, int steps) {
+  const size_t batch = seqs.size();
+  std::vector<int32_t> tokens(batch), greedy(batch);
+  std::vector<double> times;
+  for (int s = 0; s < steps + 2; ++s) {
+    std::vector<ForwardEntry> entries;
+    for (size_t b = 0; b < batch; ++b) {
+      tokens[b] = static_cast<int32_t>((b * 7919 + s * 31) % c.vocab_size);
+      entries.push_back(ForwardEntry{seqs[b].get(), ctx + s, absl::Span<const int32_t>(&tokens[b], 1), nullptr,
+                                     &greedy[b]});
+    }
+    const double t0 = Now();
+    absl::Status st = m.Forward(entries);
+    const double t = Now() - t0;
+    if (!st.ok()) {
+      std::printf("forward: %s\n", std::string(st.message()).c_str());
+      return -1;
+    }
+    if (s >= 2) times.push_back(t);
+  }
+  return Median(times);
+}
+
+// Bytes a decode step of `batch` sequences at `ctx` tokens must read: every weight once (the
+// embedding table only for the batch's rows, unless it is also the LM head), and every
+// cached K and V.
+double DecodeStepBytes(const CudaModel& m, const ModelConfig& c, int batch, int ctx) {
+  const int64_t h = c.hidden_size, v = c.vocab_size;
+  const int64_t embed_bytes = 2 * v * h;
+  const double weights_read = static_cast<double>(m.weight_bytes() - (c.tie_embeddings ? 0 : embed_bytes));
+  const double kv_token_bytes = 2.0 * c.num_layers * c.kv_dim() * 2;
+  return weights_read + batch * (embed_bytes / v) + batch * (ctx + 1.0) * kv_token_bytes;
+}
+
 struct RunOptions {
   bool quick = false, graphs = true, decode_only = false, compare_skinny = false, compare_tuning = false;
 };
@@ -161,8 +203,7 @@ void Run(const std::string& name, const RunOptions& ro, double copy_bw, double p
   }
   const int64_t h = c.hidden_size, v = c.vocab_size;
   const int64_t embed_bytes = 2 * v * h;
-  // Bytes a decode step must read: every weight once (the embedding table only for the
-  // batch's rows, unless it is also the LM head), and every cached K and V.
+  // The bytes DecodeStepBytes counts (the turns below count theirs the same way).
   const double weights_read = static_cast<double>(m.weight_bytes() - (c.tie_embeddings ? 0 : embed_bytes));
   const double kv_token_bytes = 2.0 * c.num_layers * c.kv_dim() * 2;
   const int64_t capacity_tokens = m.pool_pages() * m.page_tokens();
@@ -183,28 +224,7 @@ void Run(const std::string& name, const RunOptions& ro, double copy_bw, double p
       }
       std::vector<std::unique_ptr<SequenceState>> seqs;
       for (int b = 0; b < batch; ++b) seqs.push_back(*m.NewSequence(ctx + 32));
-      std::vector<int32_t> tokens(static_cast<size_t>(batch)), greedy(static_cast<size_t>(batch));
-      // The step's median time (of `steps`, after 2 warm-ups); negative if a step failed.
-      auto time_steps = [&]() -> double {
-        std::vector<double> times;
-        for (int s = 0; s < steps + 2; ++s) {
-          std::vector<ForwardEntry> entries;
-          for (int b = 0; b < batch; ++b) {
-            tokens[b] = (b * 7919 + s * 31) % c.vocab_size;
-            entries.push_back(ForwardEntry{seqs[b].get(), ctx + s, absl::Span<const int32_t>(&tokens[b], 1), nullptr,
-                                           &greedy[b]});
-          }
-          const double t0 = Now();
-          absl::Status st = m.Forward(entries);
-          const double t = Now() - t0;
-          if (!st.ok()) {
-            std::printf("forward: %s\n", std::string(st.message()).c_str());
-            return -1;
-          }
-          if (s >= 2) times.push_back(t);
-        }
-        return Median(times);
-      };
+      auto time_steps = [&] { return TimeDecodeSteps(m, c, seqs, ctx, steps); };
       const double t = time_steps();
       if (t < 0) return;
       // The same steps with one option off (CudaModel::set_skinny_matmul, set_tune_matmuls).
@@ -217,8 +237,7 @@ void Run(const std::string& name, const RunOptions& ro, double copy_bw, double p
       const double t_cublas = ro.compare_skinny ? time_without(&CudaModel::set_skinny_matmul) : 0;
       const double t_untuned = ro.compare_tuning ? time_without(&CudaModel::set_tune_matmuls) : 0;
       if (t_cublas < 0 || t_untuned < 0) return;
-      const double bytes = weights_read + batch * (embed_bytes / v) + batch * (ctx + 1.0) * kv_token_bytes;
-      const double floor = bytes / copy_bw;  // copy_bw counts every byte moved, read or written
+      const double floor = DecodeStepBytes(m, c, batch, ctx) / copy_bw;  // copy_bw counts every byte moved, read or written
       std::printf("%-8d %-8d %12.3f %12.0f %14.3f %10.2f", batch, ctx, t * 1e3, batch / t, floor * 1e3, floor / t);
       if (ro.compare_skinny) std::printf(" %14.3f %14.2f", t_cublas * 1e3, floor / t_cublas);
       if (ro.compare_tuning) std::printf(" %14.3f %14.2f", t_untuned * 1e3, floor / t_untuned);
@@ -333,12 +352,73 @@ void Run(const std::string& name, const RunOptions& ro, double copy_bw, double p
   }
 }
 
+// Two models on the GPU at once, each decode shape timed `rounds` times alternately on the
+// one and the other (each time the median of 10 steps): the ratio of their roofline
+// fractions from each model's median, and the range of the per-round ratios.
+void RunPair(const std::string& a_name, const std::string& b_name, int rounds, double copy_bw) {
+  const std::string names[2] = {a_name, b_name};
+  ModelConfig configs[2];
+  std::unique_ptr<CudaModel> models[2];
+  for (int i = 0; i < 2; ++i) {
+    configs[i] = Shape(names[i]);
+    CudaModelOptions o;
+    o.kv_memory_fraction = i == 0 ? 0.4 : 0.7;  // of what is free: about the same pool each
+    auto made = CudaModel::CreateRandom(configs[i], 1234, o);
+    if (!made.ok() || !(*made)->RandomizeKvPool(99).ok()) {
+      std::printf("%s: %s\n", names[i].c_str(), made.ok() ? "randomizing the pool failed"
+                                                          : std::string(made.status().message()).c_str());
+      return;
+    }
+    models[i] = *std::move(made);
+  }
+  std::printf("\n%s vs %s, decode steps as CUDA graphs, %d alternating rounds of 10 steps a shape\n", a_name.c_str(),
+              b_name.c_str(), rounds);
+  std::printf("| batch | context | %s ms | %s ms | %s fraction | %s fraction | ratio | per-round ratios |\n",
+              a_name.c_str(), b_name.c_str(), a_name.c_str(), b_name.c_str());
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (int ctx : {1024, 8192}) {
+    for (int batch : {1, 8, 16, 32, 64}) {
+      std::vector<std::unique_ptr<SequenceState>> seqs[2];
+      bool fits = true;
+      for (int i = 0; i < 2 && fits; ++i) {
+        for (int b = 0; b < batch && fits; ++b) {
+          auto seq = models[i]->NewSequence(ctx + 32);
+          if (!seq.ok()) fits = false;
+          else seqs[i].push_back(*std::move(seq));
+        }
+      }
+      if (!fits) {
+        std::printf("| %d | %d | (the KV does not fit both pools) |\n", batch, ctx);
+        continue;
+      }
+      std::vector<double> times[2], ratios;
+      double floor[2];
+      for (int i = 0; i < 2; ++i) floor[i] = DecodeStepBytes(*models[i], configs[i], batch, ctx) / copy_bw;
+      for (int r = 0; r < rounds; ++r) {
+        double t[2];
+        for (int i = 0; i < 2; ++i) {
+          t[i] = TimeDecodeSteps(*models[i], configs[i], seqs[i], ctx, 10);
+          if (t[i] < 0) return;
+          times[i].push_back(t[i]);
+        }
+        ratios.push_back((floor[0] / t[0]) / (floor[1] / t[1]));
+      }
+      const double ta = Median(times[0]), tb = Median(times[1]);
+      std::sort(ratios.begin(), ratios.end());
+      std::printf("| %d | %d | %.3f | %.3f | %.3f | %.3f | **%.3f** | %.3f-%.3f |\n", batch, ctx, ta * 1e3, tb * 1e3,
+                  floor[0] / ta, floor[1] / tb, (floor[0] / ta) / (floor[1] / tb), ratios.front(), ratios.back());
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::model
 
 int main(int argc, char** argv) {
   strata::model::RunOptions ro;
-  int profile_batch = 0, profile_context = 0;
+  int profile_batch = 0, profile_context = 0, rounds = 7;
+  std::string pair;
   std::string models = "llama3-8b,llama3-1b";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -349,6 +429,8 @@ int main(int argc, char** argv) {
     if (a == "--compare_tuning") ro.compare_tuning = true;
     if (a.rfind("--profile=", 0) == 0) std::sscanf(a.c_str() + 10, "%d,%d", &profile_batch, &profile_context);
     if (a.rfind("--models=", 0) == 0) models = a.substr(9);
+    if (a.rfind("--pair=", 0) == 0) pair = a.substr(7);
+    if (a.rfind("--rounds=", 0) == 0) rounds = std::max(1, std::atoi(a.c_str() + 9));
   }
   if (strata::model::CudaModel::DeviceCount() == 0) {
     std::printf("model_bench: no CUDA device, nothing measured\n");
@@ -363,6 +445,15 @@ int main(int argc, char** argv) {
   const double peak = strata::model::GemmPeak();
   std::printf("device: %s; copy bandwidth %.0f GB/s (read + write); bf16 cuBLAS 8192^3: %.0f TFLOP/s\n", prop.name,
               copy_bw / 1e9, peak / 1e12);
+  if (!pair.empty()) {
+    const size_t comma = pair.find(',');
+    if (comma == std::string::npos) {
+      std::fprintf(stderr, "--pair takes two model names: A,B\n");
+      return 2;
+    }
+    strata::model::RunPair(pair.substr(0, comma), pair.substr(comma + 1), ro.quick ? 1 : rounds, copy_bw);
+    return 0;
+  }
   size_t start = 0;
   while (start <= models.size()) {
     const size_t end = models.find(',', start);
