@@ -38,6 +38,8 @@
 #             layer shapes, L2 flushed, against the copy rate
 #   step-compare  model_bench --decode_only --compare_skinny: each decode step with the
 #             skinny products and with cuBLAS, beside each other (MODELS)
+#   pair      decode steps of each of PAIR_MODELS (default qwen2.5-7b qwen3-8b) and llama3-8b on
+#             the GPU at once, timed in alternating rounds (model_bench --pair): issue #21's ratio
 #   step-kernels  one decode step's kernels under ncu, summed by name (tests/gpu/step_kernels.py;
 #             MODELS, STEP_SHAPES: e.g. "64,1024 32,1024")
 #   prompts   shared system prompts: 64 sessions, S = 0/2048/4096 system tokens shared and
@@ -304,6 +306,10 @@ for phase in "$@"; do
           "$B/model_bench" --models="$m" --profile="$shape" >"$csv" 2>/dev/null
         note "step kernels $m $shape: rc=$?"; python3 tests/gpu/step_kernels.py "$csv" | head -16 >>"$summary"
       done; done ;;
+    pair) for m in ${PAIR_MODELS:-qwen2.5-7b qwen3-8b}; do
+        timeout 280 "$B/model_bench" --pair="$m,llama3-8b" --rounds=7 >"$OUT/model_bench_pair_$m.txt" 2>&1
+        note "model_bench --pair=$m,llama3-8b: rc=$?"; grep -E '^\|' "$OUT/model_bench_pair_$m.txt" >>"$summary"
+      done ;;
     step-compare) "$B/model_bench" --models="${MODELS:-llama3-8b}" --decode_only --compare_skinny \
         >"$OUT/model_bench_compare.txt" 2>&1
       note "model_bench --compare_skinny: rc=$?"; grep -vE '^$' "$OUT/model_bench_compare.txt" >>"$summary" ;;
