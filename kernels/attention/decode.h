@@ -55,17 +55,14 @@ constexpr int kDecodePartAlign = 32;
 // about 4 heads per KV head the kernel stops being bound by the KV it reads; on tensor
 // cores a block is one warp and its 16 rows cost the same for any group. kAuto, as
 // decode_attention_bench measured (docs/BENCHMARKS.md), takes the tensor cores at head_dim
-// up to 128 for a batch of 2 or more with kTensorCoreDecodeMinGroup heads per block, or
-// kTensorCoreDecodeMinLargeGroup heads and at least kTensorCoreDecodeMinKvTokens cached
-// tokens in the batch (batch x max_tokens), or at head_dim 80 4+ heads from a batch
-// of kTensorCoreDecodeMinBatchAt80 (1.06-1.3x there; head_dims 64, 96 and 128 with 4 heads
-// are within a few percent either way, or faster on the CUDA cores); elsewhere the CUDA
-// cores are as fast or faster. The tensor-core decode rounds q to bf16: its results are within bf16 tolerance
+// up to 128 with kTensorCoreDecodeMinGroup or more heads per block, at any batch and length
+// (1.1-1.9x for one to four sequences of 1K-32K tokens since the parts cost model,
+// decode_parts.h), or at head_dim 80 4+ heads from a batch of kTensorCoreDecodeMinBatchAt80
+// (1.06-1.3x there; head_dims 64, 96 and 128 with 4 heads are within a few percent either
+// way, or faster on the CUDA cores); elsewhere the CUDA cores are as fast or faster. The tensor-core decode rounds q to bf16: its results are within bf16 tolerance
 // of the CUDA-core kernel's, not bit-equal.
 enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };
-constexpr int kTensorCoreDecodeMinGroup = 8;
-constexpr int kTensorCoreDecodeMinLargeGroup = 5;
-constexpr int64_t kTensorCoreDecodeMinKvTokens = 16384;
+constexpr int kTensorCoreDecodeMinGroup = 5;
 constexpr int kTensorCoreDecodeMinBatchAt80 = 8;
 
 struct DecodeAttentionParams {

@@ -225,10 +225,12 @@ TEST(DecodeKernelRuleTest, TakesTheTensorCoresWhereTheyWereMeasuredFaster) {
   };
   const Case cases[] = {
       {128, 32, 8, 64, 1024, false},  // Llama-3-8B (GQA 4): CUDA cores everywhere
-      {128, 32, 8, 8, 8192, false},   {128, 28, 4, 32, 1024, true},   // Qwen2.5-7B (GQA 7) from 16K tokens
-      {128, 28, 4, 16, 1024, true},
-      {128, 28, 4, 8, 1024, false},   {128, 28, 4, 1, 8192, false},   {128, 28, 4, 8, 8192, true},
-      {128, 64, 8, 8, 1024, true},    {128, 64, 8, 1, 1024, false},  // Llama-3-70B (GQA 8) from batch 2
+      {128, 32, 8, 8, 8192, false},   {128, 32, 8, 1, 32768, false},
+      {128, 28, 4, 32, 1024, true},   // Qwen2.5-7B (GQA 7): tensor cores everywhere
+      {128, 28, 4, 8, 1024, true},    {128, 28, 4, 1, 1024, true},    {128, 28, 4, 1, 8192, true},
+      {64, 14, 2, 1, 4096, true},     {128, 12, 2, 2, 2048, true},   // Qwen2.5-0.5B (GQA 7), -1.5B (GQA 6)
+      {128, 40, 8, 1, 8192, true},    // Qwen2.5-14B (GQA 5)
+      {128, 64, 8, 8, 1024, true},    {128, 64, 8, 1, 1024, true},   // Llama-3-70B (GQA 8)
       {80, 32, 8, 8, 1024, true},     {80, 32, 8, 64, 8192, true},   {80, 32, 8, 1, 8192, false},  // head_dim 80
       {96, 32, 8, 8, 8192, false},    {64, 32, 8, 64, 1024, false},  {256, 16, 8, 64, 8192, false},
   };

@@ -14,7 +14,7 @@
 // Two launches: one grid runs both parts at once (its first blocks the system part's
 // tiles, the rest the context part's blocks; each writes its part's (o, lse) to the
 // workspace), then the merge writes `out`. Where the context part would run on the tensor
-// cores (DecodeRunsOnTensorCores: decode.h's rule, e.g. 8 or more query heads per KV head), or the workspace is
+// cores (DecodeRunsOnTensorCores: decode.h's rule, e.g. 5 or more query heads per KV head), or the workspace is
 // not 16-byte aligned, it runs as three: the paged decode (with its own merge when split),
 // the system part, and a merge of both into the decode's output. Given a second stream
 // (`side`), the three launches also serve where the rows' own tokens are most of the bytes:

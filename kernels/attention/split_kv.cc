@@ -59,7 +59,7 @@ DecodeSplit ChooseDecodeSplit(int64_t blocks_per_part, int64_t max_tokens, int s
   return DecodeSplit{static_cast<int>((tokens + part_tokens - 1) / part_tokens), static_cast<int>(part_tokens)};
 }
 
-bool UseTensorCores(DecodeKernel kernel, int head_dim, int subgroup, int batch, int64_t max_tokens) {
+bool UseTensorCores(DecodeKernel kernel, int head_dim, int subgroup, int batch) {
   switch (kernel) {
     case DecodeKernel::kCudaCores:
       return false;
@@ -69,9 +69,7 @@ bool UseTensorCores(DecodeKernel kernel, int head_dim, int subgroup, int batch, 
       break;
   }
   if (head_dim > 128) return false;
-  return (subgroup >= kTensorCoreDecodeMinGroup && batch > 1) ||
-         (subgroup >= kTensorCoreDecodeMinLargeGroup && int64_t{batch} * max_tokens >= kTensorCoreDecodeMinKvTokens) ||
-         (head_dim == 80 && subgroup >= 4 && batch >= kTensorCoreDecodeMinBatchAt80);
+  return subgroup >= kTensorCoreDecodeMinGroup || (head_dim == 80 && subgroup >= 4 && batch >= kTensorCoreDecodeMinBatchAt80);
 }
 
 // Resident blocks per SM of the tensor-core decode's one-warp form (or, with four_warps,
@@ -182,7 +180,7 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
     return absl::InvalidArgumentError("tensor-core decode needs out 8-byte aligned");
   }
   if (qo_indptr == nullptr && out_in_pairs &&
-      UseTensorCores(kernel, kv.head_dim, GqaSubgroupSize(GqaGroupSize(num_heads, kv.kv_heads)), batch, max_tokens)) {
+      UseTensorCores(kernel, kv.head_dim, GqaSubgroupSize(GqaGroupSize(num_heads, kv.kv_heads)), batch)) {
     if (!(scale > 0.0f) || std::isinf(scale)) {  // the tensor-core kernel's running max is of unscaled scores
       return absl::InvalidArgumentError("tensor-core decode needs 0 < scale < inf");
     }
@@ -218,10 +216,10 @@ void SetTensorCoreDecodeKeyWarpsForTesting(KeyWarps mode) {
 }
 
 bool DecodeRunsOnTensorCores(DecodeKernel kernel, int head_dim, int num_heads, int kv_heads, int batch,
-                             int64_t max_tokens) {
+                             int64_t /*max_tokens: the rule does not look at it today*/) {
   const int subgroup = GqaSubgroupSize(GqaGroupSize(num_heads, kv_heads));
   if (!IsDispatchedHeadDim(head_dim) || subgroup == 0) return false;
-  return UseTensorCores(kernel, head_dim, subgroup, batch, max_tokens);
+  return UseTensorCores(kernel, head_dim, subgroup, batch);
 }
 
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream) {

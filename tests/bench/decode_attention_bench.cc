@@ -15,6 +15,8 @@
 //       shapes it runs on tensor cores)
 //   decode_attention_bench --shape=GQA,batch,context   only the shapes of that many query
 //       heads per KV head, batch and context (e.g. for a profiler: --shape=7,64,1024)
+//   decode_attention_bench --gqa=7 --batches=1,2,4 --contexts=2048,4096   those batches and
+//       contexts (any) in place of batch 1-64 x 1K/8K, for the shapes of that GQA (0: all)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -39,11 +41,36 @@ int main(int argc, char** argv) {
   bool parts_sweep = false;
   int only_gqa = 0, only_batch = 0;
   long long only_context = 0;
+  std::vector<int> batches = {1, 8, 16, 32, 64};
+  std::vector<int64_t> contexts = {1024, 8192};
+  // A comma-separated list of positive numbers, or empty when the text is not one.
+  auto numbers = [](const std::string& text) {
+    std::vector<int64_t> out;
+    size_t at = 0;
+    while (at <= text.size()) {
+      const size_t end = std::min(text.find(',', at), text.size());
+      const long long n = std::atoll(text.substr(at, end - at).c_str());
+      if (n <= 0) return std::vector<int64_t>{};
+      out.push_back(n);
+      at = end + 1;
+    }
+    return out;
+  };
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--parts_sweep") {
+    const std::string a = argv[i];
+    if (a == "--parts_sweep") {
       parts_sweep = true;
+    } else if (a.rfind("--gqa=", 0) == 0) {
+      only_gqa = std::atoi(a.c_str() + 6);
+    } else if (a.rfind("--batches=", 0) == 0 && !numbers(a.substr(10)).empty()) {
+      batches.clear();
+      for (int64_t b : numbers(a.substr(10))) batches.push_back(static_cast<int>(b));
+    } else if (a.rfind("--contexts=", 0) == 0 && !numbers(a.substr(11)).empty()) {
+      contexts = numbers(a.substr(11));
     } else if (std::sscanf(argv[i], "--shape=%d,%d,%lld", &only_gqa, &only_batch, &only_context) != 3) {
-      std::fprintf(stderr, "usage: decode_attention_bench [--parts_sweep] [--shape=GQA,batch,context]\n");
+      std::fprintf(stderr,
+                   "usage: decode_attention_bench [--parts_sweep] [--shape=GQA,batch,context] [--gqa=G] "
+                   "[--batches=B,...] [--contexts=C,...]\n");
       return 2;
     }
   }
@@ -78,6 +105,7 @@ int main(int argc, char** argv) {
                           {"qwen2.5-7b 28:4x128", 28, 4, 128},
                           {"qwen2.5-0.5b 14:2x64", 14, 2, 64},
                           {"qwen2.5-1.5b 12:2x128", 12, 2, 128},
+                          {"qwen2.5-14b 40:8x128", 40, 8, 128},
                           {"llama3-70b 64:8x128", 64, 8, 128},
                           {"gqa16 32:2x128", 32, 2, 128},
                           {"hd80 32:8x80", 32, 8, 80},
@@ -92,8 +120,8 @@ int main(int argc, char** argv) {
   for (const Shape& shape : shapes) {
     if (only_gqa != 0 && shape.heads / shape.kv_heads != only_gqa) continue;
     const int kv_heads = shape.kv_heads, heads = shape.heads, head_dim = shape.head_dim;
-    for (int64_t context : {1024, 8192}) {
-      for (int batch : {1, 8, 16, 32, 64}) {
+    for (int64_t context : contexts) {
+      for (int batch : batches) {
         // The sweep takes the shapes the launch runs on the tensor cores, and GQA 6 to 8 at any batch.
         if (parts_sweep && shape.heads / shape.kv_heads < 6 &&
             !strata::kernels::DecodeRunsOnTensorCores(DecodeKernel::kAuto, head_dim, heads,
