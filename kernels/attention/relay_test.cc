@@ -8,9 +8,11 @@
 // Tolerances are the tensor-core prefill's (prefill_test.cc: the system part rounds Q and
 // P to bf16): ||got - want|| / ||want|| <= 1e-2 over the call, <= 2e-2 per (row, head).
 // Outputs and workspaces are poisoned with NaN first, so an unwritten element fails. Each
-// case runs both forms (the fused launch where the shape takes it, and the three launches),
-// and the default form again as a CUDA graph, replayed twice (the second time on new
-// queries written into the same buffer), which must give the eager launch's bits.
+// case runs every form (the fused launch where the shape takes it, the three launches, and
+// the three with the system part on a side stream, with either stream slowed on purpose
+// and as a graph, which must give the one-stream three's bits), and the default form again
+// as a CUDA graph, replayed twice (the second time on new queries written into the same
+// buffer), which must give the eager launch's bits.
 #include "kernels/attention/relay.h"
 
 #include <cuda_runtime_api.h>
