@@ -10,12 +10,19 @@ namespace {
 constexpr int64_t kTileTokens = 32;
 // Fitted to decode_attention_bench --parts_sweep on the H100 and the H200 (2026-11-27;
 // GQA 7, 8 and 16 at head_dim 128 and GQA 4 at 80, 1 to 64 sequences of 1K and 8K tokens,
-// 1 to 256 parts; the rows are in decode_parts_test.cc): the counts it picks are on
-// average within 1.8% of the fastest measured one, at worst 15% (the rule before it: 9% on
-// average, at worst 74%, at one sequence of 8K tokens).
+// 1 to 256 parts; then GQA 7 at head_dim 128 and 64, 1 and 2 sequences of 8K and 32K; the
+// rows are in decode_parts_test.cc): the counts it picks are on average within 1.8% of the
+// fastest measured one, at worst 15% (the rule before it: 9% on average, at worst 74%, at
+// one sequence of 8K tokens). The costs besides the tiles are times, in units of a 128-dim
+// tile: at head_dim 64 a tile takes half of it (without that, one sequence of 8K and 32K
+// tokens at head_dim 64 took 2x the parts and 25-29% longer than the fastest count).
 constexpr double kStreamOverheadBlocks = 1.38;  // b0: a wave's time per tile ~ b + b0
 constexpr double kBlockFixedTiles = 5.0;        // a block's own cost: its Q, its part's store, its start
 constexpr double kMergeTilesPerPart = 0.8;      // the merge reads each block's part
+// The counts the launch chooses among: those the sweeps measured. (Between them the model
+// ranked counts such as 43 that do not split the tiles evenly; measured, one sequence of
+// 8K tokens took 0.0302 ms at 43 parts against 0.0280 at 32.)
+constexpr int kPartCounts[] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 64, 128, 256};
 
 }  // namespace
 
@@ -26,13 +33,15 @@ double TensorCoreDecodeCost(const TensorCoreDecodeShape& s, int parts) {
   const int64_t slots = std::max<int64_t>(1, s.slots);
   const double sms = std::max(1, s.sm_count);
   const int64_t blocks = std::max<int64_t>(1, s.blocks_per_part) * p;
+  const double per_tile = s.head_dim > 0 ? 128.0 / s.head_dim : 1.0;  // times in this shape's tiles
   double cost = 0;
   for (int64_t left = blocks; left > 0;) {  // wave by wave
     const int64_t wave = std::min(left, slots);
-    cost += (static_cast<double>(tiles_per_part) + kBlockFixedTiles) * (static_cast<double>(wave) / sms + kStreamOverheadBlocks);
+    cost += (static_cast<double>(tiles_per_part) + kBlockFixedTiles * per_tile) *
+            (static_cast<double>(wave) / sms + kStreamOverheadBlocks);
     left -= wave;
   }
-  if (p > 1) cost += kMergeTilesPerPart * static_cast<double>(blocks) / sms;
+  if (p > 1) cost += kMergeTilesPerPart * per_tile * static_cast<double>(blocks) / sms;
   return cost;
 }
 
@@ -41,7 +50,8 @@ int TensorCoreDecodeParts(const TensorCoreDecodeShape& s, int max_parts) {
   const int most = static_cast<int>(std::clamp<int64_t>(max_parts, 1, tiles));
   int best = 1;
   double best_cost = TensorCoreDecodeCost(s, 1);
-  for (int parts = 2; parts <= most; ++parts) {
+  for (int parts : kPartCounts) {
+    if (parts <= 1 || parts > most) continue;
     if (const double cost = TensorCoreDecodeCost(s, parts); cost < best_cost) {
       best = parts;
       best_cost = cost;

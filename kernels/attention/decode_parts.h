@@ -27,8 +27,9 @@ struct TensorCoreDecodeShape {
 // every block's part when there is more than one. A ranking of counts, not a time.
 double TensorCoreDecodeCost(const TensorCoreDecodeShape& shape, int parts);
 
-// The count of parts, 1..max_parts (and at most one 32-key tile a part), of least cost;
-// ties go to fewer parts.
+// The count of parts of least cost among 1-8, 12, 16, 24, 32, 64, 128 and 256 (the counts
+// the model was fitted on), at most max_parts and at most one part a 32-key tile; ties go
+// to fewer parts.
 int TensorCoreDecodeParts(const TensorCoreDecodeShape& shape, int max_parts);
 
 // Whether the launch runs one part in blocks of four warps that split its key tiles (no

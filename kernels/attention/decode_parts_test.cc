@@ -12,7 +12,8 @@ namespace strata::kernels {
 namespace {
 
 // decode_attention_bench --parts_sweep on the H100 and the H200 (both 132 SMs), 2026-11-27:
-// ms of the whole launch (parts and merge), L2 flushed, by parts per sequence.
+// ms of the whole launch (parts and merge), L2 flushed, by parts per sequence (one-warp
+// blocks).
 struct Measured {
   const char* name;
   int heads, kv_heads, head_dim, batch, tokens;
@@ -141,13 +142,32 @@ const std::vector<Measured>& Sweeps() {
        {{1, 0.2513}, {2, 0.2057}, {3, 0.2095}, {4, 0.2266}, {5, 0.2164}, {6, 0.2045}, {7, 0.2212}, {8, 0.2092}, {12, 0.2114}, {16, 0.2092}, {24, 0.2160}, {32, 0.2196}, {64, 0.2245}, {128, 0.2240}, {256, 0.2245}}},
       {"H200 hd80 64 x 8192", 32, 8, 80, 64, 8192,
        {{1, 0.3854}, {2, 0.4400}, {3, 0.3987}, {4, 0.4038}, {5, 0.4091}, {6, 0.3964}, {7, 0.4003}, {8, 0.3938}, {12, 0.4025}, {16, 0.3990}, {24, 0.4032}, {32, 0.4027}, {64, 0.4029}, {128, 0.4028}, {256, 0.4029}}},
+      // Ninth session, H100: GQA 7 at head_dim 128 (Qwen2.5-7B) and 64 (Qwen2.5-0.5B), one and
+      // two sequences of 8K and 32K tokens.
+      {"H100 qwen2.5-7b 1 x 8192 (2)", 28, 4, 128, 1, 8192,
+       {{1, 0.2744}, {2, 0.1444}, {3, 0.1036}, {4, 0.0799}, {5, 0.0674}, {6, 0.0570}, {7, 0.0505}, {8, 0.0464}, {12, 0.0363}, {16, 0.0317}, {24, 0.0285}, {32, 0.0280}, {64, 0.0337}, {128, 0.0497}, {256, 0.0851}}},
+      {"H100 qwen2.5-7b 2 x 8192", 28, 4, 128, 2, 8192,
+       {{1, 0.2695}, {2, 0.1475}, {3, 0.1026}, {4, 0.0794}, {5, 0.0667}, {6, 0.0567}, {7, 0.0513}, {8, 0.0467}, {12, 0.0375}, {16, 0.0332}, {24, 0.0308}, {32, 0.0323}, {64, 0.0396}, {128, 0.0598}, {256, 0.1151}}},
+      {"H100 qwen2.5-7b 1 x 32768", 28, 4, 128, 1, 32768,
+       {{1, 1.0834}, {2, 0.5393}, {3, 0.3773}, {4, 0.2858}, {5, 0.2314}, {6, 0.1893}, {7, 0.1654}, {8, 0.1494}, {12, 0.1032}, {16, 0.0827}, {24, 0.0632}, {32, 0.0547}, {64, 0.0532}, {128, 0.0662}, {256, 0.1284}}},
+      {"H100 qwen2.5-7b 2 x 32768", 28, 4, 128, 2, 32768,
+       {{1, 1.0641}, {2, 0.5597}, {3, 0.3735}, {4, 0.2791}, {5, 0.2230}, {6, 0.1886}, {7, 0.1645}, {8, 0.1463}, {12, 0.1048}, {16, 0.0844}, {24, 0.0707}, {32, 0.0696}, {64, 0.0765}, {128, 0.1210}, {256, 0.1810}}},
+      {"H100 qwen2.5-0.5b 1 x 8192", 14, 2, 64, 1, 8192,
+       {{1, 0.1942}, {2, 0.1007}, {3, 0.0710}, {4, 0.0553}, {5, 0.0472}, {6, 0.0424}, {7, 0.0386}, {8, 0.0348}, {12, 0.0283}, {16, 0.0248}, {24, 0.0235}, {32, 0.0228}, {64, 0.0285}, {128, 0.0435}, {256, 0.0752}}},
+      {"H100 qwen2.5-0.5b 2 x 8192", 14, 2, 64, 2, 8192,
+       {{1, 0.1875}, {2, 0.1008}, {3, 0.0743}, {4, 0.0581}, {5, 0.0494}, {6, 0.0417}, {7, 0.0379}, {8, 0.0350}, {12, 0.0282}, {16, 0.0253}, {24, 0.0240}, {32, 0.0240}, {64, 0.0298}, {128, 0.0452}, {256, 0.0788}}},
+      {"H100 qwen2.5-0.5b 1 x 32768", 14, 2, 64, 1, 32768,
+       {{1, 0.7779}, {2, 0.3799}, {3, 0.2547}, {4, 0.1944}, {5, 0.1636}, {6, 0.1395}, {7, 0.1220}, {8, 0.1077}, {12, 0.0740}, {16, 0.0596}, {24, 0.0465}, {32, 0.0401}, {64, 0.0378}, {128, 0.0488}, {256, 0.0794}}},
+      {"H100 qwen2.5-0.5b 2 x 32768", 14, 2, 64, 2, 32768,
+       {{1, 0.7451}, {2, 0.3780}, {3, 0.2692}, {4, 0.2053}, {5, 0.1665}, {6, 0.1359}, {7, 0.1184}, {8, 0.1054}, {12, 0.0752}, {16, 0.0606}, {24, 0.0482}, {32, 0.0423}, {64, 0.0414}, {128, 0.0548}, {256, 0.0882}}},
   };
   return sweeps;
 }
 
 // The launch's shape for a measured row: one-warp blocks per (sequence, KV head, subgroup),
 // 4 resident an SM at head_dim 128 and 6 at 80 (the occupancy calculator's, 57 and 36 KB
-// of shared memory a block).
+// of shared memory a block); at 64 also 4 (more fit, but the rows' blocks make one wave
+// either way).
 TensorCoreDecodeShape ShapeOf(const Measured& m) {
   const int group = m.heads / m.kv_heads, subgroups = group / GqaSubgroupSize(group);
   return {int64_t{m.batch} * m.kv_heads * subgroups, m.tokens, m.head_dim, 132, (m.head_dim == 80 ? 6 : 4) * 132};
@@ -177,23 +197,24 @@ TEST(TensorCoreDecodePartsTest, PicksNearTheMeasuredFastestCount) {
     EXPECT_LE(regret, 1.16) << m.name;
     log_regret += std::log(regret);
   }
-  // Over these 60 rows the rule before this model summed 5.17 (9% a row on average, 1.74x
-  // at one sequence of 8K tokens); this one 1.07 (1.8%).
-  EXPECT_LT(log_regret, 1.2);
+  // Over the first 60 rows the rule before this model summed 5.17 (9% a row on average,
+  // 1.74x at one sequence of 8K tokens); this one 1.07 (1.8%). Over all 68, 1.21; before its
+  // costs were scaled by head_dim, 1.69 (1.25x and 1.29x at head_dim 64).
+  EXPECT_LT(log_regret, 1.3);
 }
 
-TEST(TensorCoreDecodePartsTest, PicksAmongAllCountsAsAmongTheMeasuredOnes) {
-  // TensorCoreDecodeParts searches every count up to max_parts; where the sweep measured
-  // every count from 1 to 8 and the search is bounded there, it picks the same count.
+TEST(TensorCoreDecodePartsTest, PicksAmongTheMeasuredCounts) {
+  // TensorCoreDecodeParts searches the counts the sweeps measured: up to a row's largest
+  // measured count it picks what the model ranks first among that row's counts, so
+  // PicksNearTheMeasuredFastestCount's regrets are the launch's own.
   for (const Measured& m : Sweeps()) {
-    if (m.ms.size() < 8 || m.ms[7].first != 8) continue;
-    int measured_pick = 1;
-    for (int parts = 2; parts <= 8; ++parts) {
+    int measured_pick = m.ms.front().first;
+    for (auto [parts, ms] : m.ms) {
       if (TensorCoreDecodeCost(ShapeOf(m), parts) < TensorCoreDecodeCost(ShapeOf(m), measured_pick)) {
         measured_pick = parts;
       }
     }
-    EXPECT_EQ(TensorCoreDecodeParts(ShapeOf(m), 8), measured_pick) << m.name;
+    EXPECT_EQ(TensorCoreDecodeParts(ShapeOf(m), m.ms.back().first), measured_pick) << m.name;
   }
 }
 
