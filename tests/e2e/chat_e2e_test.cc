@@ -198,8 +198,14 @@ TEST_F(ChatE2eTest, MetricsShowTheReuse) {
     ASSERT_TRUE(body.ok()) << body.status();
     samples = metrics::ParsePrometheusText(*body);
     ASSERT_TRUE(samples.ok()) << samples.status();
+    // The tier's gauges are set one after another as the last turn's KV is kept: wait for
+    // both (a scrape between them saw the session without its bytes, under ASan).
     auto hbm = samples->find("strata_sessions{tier=\"hbm\"}");
-    if ((hbm != samples->end() && hbm->second >= 1) || absl::Now() > deadline) break;
+    auto hbm_bytes = samples->find("strata_tier_bytes{tier=\"hbm\"}");
+    if ((hbm != samples->end() && hbm->second >= 1 && hbm_bytes != samples->end() && hbm_bytes->second > 0) ||
+        absl::Now() > deadline) {
+      break;
+    }
     absl::SleepFor(absl::Milliseconds(20));
   }
   auto value = [&](const std::string& key) {
