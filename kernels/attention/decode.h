@@ -59,8 +59,9 @@ constexpr int kDecodePartAlign = 32;
 // (1.1-1.9x for one to four sequences of 1K-32K tokens since the parts cost model,
 // decode_parts.h), or at head_dim 80 4+ heads from a batch of kTensorCoreDecodeMinBatchAt80
 // (1.06-1.3x there; head_dims 64, 96 and 128 with 4 heads are within a few percent either
-// way, or faster on the CUDA cores); elsewhere the CUDA cores are as fast or faster. The tensor-core decode rounds q to bf16: its results are within bf16 tolerance
-// of the CUDA-core kernel's, not bit-equal.
+// way, or faster on the CUDA cores); elsewhere the CUDA cores are as fast or faster. The
+// tensor-core decode rounds q to bf16: its results are within bf16 tolerance of the
+// CUDA-core kernel's, not bit-equal.
 enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };
 constexpr int kTensorCoreDecodeMinGroup = 5;
 constexpr int kTensorCoreDecodeMinBatchAt80 = 8;

@@ -53,9 +53,10 @@ absl::Status CudaModel::Impl::Init(int device) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&write_stream, cudaStreamNonBlocking, least));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&side_stream, cudaStreamNonBlocking, greatest));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&side_fork, cudaEventDisableTiming));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&side_join, cudaEventDisableTiming));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&relay_side.stream, cudaStreamNonBlocking, greatest));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&relay_side.fork, cudaEventDisableTiming));
+  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&relay_side.join, cudaEventDisableTiming));
+  if (options.relay_beside_min_tokens >= 0) relay_side.min_context_tokens = options.relay_beside_min_tokens;
   if (absl::Status s = loader.Init(config, {options.kv_read_buffer_layers, options.kv_read_group_tokens,
                                             options.kv_read_copy_bytes, greatest});
       !s.ok()) {

@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/attention/prefill.h"
+#include "kernels/attention/relay.h"
 #include "model/cuda/cuda_model.h"
 #include "kernels/gemm/gemm.h"
 #include "model/cuda/device_memory.h"
@@ -46,10 +47,10 @@ struct CudaModel::Impl {
   CudaModelOptions options;
   cudaStream_t stream = nullptr;        // compute
   cudaStream_t write_stream = nullptr;  // saves (HBM -> host)
-  // Relay attention's system part beside the decode (kernels/attention/relay.h: RelaySide):
-  // a stream of `stream`'s priority, forked from and joined back to it inside each layer.
-  cudaStream_t side_stream = nullptr;
-  cudaEvent_t side_fork = nullptr, side_join = nullptr;
+  // Relay attention's system part beside the decode (kernels/attention/relay.h): a stream
+  // of `stream`'s priority, forked from and joined back to it inside each layer, its two
+  // events, and the rows' own tokens from which it is taken (options', or relay.h's rule).
+  kernels::RelaySide relay_side;
 
   cuda_internal::DeviceWeights weights;
   cuda_internal::KvPool pool;
@@ -104,10 +105,10 @@ struct CudaModel::Impl {
     for (auto& [t, e] : saves_in_flight) cudaEventDestroy(e);
     for (cudaEvent_t e : spare_save_events) cudaEventDestroy(e);
     for (cudaEvent_t e : stall_events) cudaEventDestroy(e);
-    for (cudaEvent_t e : {side_fork, side_join}) {
+    for (cudaEvent_t e : {relay_side.fork, relay_side.join}) {
       if (e != nullptr) cudaEventDestroy(e);
     }
-    for (cudaStream_t s : {stream, write_stream, side_stream}) {
+    for (cudaStream_t s : {stream, write_stream, relay_side.stream}) {
       if (s != nullptr) cudaStreamDestroy(s);
     }
   }

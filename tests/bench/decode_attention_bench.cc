@@ -56,22 +56,27 @@ int main(int argc, char** argv) {
     }
     return out;
   };
+  auto usage = [] {
+    std::fprintf(stderr,
+                 "usage: decode_attention_bench [--parts_sweep] [--shape=GQA,batch,context] [--gqa=G] "
+                 "[--batches=B,...] [--contexts=C,...]\n");
+    return 2;
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--parts_sweep") {
       parts_sweep = true;
     } else if (a.rfind("--gqa=", 0) == 0) {
       only_gqa = std::atoi(a.c_str() + 6);
-    } else if (a.rfind("--batches=", 0) == 0 && !numbers(a.substr(10)).empty()) {
-      batches.clear();
-      for (int64_t b : numbers(a.substr(10))) batches.push_back(static_cast<int>(b));
-    } else if (a.rfind("--contexts=", 0) == 0 && !numbers(a.substr(11)).empty()) {
+    } else if (a.rfind("--batches=", 0) == 0) {
+      const std::vector<int64_t> b = numbers(a.substr(10));
+      if (b.empty()) return usage();
+      batches.assign(b.begin(), b.end());
+    } else if (a.rfind("--contexts=", 0) == 0) {
       contexts = numbers(a.substr(11));
+      if (contexts.empty()) return usage();
     } else if (std::sscanf(argv[i], "--shape=%d,%d,%lld", &only_gqa, &only_batch, &only_context) != 3) {
-      std::fprintf(stderr,
-                   "usage: decode_attention_bench [--parts_sweep] [--shape=GQA,batch,context] [--gqa=G] "
-                   "[--batches=B,...] [--contexts=C,...]\n");
-      return 2;
+      return usage();
     }
   }
   int devices = 0;

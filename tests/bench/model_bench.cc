@@ -184,6 +184,18 @@ struct RunOptions {
   bool quick = false, graphs = true, decode_only = false, compare_skinny = false, compare_tuning = false;
 };
 
+// A model of the named shape on random weights, its KV pool filled with random values; null
+// (the reason printed) when it cannot be made.
+std::unique_ptr<CudaModel> RandomModel(const std::string& name, const ModelConfig& c, const CudaModelOptions& o) {
+  auto made = CudaModel::CreateRandom(c, 1234, o);
+  absl::Status s = made.ok() ? (*made)->RandomizeKvPool(99) : made.status();
+  if (!s.ok()) {
+    std::printf("%s: %s\n", name.c_str(), std::string(s.message()).c_str());
+    return nullptr;
+  }
+  return *std::move(made);
+}
+
 void Run(const std::string& name, const RunOptions& ro, double copy_bw, double peak) {
   const bool quick = ro.quick, graphs = ro.graphs;
   const ModelConfig c = Shape(name);
@@ -191,16 +203,9 @@ void Run(const std::string& name, const RunOptions& ro, double copy_bw, double p
   o.cuda_graphs = graphs;
   o.kv_memory_fraction = 0.9;
   o.initial_step_tokens = 8192;
-  auto made = CudaModel::CreateRandom(c, 1234, o);
-  if (!made.ok()) {
-    std::printf("%s: %s\n", name.c_str(), std::string(made.status().message()).c_str());
-    return;
-  }
-  CudaModel& m = **made;
-  if (absl::Status s = m.RandomizeKvPool(99); !s.ok()) {
-    std::printf("%s: %s\n", name.c_str(), std::string(s.message()).c_str());
-    return;
-  }
+  const std::unique_ptr<CudaModel> model = RandomModel(name, c, o);
+  if (model == nullptr) return;
+  CudaModel& m = *model;
   const int64_t h = c.hidden_size, v = c.vocab_size;
   const int64_t embed_bytes = 2 * v * h;
   // The bytes DecodeStepBytes counts (the turns below count theirs the same way).
@@ -363,13 +368,8 @@ void RunPair(const std::string& a_name, const std::string& b_name, int rounds, d
     configs[i] = Shape(names[i]);
     CudaModelOptions o;
     o.kv_memory_fraction = i == 0 ? 0.4 : 0.7;  // of what is free: about the same pool each
-    auto made = CudaModel::CreateRandom(configs[i], 1234, o);
-    if (!made.ok() || !(*made)->RandomizeKvPool(99).ok()) {
-      std::printf("%s: %s\n", names[i].c_str(), made.ok() ? "randomizing the pool failed"
-                                                          : std::string(made.status().message()).c_str());
-      return;
-    }
-    models[i] = *std::move(made);
+    models[i] = RandomModel(names[i], configs[i], o);
+    if (models[i] == nullptr) return;
   }
   std::printf("\n%s vs %s, decode steps as CUDA graphs, %d alternating rounds of 10 steps a shape\n", a_name.c_str(),
               b_name.c_str(), rounds);
