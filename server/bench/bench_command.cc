@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
+#include "server/bench/answer_check.h"
 #include "server/bench/bench_config.h"
 #include "server/bench/metrics_delta.h"
 #include "server/bench/rate_search.h"
@@ -168,14 +169,18 @@ class Bench {
     if (!r.ok()) std::fprintf(stderr, "strata bench: warming the system prompts: %s\n", r.status().ToString().c_str());
   }
 
-  // Runs `workload` against `e`, with /metrics scraped around it.
-  RunSummary RunOn(const Workload& workload, Endpoint& e, const std::string& tag, int min_threads = 1) {
-    return RunOn(std::vector<Workload>{workload}, e, tag, min_threads);
+  // Runs `workload` against `e`, with /metrics scraped around it; the run's records go to
+  // `result_out` when given.
+  RunSummary RunOn(const Workload& workload, Endpoint& e, const std::string& tag, int min_threads = 1,
+                   RunResult* result_out = nullptr) {
+    return RunOn(std::vector<Workload>{workload}, e, tag, min_threads, result_out);
   }
 
   // Runs `workloads` one after the other (each with its own session IDs) and summarises
-  // them as one run.
-  RunSummary RunOn(const std::vector<Workload>& workloads, Endpoint& e, const std::string& tag, int min_threads) {
+  // them as one run (whose records, sessions numbered across the workloads, go to
+  // `result_out` when given; none when a run could not start).
+  RunSummary RunOn(const std::vector<Workload>& workloads, Endpoint& e, const std::string& tag, int min_threads,
+                   RunResult* result_out = nullptr) {
     if (c_.warm_system_prompts) WarmSystemPrompts(workloads, e, tag);
     // The server's counters over each workload, or for a workload of rounds (a sweep)
     // over its last round, the measured one: scraped before it (after any restart) and at
@@ -240,6 +245,7 @@ class Bench {
     }
     RunSummary summary = Summarize(e.label, result.ok() ? *result : RunResult{}, counters);
     if (!result.ok() || summary.turns_failed > 0 || summary.turns_not_sent > 0) failed_ = true;
+    if (result_out != nullptr) *result_out = result.ok() ? *std::move(result) : RunResult{};
     return summary;
   }
 
@@ -284,8 +290,9 @@ class Bench {
     json_["sessions"] = w.sessions.size();
     json_["turns"] = w.TotalTurns();
     std::vector<RunSummary> runs;
+    std::vector<RunResult> results;
     if (!ForEachEndpoint([&](size_t, Endpoint& e) {
-          runs.push_back(RunOn(w, e, "run"));
+          runs.push_back(RunOn(w, e, "run", 1, &results.emplace_back()));
           PrintSummary(table(), runs.back());
           std::fflush(table());
           json_["runs"].push_back(SummaryToJson(runs.back()));
@@ -295,7 +302,24 @@ class Bench {
     if (runs.size() == 2) {
       std::fprintf(table(), "[%s vs %s]\n", runs[0].label.c_str(), runs[1].label.c_str());
       PrintComparison(table(), runs[0], runs[1]);
+      ReportAnswers(CheckAnswers(results[0], results[1]));
     }
+  }
+
+  // --compare: the answers line under the table, the counts in the JSON, and the
+  // --max_differing_turns check.
+  void ReportAnswers(const AnswerCheck& check) {
+    std::fprintf(table(), "  %s\n", AnswerCheckLine(check).c_str());
+    json_["answers"] = AnswerCheckToJson(check);
+    if (c_.max_differing_turns >= 0 && check.TurnsDiffering() > c_.max_differing_turns) {
+      Fail(absl::StrFormat("%d turns' answers differ from the cache-off server's, more than --max_differing_turns=%d",
+                           check.TurnsDiffering(), c_.max_differing_turns));
+      failed_ = true;
+    }
+  }
+
+  static std::string ShapeTag(const SweepShape& shape) {
+    return absl::StrCat("h", shape.history_tokens, "n", shape.new_tokens, "c", shape.concurrency);
   }
 
   void RunSweep() {
@@ -303,6 +327,7 @@ class Bench {
                  c_.chat_stream ? " (each session's turns on one ChatSession call)" : "");
     // runs[shape][server]: each server runs every shape before the next server starts.
     std::vector<std::vector<RunSummary>> runs(c_.shapes.size());
+    std::vector<std::vector<RunResult>> results(c_.shapes.size());  // beside runs, for the answers
     if (!ForEachEndpoint([&](size_t, Endpoint& e) {
           for (size_t i = 0; i < c_.shapes.size(); ++i) {
             const SweepShape& shape = c_.shapes[i];
@@ -313,9 +338,7 @@ class Bench {
               repeat.seed = shape.seed + static_cast<uint64_t>(r);
               repeats.push_back(*MakeSweepWorkload(repeat));
             }
-            const std::string tag =
-                absl::StrCat("h", shape.history_tokens, "n", shape.new_tokens, "c", shape.concurrency);
-            runs[i].push_back(RunOn(repeats, e, tag, shape.concurrency));
+            runs[i].push_back(RunOn(repeats, e, ShapeTag(shape), shape.concurrency, &results[i].emplace_back()));
           }
         })) {
       return;
@@ -326,6 +349,7 @@ class Bench {
     }
     if (specs_.size() == 2) header += " | ratio p50  ratio p99";
     std::fprintf(table(), "%s\n", header.c_str());
+    AnswerCheck answers;  // over every shape
     for (size_t i = 0; i < c_.shapes.size(); ++i) {
       const SweepShape& shape = c_.shapes[i];
       nlohmann::json row = {{"history_tokens", shape.history_tokens},
@@ -341,10 +365,14 @@ class Bench {
         auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
         line += absl::StrFormat(" | %9.3f  %9.3f", ratio(runs[i][0].ttft_client_ms.p50, runs[i][1].ttft_client_ms.p50),
                                 ratio(runs[i][0].ttft_client_ms.p99, runs[i][1].ttft_client_ms.p99));
+        const AnswerCheck check = CheckAnswers(results[i][0], results[i][1]);
+        row["answers"] = AnswerCheckToJson(check);
+        AddAnswerCheck(answers, check, ShapeTag(shape));
       }
       std::fprintf(table(), "%s\n", line.c_str());
       json_["sweep"].push_back(row);
     }
+    if (specs_.size() == 2) ReportAnswers(answers);
   }
 
   void RunFindRate() {

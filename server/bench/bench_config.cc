@@ -26,6 +26,9 @@ ABSL_FLAG(std::string, compare, "",
           "bench: cache_off: run the same workload against a second server with --cache=off and print both");
 ABSL_FLAG(std::string, compare_target, "", "bench: host:port of the --compare server (default: start one)");
 ABSL_FLAG(std::string, compare_metrics_target, "", "bench: host:port of --compare_target's /metrics");
+ABSL_FLAG(int, max_differing_turns, -1,
+          "bench --compare: exit 1 (after the report) when more than N turns' answers differ from the cache-off "
+          "server's (the report's `answers:` line counts them; -1: no check)");
 ABSL_FLAG(int64_t, sessions, 32, "bench synthetic: sessions");
 ABSL_FLAG(double, rate, 1.0, "bench synthetic: session arrivals per second (Poisson); --find_rate: first probe");
 ABSL_FLAG(double, turns, 3, "bench synthetic: mean turns per session (1 + geometric)");
@@ -187,6 +190,12 @@ absl::StatusOr<BenchConfig> ConfigFromFlags() {
   c.compare_target = absl::GetFlag(FLAGS_compare_target);
   c.compare_metrics_target = absl::GetFlag(FLAGS_compare_metrics_target);
   if (!c.compare && !c.compare_target.empty()) return Bad("--compare_target needs --compare=cache_off");
+  c.max_differing_turns = absl::GetFlag(FLAGS_max_differing_turns);
+  if (c.max_differing_turns < -1) return Bad("--max_differing_turns must be >= 0, or -1 for no check");
+  if (c.max_differing_turns >= 0 && !c.compare) return Bad("--max_differing_turns needs --compare=cache_off");
+  if (c.max_differing_turns >= 0 && c.find_rate) {
+    return Bad("--max_differing_turns: --find_rate probes other rates on each server, so no answers are compared");
+  }
   c.json = absl::GetFlag(FLAGS_json);
   if (!c.json.empty() && c.json != "-") {
     const std::filesystem::path dir = std::filesystem::path(c.json).parent_path();

@@ -26,6 +26,7 @@ struct BenchConfig {
   std::vector<std::string> serve_flags;
   bool compare = false;
   std::string compare_target, compare_metrics_target;
+  int max_differing_turns = -1;  // --compare: fail past this many differing answers; -1: no check
   std::string json;
   bool find_rate = false;
   RateSearchOptions rate_search;

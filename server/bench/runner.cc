@@ -153,6 +153,7 @@ class Runner {
       r.tier = 0;
     } else {
       history.insert(history.end(), answer.tokens.begin(), answer.tokens.end());
+      r.answer_tokens = std::move(answer.tokens);
     }
     return r;
   }

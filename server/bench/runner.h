@@ -64,6 +64,9 @@ struct TurnRecord {
   int64_t computed_tokens = 0;
   int64_t completion_tokens = 0;
   int tier = 0;  // v1::Tier of the reused prefix; 0: none
+  // The answer: the token IDs the server streamed back, in order (empty when the call
+  // failed). Kept for --compare, which checks them against the cache-off server's.
+  std::vector<int32_t> answer_tokens;
 };
 
 struct RunResult {

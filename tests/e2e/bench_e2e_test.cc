@@ -252,6 +252,8 @@ TEST(BenchE2eTest, BadFlagsExitTwoWithAOneLineMessage) {
       {{"--sweep", "--history=12x"}, "--history"},
       {{"--compare=cache_maybe"}, "--compare"},
       {{"--json=/nonexistent/dir/report.json"}, "/nonexistent/dir"},
+      {{"--max_differing_turns=0"}, "--max_differing_turns"},
+      {{"--compare=cache_off", "--max_differing_turns=-2"}, "--max_differing_turns"},
   };
   for (const auto& [flags, mention] : cases) {
     BenchProcess bench(flags);
@@ -263,10 +265,13 @@ TEST(BenchE2eTest, BadFlagsExitTwoWithAOneLineMessage) {
   }
 }
 
+// On the CPU backend, whose answers with the cache are exactly those without: any
+// differing answer is a bug, which --max_differing_turns=0 turns into a failed bench.
 TEST(BenchE2eTest, StartsItsOwnServersAndComparesWithCacheOff) {
   const std::string json_path = "/tmp/strata-bench-e2e-sweep-" + std::to_string(getpid()) + ".json";
   BenchProcess bench({"--sweep", "--history=64", "--new_tokens=8", "--concurrency=2", "--compare=cache_off",
-                      "--serve_flags=--pin_host_memory=false --chunk_tokens=16", "--json=" + json_path});
+                      "--max_differing_turns=0", "--serve_flags=--device=cpu --pin_host_memory=false --chunk_tokens=16",
+                      "--json=" + json_path});
   ASSERT_EQ(bench.Wait(), 0) << "stderr:\n" << bench.Stderr();
   const nlohmann::json report = ReadJson(json_path);
   std::filesystem::remove(json_path);
@@ -288,6 +293,71 @@ TEST(BenchE2eTest, StartsItsOwnServersAndComparesWithCacheOff) {
   EXPECT_EQ(runs[0]["metrics"]["kv_load_bytes"].get<double>(), 0) << "turn 2 found its history in HBM";
   EXPECT_GT(runs[0]["metrics"]["kv_save_bytes"].get<double>(), 0) << "turn 2's write-back";
   EXPECT_NE(bench.Stdout().find("ratio p50"), std::string::npos) << bench.Stdout();
+  // Both turns of both sessions answered alike, turn 2 on a reused history.
+  ASSERT_TRUE(report.contains("answers")) << report.dump(2);
+  const nlohmann::json& answers = report["answers"];
+  EXPECT_EQ(answers["turns_compared"].get<int>(), 4) << answers.dump();
+  EXPECT_EQ(answers["turns_equal"].get<int>(), 4) << "cached answers differ from recomputed ones: " << answers.dump();
+  EXPECT_EQ(answers["first_turns_equal"].get<int>(), 2) << answers.dump();
+  EXPECT_EQ(answers["sessions_diverged"].get<int>(), 0) << answers.dump();
+  EXPECT_EQ(answers["turns_not_compared"].get<int>(), 0) << answers.dump();
+  EXPECT_EQ(report["sweep"][0]["answers"], answers) << "one shape: its row's counts are the total";
+  EXPECT_NE(bench.Stdout().find("answers: 4 of 4 turns equal the cache-off server's (first turns 2 of 2); "
+                                "0 of 2 sessions diverged\n"),
+            std::string::npos)
+      << bench.Stdout();
+}
+
+// A synthetic run of several turns a session (each turn's prompt holds the earlier
+// answers): every answer of the cached server equals the cache-off server's.
+TEST(BenchE2eTest, CompareFindsEveryAnswerEqualToTheCacheOffServers) {
+  const std::string json_path = "/tmp/strata-bench-e2e-answers-" + std::to_string(getpid()) + ".json";
+  BenchProcess bench({"--sessions=4", "--seed=11", "--rate=20", "--turns=3", "--prompt_tokens=24",
+                      "--output_tokens=6", "--think_s=0.1", "--compare=cache_off", "--max_differing_turns=0",
+                      "--serve_flags=--device=cpu --pin_host_memory=false --chunk_tokens=16", "--json=" + json_path});
+  ASSERT_EQ(bench.Wait(std::chrono::seconds(120)), 0) << "stderr:\n" << bench.Stderr() << "\nstdout:\n"
+                                                      << bench.Stdout();
+  const nlohmann::json report = ReadJson(json_path);
+  std::filesystem::remove(json_path);
+  ASSERT_TRUE(report.contains("answers") && report.contains("runs")) << report.dump(2);
+  const int turns = report["turns"].get<int>();
+  EXPECT_GT(turns, 4) << "later turns too";
+  EXPECT_GT(report["runs"][0]["cached_tokens"].get<int>(), 0) << "the cached server reused no history";
+  const nlohmann::json& answers = report["answers"];
+  EXPECT_EQ(answers["turns_compared"].get<int>(), turns) << answers.dump();
+  EXPECT_EQ(answers["turns_equal"].get<int>(), turns)
+      << "cached answers differ from recomputed ones: " << answers.dump();
+  EXPECT_EQ(answers["turns_differing"].get<int>(), 0) << answers.dump();
+  EXPECT_EQ(answers["first_turns_equal"].get<int>(), 4) << answers.dump();
+  EXPECT_EQ(answers["sessions_diverged"].get<int>(), 0) << answers.dump();
+  const std::string line = absl::StrCat("answers: ", turns, " of ", turns,
+                                        " turns equal the cache-off server's (first turns 4 of 4); 0 of 4 sessions "
+                                        "diverged\n");
+  EXPECT_NE(bench.Stdout().find(line), std::string::npos) << bench.Stdout();
+}
+
+// --max_differing_turns fails the bench when the answers differ: here the "cache-off"
+// server is one with another model, so the first turns already answer otherwise.
+TEST(BenchE2eTest, MaxDifferingTurnsFailsTheBenchWhenAnswersDiffer) {
+  auto random_model = ServerProcess::Start(kServeFlags);
+  ASSERT_TRUE(random_model.ok()) << random_model.status();
+  std::vector<std::string> trained_flags = kServeFlags;
+  trained_flags.push_back("--model=");  // the built-in trained model
+  auto trained_model = ServerProcess::Start(trained_flags);
+  ASSERT_TRUE(trained_model.ok()) << trained_model.status();
+  const std::string json_path = "/tmp/strata-bench-e2e-differ-" + std::to_string(getpid()) + ".json";
+  BenchProcess bench({"--target=" + (*random_model)->target(), "--compare=cache_off",
+                      "--compare_target=" + (*trained_model)->target(), "--max_differing_turns=0", "--sessions=3",
+                      "--seed=13", "--rate=20", "--turns=2", "--prompt_tokens=16", "--output_tokens=6",
+                      "--think_s=0.1", "--json=" + json_path});
+  EXPECT_EQ(bench.Wait(), 1) << "stderr:\n" << bench.Stderr() << "\nstdout:\n" << bench.Stdout();
+  const nlohmann::json report = ReadJson(json_path);
+  std::filesystem::remove(json_path);
+  ASSERT_TRUE(report.contains("answers")) << report.dump(2);
+  EXPECT_GT(report["answers"]["turns_differing"].get<int>(), 0) << report["answers"].dump();
+  EXPECT_EQ(report["failed"], true);
+  EXPECT_NE(bench.Stdout().find("; differing: s"), std::string::npos) << bench.Stdout();
+  EXPECT_NE(bench.Stderr().find("more than --max_differing_turns=0"), std::string::npos) << bench.Stderr();
 }
 
 // --warm_system_prompts: one unmeasured turn per system prompt before the run, so every
