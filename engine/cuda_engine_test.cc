@@ -265,13 +265,14 @@ TEST_F(CudaEngineTest, SkinnyDecodeStepsWithTheCacheEqualWithout) {
 // garbles most of them); the first answer token, before any relay step, always agrees.
 TEST_F(CudaEngineTest, SharedSystemPromptsAnswerAsInline) {
   ByteTokenizer tokenizer;
-  auto run = [&](bool share, bool relay, metrics::Registry* registry) {
+  auto run = [&](bool share, bool relay, metrics::Registry* registry, int64_t beside_min_tokens = -1) {
     CudaModelOptions o;
     o.kv_pool_bytes = 64 << 20;
     o.initial_step_tokens = 256;
     o.share_prefixes = share;
     o.relay_attention = relay;
     o.relay_min_saved_tokens = 0;  // the test's short prompts: relay every group
+    o.relay_beside_min_tokens = beside_min_tokens;
     auto model = CudaModel::Create(ModelWeights::Random(ModelConfig::Builtin(), 77, tokenizer.SilentTokens()), o);
     EXPECT_TRUE(model.ok()) << model.status();
     std::unique_ptr<storage::SessionStore> store;
@@ -339,6 +340,24 @@ TEST_F(CudaEngineTest, SharedSystemPromptsAnswerAsInline) {
   if (differing > 0) std::printf("relay: sessions near-tied off the inline answers:%s\n", differ.c_str());
   EXPECT_EQ(
       relay_registry.AddCounter("strata_system_prompt_loads_total", "").WithLabels({{"source", "computed"}}).Value(), 2);
+
+  // The same with every relay step's system part on the model's side stream beside the
+  // decode (the form the launch takes from 32K of the rows' own tokens): the same bound.
+  metrics::Registry beside_registry;
+  const auto beside = run(true, true, &beside_registry, 0);
+  ASSERT_EQ(beside.size(), inline_answers.size());
+  differ.clear();
+  differing = 0;
+  for (size_t i = 0; i < beside.size(); ++i) {
+    ASSERT_FALSE(beside[i].empty());
+    EXPECT_EQ(beside[i][0], inline_answers[i][0]) << "session " << i << ": first token (no relay step yet)";
+    if (beside[i] != inline_answers[i]) {
+      ++differing;
+      absl::StrAppend(&differ, " ", i);
+    }
+  }
+  EXPECT_LE(differing, 4) << "relay beside the decode: answers differ from the inline prompts' in sessions" << differ;
+  if (differing > 0) std::printf("relay beside: sessions near-tied off the inline answers:%s\n", differ.c_str());
 }
 
 // Batch turns on the GPU: a group's prefix is computed once (no session cache at all) and

@@ -130,6 +130,19 @@ class CudaPrefillAttentionTest : public test_support::GpuTest {
       EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
       Compare(dout.ToHost(), dlse.ToHost(), want, want_lse, lse_tol, rows, heads, d, form);
     }
+    // The Hopper form (wgmma), one and two warpgroups a block, where the device has it.
+    for (int warp_groups : {1, 2}) {
+      if (!internal::PrefillWgmmaSupported(d)) break;
+      const std::string form = what + " wgmma, warpgroups " + std::to_string(warp_groups);
+      DeviceVector<float> dout{std::vector<float>(q.size(), std::nanf(""))},
+          dlse{std::vector<float>(want_lse.size(), std::nanf(""))};
+      const internal::PrefillTcParams p{dq.get(), dp.view.k_pages, dp.view.v_pages, dp.view.indptr,
+                                        dp.view.indices, dp.view.last_page_len, dqo.get(), c.page_size,
+                                        c.kv_heads, d, heads, batch, max_new, scale, dout.get(), dlse.get()};
+      EXPECT_EQ(internal::PagedPrefillAttentionWgmmaAsync(p, warp_groups, stream_), cudaSuccess) << form;
+      EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
+      Compare(dout.ToHost(), dlse.ToHost(), want, want_lse, lse_tol, rows, heads, d, form);
+    }
     // Split along the keys, as the engine launches it (a workspace and its longest sequence).
     const PrefillSplitShape shape{batch, rows, max_new, heads, c.kv_heads, d,
                                   *std::max_element(c.lengths.begin(), c.lengths.end())};

@@ -49,6 +49,33 @@ int SystemSplits(const RelayShape& s, int blocks_per_sm = kSysBlocksPerSm) {
   return static_cast<int>(std::clamp<int64_t>(want, 1, std::max<int64_t>(1, s.max_prefix_tokens / kMinSplitKeys)));
 }
 
+// Parts along the prefix for the three launches' system part (64-key tiles, two blocks an
+// SM in every form): the count that finishes soonest, counting its key tiles a block times
+// the rounds its blocks take on the device (a split that leaves a second round of a few
+// blocks takes twice the time of one that does not), the fewest parts among equals.
+// tile_rows: the form's query rows a block (64, or 128 for two warpgroups).
+int ThreeLaunchSplits(const RelayShape& s, int tile_rows) {
+  if (s.groups <= 0 || s.kv_heads <= 0) return 1;
+  const int64_t gqa = s.num_heads / s.kv_heads;
+  const int64_t tiles = (int64_t{s.max_group_rows} * gqa + tile_rows - 1) / tile_rows;
+  const int64_t blocks = std::max<int64_t>(1, tiles * s.kv_heads * s.groups);
+  const int64_t slots = int64_t{kSysBlocksPerSm} * CurrentDeviceSmCount();
+  const int64_t key_tiles = std::max<int64_t>(1, (s.max_prefix_tokens + 63) / 64);
+  const int64_t most = std::clamp<int64_t>(s.max_prefix_tokens / kMinSplitKeys, 1, 64);
+  int64_t best = 1, best_cost = std::numeric_limits<int64_t>::max();
+  for (int64_t parts = 1; parts <= most; ++parts) {
+    const int64_t cost = (blocks * parts + slots - 1) / slots * ((key_tiles + parts - 1) / parts);
+    if (cost < best_cost) {
+      best = parts;
+      best_cost = cost;
+    }
+  }
+  return static_cast<int>(best);
+}
+int ThreeLaunchSplits(const RelayShape& s, internal::RelaySystemForm form) {
+  return ThreeLaunchSplits(s, form == internal::RelaySystemForm::kWgmma2 ? 128 : 64);
+}
+
 // The fused launch's parts along each row's own tokens, by the split-K decode's rule
 // (decode.h): enough that the context part alone has blocks_per_sm blocks per SM, each part
 // a multiple of kDecodePartAlign tokens.
@@ -77,7 +104,7 @@ bool FusedShape(const RelayShape& s) {
 }
 
 int64_t ThreeLaunchWorkspaceFloats(const RelayShape& s) {
-  const int splits = SystemSplits(s);
+  const int splits = std::max(ThreeLaunchSplits(s, 64), ThreeLaunchSplits(s, 128));
   return Align4Floats(DecodeWorkspaceFloats(s.rows, s.num_heads, s.head_dim, s.max_context_tokens)) +
          Align4Floats(int64_t{s.rows} * s.num_heads) +
          Align4Floats(int64_t{s.grouped_rows} * splits * s.num_heads * s.head_dim) +
@@ -103,14 +130,18 @@ bool HasSide(const RelaySide& side) {
 }
 
 // The form and balance the public launch takes for a shape: given a second stream, the
-// three launches with the system part beside the decode where the rows' own tokens reach
-// side.min_context_tokens; else the fused launch, its context part twice the blocks from
-// kManyContextTokens.
+// three launches with the system part beside the decode where the rows' own tokens or the
+// system part reach RelaySide's thresholds; else the fused launch, its context part twice
+// the blocks from kManyContextTokens.
 internal::RelayTuning DefaultTuning(const RelayShape& s, const RelaySide& side) {
   internal::RelayTuning t;
   const int64_t context_tokens = int64_t{s.rows} * s.max_context_tokens;
   if (context_tokens >= kManyContextTokens) t.context_blocks_per_sm = kManyContextBlocksPerSm;
-  if (HasSide(side) && context_tokens >= side.min_context_tokens) t.three_launches = t.beside = true;
+  const bool large_system = s.max_prefix_tokens >= side.min_system_prefix &&
+                            int64_t{s.grouped_rows} * s.max_prefix_tokens >= side.min_system_tokens;
+  if (HasSide(side) && (context_tokens >= side.min_context_tokens || large_system)) {
+    t.three_launches = t.beside = true;
+  }
   return t;
 }
 
@@ -178,11 +209,23 @@ absl::Status LaunchFused(const RelayDecodeParams& p, const RelayShape& shape, co
   return absl::OkStatus();
 }
 
+// The system part's kernel (RelaySystemForm): the wgmma forms only where asked for and the
+// device has them.
+cudaError_t LaunchSystemPart(const internal::PrefillTcParams& sys, internal::RelaySystemForm form,
+                             cudaStream_t stream) {
+  using Form = internal::RelaySystemForm;
+  if ((form == Form::kWgmma1 || form == Form::kWgmma2) && internal::PrefillWgmmaSupported(sys.head_dim)) {
+    return internal::PagedPrefillAttentionWgmmaAsync(sys, form == Form::kWgmma2 ? 2 : 1, stream);
+  }
+  return internal::PagedPrefillAttentionTcAsync(sys, internal::PrefillTcTiles::k64Rows4Warps, stream);
+}
+
 // The context part (paged decode with its lse), the system part (the tensor-core prefill
 // kernel, split along the prefix), and one merge of both. With `beside`, the system part
 // runs on p.side.stream from the fork, launched first so that its blocks take their SMs
 // before the decode's fill the rest, and the merge waits for the join.
-absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, bool beside, cudaStream_t stream) {
+absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, bool beside,
+                         internal::RelaySystemForm form, cudaStream_t stream) {
   const PagedKv& kv = p.context;
   const int64_t head_floats = int64_t{p.num_heads} * kv.head_dim;
   float* ctx_lse =
@@ -198,7 +241,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, bo
   } else if (absl::Status s = CheckContextPart(p); !s.ok()) {
     return s;
   }
-  const int splits = SystemSplits(shape);
+  const int splits = ThreeLaunchSplits(shape, form);
   float* parts_lse = parts_o + Align4Floats(int64_t{p.grouped_rows} * splits * head_floats);
   PrefillAttentionTcParams prompt_part{p.q,         p.prefixes, p.group_rows,     p.groups, p.grouped_rows,
                                        p.num_heads, p.scale,    p.max_group_rows, nullptr,  nullptr};
@@ -211,8 +254,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, bo
     const RelaySide& side = p.side;
     STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.fork, stream));
     STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side.stream, side.fork, 0));
-    const cudaError_t sys_error =
-        internal::PagedPrefillAttentionTcAsync(sys, internal::PrefillTcTiles::k64Rows4Warps, side.stream);
+    const cudaError_t sys_error = LaunchSystemPart(sys, form, side.stream);
     // The join is recorded and waited for whatever failed: a capture must end joined.
     const absl::Status context_status =
         sys_error == cudaSuccess ? LaunchPagedDecodeAttention(context_part, stream) : absl::OkStatus();
@@ -221,8 +263,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, bo
     STRATA_CUDA_RETURN_IF_ERROR(sys_error);
     if (!context_status.ok()) return context_status;
   } else {
-    STRATA_CUDA_RETURN_IF_ERROR(
-        internal::PagedPrefillAttentionTcAsync(sys, internal::PrefillTcTiles::k64Rows4Warps, stream));
+    STRATA_CUDA_RETURN_IF_ERROR(LaunchSystemPart(sys, form, stream));
   }
   // The system part's pieces merged with the context part already in `out`.
   STRATA_CUDA_RETURN_IF_ERROR(internal::MergeStatesAsync(parts_o, parts_lse, splits, p.grouped_rows, p.num_heads,
@@ -243,6 +284,8 @@ int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTun
   const int64_t three = ThreeLaunchWorkspaceFloats(s);
   return FusedShape(s) ? std::max(three, FusedWorkspaceFloats(s, t)) : three;
 }
+
+int internal::RelaySystemSplits(const RelayShape& s, RelaySystemForm form) { return ThreeLaunchSplits(s, form); }
 
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t stream) {
   return internal::LaunchRelayDecodeAttention(p, DefaultTuning(ShapeOf(p), p.side), stream);
@@ -274,13 +317,14 @@ absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, co
     if (absl::Status s = CheckContextPart(p); !s.ok()) return s;
     return LaunchFused(p, shape, t, stream);
   }
-  return LaunchThree(p, shape, t.beside && HasSide(side), stream);
+  return LaunchThree(p, shape, t.beside && HasSide(side), t.system_form, stream);
 }
 
 #else  // !STRATA_WITH_CUDA
 
 int64_t RelayDecodeWorkspaceFloats(const RelayShape&) { return 0; }
 int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape&, const RelayTuning&) { return 0; }
+int internal::RelaySystemSplits(const RelayShape&, RelaySystemForm) { return 1; }
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams&, cudaStream_t) { return internal::NoCuda(); }
 absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams&, const RelayTuning&, cudaStream_t) {
   return internal::NoCuda();

@@ -45,15 +45,23 @@ namespace strata::kernels {
 // by the launch's stream before the merge. The launch leaves both streams joined, also when
 // it fails; the events may be reused by the next launch. All null: one stream. The launch
 // takes the side stream where the rows' own tokens (rows x max_context_tokens) reach
-// `min_context_tokens` (0: always, as tests ask), and the fused launch below it. The
-// default, kRelayBesideMinContextTokens, is measured (relay_attention_bench on the H100,
-// docs/BENCHMARKS.md): beside the decode the system part is 6-10% faster from 32 rows of
-// 1K tokens, and ties or loses at 8 rows of 1K and over 128-token contexts.
+// `min_context_tokens` (0: always, as tests ask), or where the system part is large: a
+// prefix of min_system_prefix tokens or more that the grouped rows together read
+// min_system_tokens times (grouped_rows x max_prefix_tokens); the fused launch otherwise.
+// The defaults are measured (relay_attention_bench on the H100, docs/BENCHMARKS.md): beside
+// the decode relay is 6-10% faster from 32 rows of 1K tokens, and 4-8% faster over
+// 128-token contexts from 8 rows of an 8K prompt or 64 of a 4K one (with the system part
+// split so that its blocks fill whole rounds of the SMs); it ties or loses at 8 rows of 1K
+// and over 1K prompts.
 inline constexpr int64_t kRelayBesideMinContextTokens = 32 * 1024;
+inline constexpr int64_t kRelayBesideMinSystemTokens = 64 * 1024;
+inline constexpr int64_t kRelayBesideMinPrefixTokens = 4 * 1024;
 struct RelaySide {
   cudaStream_t stream = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
   int64_t min_context_tokens = kRelayBesideMinContextTokens;
+  int64_t min_system_tokens = kRelayBesideMinSystemTokens;
+  int64_t min_system_prefix = kRelayBesideMinPrefixTokens;
 };
 
 struct RelayDecodeParams {
@@ -88,15 +96,24 @@ namespace internal {
 // SM each part is split to give on its own, which part's blocks come first in the grid, or
 // the three launches instead, with the system part on p.side beside the decode (`beside`,
 // where p.side is set) or after it.
+// The three launches' system part: the mma.sync kernel's 64-row tiles (kAuto, kMmaSync),
+// or Hopper's warpgroup products (prefill_launch.h's wgmma form, one or two warpgroups a
+// block; mma.sync on a device without them). The wgmma form, a first one (no warp
+// specialisation, no overlap of the softmax with the products), measured slower than
+// mma.sync at every shape (docs/BENCHMARKS.md); relay_attention_bench keeps comparing.
+enum class RelaySystemForm { kAuto, kMmaSync, kWgmma1, kWgmma2 };
 struct RelayTuning {
   int system_blocks_per_sm = 2;
   int context_blocks_per_sm = 2;
   bool three_launches = false;
   bool context_first = false;
   bool beside = false;
+  RelaySystemForm system_form = RelaySystemForm::kAuto;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t, cudaStream_t stream);
 int64_t RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTuning& t);
+// The parts the three launches split the system part into along the prefix, in `form`.
+int RelaySystemSplits(const RelayShape& s, RelaySystemForm form);
 }  // namespace internal
 
 }  // namespace strata::kernels

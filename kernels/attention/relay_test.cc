@@ -21,10 +21,12 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/attention/decode.h"
+#include "kernels/cuda_check.h"
 #include "kernels/testing/attention_compare.h"
 #include "kernels/testing/attention_cpu.h"
 #include "kernels/testing/cuda_testing.h"
@@ -178,6 +180,19 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
     Sync();
     const std::vector<float> got_three = out_three.ToHost();
     test_support::ExpectAttentionNear(got_three, want, rows, heads, d, what + " (three launches vs CPU)");
+    // Each form of the system part (the wgmma forms run only where the device has them).
+    for (internal::RelaySystemForm form : {internal::RelaySystemForm::kMmaSync, internal::RelaySystemForm::kWgmma1,
+                                           internal::RelaySystemForm::kWgmma2}) {
+      internal::RelayTuning t = three_launches;
+      t.system_form = form;
+      DeviceVector<float> out_form{std::vector<float>(q.size(), std::nanf(""))};
+      RelayDecodeParams pf = three;
+      pf.out = out_form.get();
+      ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pf, t, stream_).ok()) << what;
+      Sync();
+      test_support::ExpectAttentionNear(out_form.ToHost(), want, rows, heads, d,
+                                        what + " (system form " + std::to_string(static_cast<int>(form)) + " vs CPU)");
+    }
 
     // The three launches with the system part on a side stream: the same kernels on the same
     // inputs, so the same bits, with either stream slowed on purpose. (1) The side stream
@@ -315,6 +330,23 @@ TEST_F(CudaRelayAttentionTest, EmptyContextsSeeTheirPrefixAlone) {
     RelayCase c{{64, 512}, {4, 6}, {}, 2, 4, head_dim, 16, 1.0f};
     for (int r = 0; r < 10 + 1; ++r) c.contexts.push_back(r % 3 == 0 ? 0 : 1 + (r * 29) % 100);
     Check(c, 31 + static_cast<uint32_t>(head_dim));
+  }
+}
+
+// The three launches split the system part along the prefix so that its blocks take one
+// round of the SMs (two blocks each) where they can: a second round of a few blocks would
+// double its time. Llama-3-8B shapes (32 query heads, 8 KV heads): one group of `rows`.
+TEST_F(CudaRelayAttentionTest, SystemPartSplitsFillOneRoundOfTheSms) {
+  const int64_t slots = 2 * CurrentDeviceSmCount();
+  for (auto [rows, prefix] : {std::pair{64, 8192}, std::pair{32, 4096}, std::pair{8, 8192}, std::pair{64, 1024}}) {
+    const RelayShape shape{rows, 1, rows, rows, 32, 8, 128, 1024, prefix};
+    const int64_t blocks = (int64_t{rows} * 4 + 63) / 64 * 8;
+    for (auto form : {internal::RelaySystemForm::kMmaSync, internal::RelaySystemForm::kWgmma1}) {
+      const int parts = internal::RelaySystemSplits(shape, form);
+      EXPECT_LE(blocks * parts, slots) << rows << " rows of a " << prefix << "-token prefix: " << parts << " parts";
+      EXPECT_GE(blocks * parts * 2, std::min<int64_t>(slots, blocks * (prefix / 256)))
+          << rows << " rows of a " << prefix << "-token prefix: " << parts << " parts leave most SMs idle";
+    }
   }
 }
 

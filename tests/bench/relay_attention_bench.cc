@@ -36,6 +36,8 @@
 #include <vector>
 
 #include "kernels/attention/decode.h"
+#include "kernels/attention/prefill.h"
+#include "kernels/attention/prefill_launch.h"
 #include "kernels/attention/relay.h"
 #include "kernels/testing/paged_pool.h"
 #include "model/cuda/cuda_model.h"
@@ -162,8 +164,9 @@ int main(int argc, char** argv) {
       "| batch | S | ctx | plain, shared pages (ms) | plain, a copy each (ms) | relay (ms) | relay vs shared pages | "
       "relay vs a copy each | paper's bound | relay GB/s read | vs copy | same-size copy GB/s | "
       "vs same-size copy | rule takes relay | three launches (ms) | relay, graph (ms) | fused, one stream (ms) | "
-      "three, system part beside (ms) |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "three, system part beside (ms) | beside, system on mma.sync (ms) | beside, system on wgmma x2 (ms) | "
+      "system part alone: mma.sync / wgmma / wgmma x2 (TFLOP/s) |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const int kv_heads = 8, heads = 32, head_dim = 128, page = 16;
   const float scale = 0.088f;
   const double token_bytes = 2.0 * kv_heads * head_dim * 2;  // K and V, bf16
@@ -278,6 +281,42 @@ int main(int argc, char** argv) {
         strata::kernels::internal::RelayTuning beside;
         beside.three_launches = beside.beside = true;
         const float beside_ms = MedianMs(stream, 20, [&] { relay(beside); }, flush);
+        using Form = strata::kernels::internal::RelaySystemForm;
+        strata::kernels::internal::RelayTuning beside_mma = beside, beside_wgmma2 = beside;
+        beside_mma.system_form = Form::kMmaSync;
+        beside_wgmma2.system_form = Form::kWgmma2;
+        const float beside_mma_ms = MedianMs(stream, 20, [&] { relay(beside_mma); }, flush);
+        const float beside_wgmma2_ms = MedianMs(stream, 20, [&] { relay(beside_wgmma2); }, flush);
+        // The system part alone (the group's rows against the prompt, split along it as the
+        // launch splits it: two 64-row blocks an SM), in each form: its arithmetic rate.
+        strata::kernels::PrefillAttentionTcParams sys_params{q,     prefixes, d_group_rows, 1,       batch, heads,
+                                                             scale, batch,    nullptr,      nullptr};
+        sys_params.all_keys = true;
+        strata::kernels::internal::PrefillTcParams sys = strata::kernels::internal::ToTcParams(sys_params);
+        const int most_splits = std::max(
+            strata::kernels::internal::RelaySystemSplits(shape, Form::kMmaSync),
+            strata::kernels::internal::RelaySystemSplits(shape, Form::kWgmma2));
+        sys.ws_o = Floats(int64_t{batch} * most_splits * heads * head_dim);
+        sys.ws_lse = Floats(int64_t{batch} * most_splits * heads);
+        const double sys_flop = 4.0 * batch * heads * prompt * head_dim;
+        auto sys_tflops = [&](int form) {
+          sys.key_splits =
+              strata::kernels::internal::RelaySystemSplits(shape, form == 2 ? Form::kWgmma2 : Form::kWgmma1);
+          const float ms = MedianMs(
+              stream, 20,
+              [&] {
+                CHECK_CUDA(form == 0 ? strata::kernels::internal::PagedPrefillAttentionTcAsync(
+                                           sys, strata::kernels::internal::PrefillTcTiles::k64Rows4Warps, stream)
+                                     : strata::kernels::internal::PagedPrefillAttentionWgmmaAsync(sys, form, stream));
+              },
+              flush);
+          return sys_flop / (ms * 1e-3) / 1e12;
+        };
+        const bool wgmma = strata::kernels::internal::PrefillWgmmaSupported(head_dim);
+        const double mma_tflops = sys_tflops(0), wgmma_tflops = wgmma ? sys_tflops(1) : 0,
+                     wgmma2_tflops = wgmma ? sys_tflops(2) : 0;
+        CHECK_CUDA(cudaFree(sys.ws_o));
+        CHECK_CUDA(cudaFree(sys.ws_lse));
         const double relay_bytes = token_bytes * (prompt + batch * ctx);
         const double same_size_gbps = ceiling.Gbps(static_cast<size_t>(relay_bytes));
         const double s = static_cast<double>(prompt), c = static_cast<double>(ctx);
@@ -286,10 +325,11 @@ int main(int argc, char** argv) {
         const bool rule = batch >= 2 && (batch - 1) * prompt >= defaults.relay_min_saved_tokens;
         std::printf(
             "| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.2f | %.0f | %.2f | %s | %.3f | "
-            "%.3f | %.3f | %.3f |\n",
+            "%.3f | %.3f | %.3f | %.3f | %.3f | %.0f / %.0f / %.0f |\n",
             batch, static_cast<long long>(prompt), static_cast<long long>(ctx), shared_ms, copy_each_ms, relay_ms,
             shared_ms / relay_ms, copy_each_ms / relay_ms, bound, read_gbps, read_gbps / copy_gbps, same_size_gbps,
-            read_gbps / same_size_gbps, rule ? "yes" : "no", three_ms, graph_ms, fused_ms, beside_ms);
+            read_gbps / same_size_gbps, rule ? "yes" : "no", three_ms, graph_ms, fused_ms, beside_ms, beside_mma_ms,
+            beside_wgmma2_ms, mma_tflops, wgmma_tflops, wgmma2_tflops);
         std::fflush(stdout);
         for (void* p :
              {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(d_shared_indptr),

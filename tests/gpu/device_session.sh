@@ -45,6 +45,13 @@
 #   prompts   shared system prompts: 64 sessions, S = 0/2048/4096 system tokens shared and
 #             read by relay attention, shared pages read per session, and not shared: TTFT,
 #             decode rate, host bytes (PROMPT_S, PROMPT_MODES)
+#   prompts-many  64 sessions over 3 shared 4K system prompts, ~640 own tokens each (so a
+#             decode batch holds 32K+ of the rows' own tokens: relay's system part beside
+#             the decode), two turns, against a cache-off server: answers compared
+#             (PROMPTS_MANY_MAX_DIFFER: most turns allowed to differ, bf16 near-ties);
+#             PROMPTS_MANY_MODES: relay (default), pages (relay off), none (not shared)
+#   wgmma     the prefill/relay kernel tests (the wgmma forms among them), relay_attention_bench,
+#             and compute-sanitizer racecheck/synccheck on the relay and wgmma cases
 #   ppl       strata ppl of the built-in model on its held-out text: the whole file on the
 #             GPU, and its first 20 KB on the GPU and on the CPU (the two must agree); then
 #             truncation on stored KV vs recompute vs no re-rotation (trained and random)
@@ -276,6 +283,34 @@ run_relay() {
   note "relay_torch_ref: rc=$?"; tail -8 "$OUT/relay_torch_ref.txt" >>"$summary"
 }
 
+run_prompts_many() {
+  for mode in ${PROMPTS_MANY_MODES:-relay}; do
+    local flags="$SERVE8B --host_cache_bytes=$((64 << 30)) --max_batch=64"
+    case $mode in
+      pages) flags="$flags --cuda_relay_attention=false" ;;
+      none) flags="$flags --min_shared_prompt_tokens=0" ;;
+    esac
+    "$B/strata" bench --sessions=64 --rate=1000 --turns=2 --think_s=0.2 --prompt_tokens=640 --output_tokens=64 \
+      --max_output_tokens=64 --max_context_tokens=16384 --system_prompts=3 --system_prompt_tokens=4096 \
+      --compare=cache_off --max_differing_turns="${PROMPTS_MANY_MAX_DIFFER:-16}" --serve_flags="$flags" \
+      --json="$OUT/bench-prompts-many-$mode.json" >"$OUT/bench-prompts-many-$mode.txt" 2>"$OUT/bench-prompts-many-$mode.err"
+    local rc=$?
+    note "bench prompts-many $mode (64 sessions, 3 x 4K prompts, ~640 own tokens, cache on vs off): rc=$rc"
+    [ $rc = 0 ] || tail -3 "$OUT/bench-prompts-many-$mode.err" >>"$summary"
+    grep -E "TTFT \(client\)|turns:|answers|host tier" "$OUT/bench-prompts-many-$mode.txt" >>"$summary"
+  done
+}
+
+run_wgmma() {
+  timeout 300 "$B/cuda_prefill_attention_test" --gtest_brief=1 >"$OUT/test-prefill-relay.log" 2>&1
+  note "cuda_prefill_attention_test: rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/test-prefill-relay.log" | tr '\n' ' ')"
+  grep -E 'Failure|error|Which is|differ' "$OUT/test-prefill-relay.log" | head -20 >>"$summary"
+  timeout 400 "$B/relay_attention_bench" >"$OUT/relay_attention_bench.txt" 2>&1
+  note "relay_attention_bench: rc=$?"; grep -E '^\||copy of 1 GiB' "$OUT/relay_attention_bench.txt" >>"$summary"
+  SAN_TESTS="cuda_prefill_attention_test" SAN_FILTER="${WGMMA_SAN_FILTER:-*GroupsOnSharedPrefixes*:*CachedHistoryPlusNewRows*}" \
+    SAN_TIMEOUT=300 run_sanitize
+}
+
 run_batch() {
   timeout 560 "$B/batch_bench" --strata="$B/strata" ${BATCH_ARGS:-} \
     --serve_flags="--model=random:llama3-8b --device=cuda --host_cache_bytes=17179869184 ${BATCH_SERVE_FLAGS:-}" \
@@ -343,6 +378,7 @@ for phase in "$@"; do
                done ;;
     nosplit) COMPARE= run_bench_history bench-hbm-nosplit --cuda_prefill_key_splits=false
              COMPARE= run_bench_history bench-host-nosplit "--hbm_cache_bytes=0 --cuda_prefill_key_splits=false" ;;
+    prompts-many) run_prompts_many ;; wgmma) run_wgmma ;;
     prompts) run_prompts ;; relay) run_relay ;; rate) run_rate ;; ppl) run_ppl ;; batch) run_batch ;;
     *) note "unknown phase $phase" ;;
   esac
