@@ -130,18 +130,14 @@ bool HasSide(const RelaySide& side) {
 }
 
 // The form and balance the public launch takes for a shape: given a second stream, the
-// three launches with the system part beside the decode where the rows' own tokens or the
-// system part reach RelaySide's thresholds; else the fused launch, its context part twice
-// the blocks from kManyContextTokens.
+// three launches with the system part beside the decode where the rows' own tokens reach
+// side.min_context_tokens; else the fused launch, its context part twice the blocks from
+// kManyContextTokens.
 internal::RelayTuning DefaultTuning(const RelayShape& s, const RelaySide& side) {
   internal::RelayTuning t;
   const int64_t context_tokens = int64_t{s.rows} * s.max_context_tokens;
   if (context_tokens >= kManyContextTokens) t.context_blocks_per_sm = kManyContextBlocksPerSm;
-  const bool large_system = s.max_prefix_tokens >= side.min_system_prefix &&
-                            int64_t{s.grouped_rows} * s.max_prefix_tokens >= side.min_system_tokens;
-  if (HasSide(side) && (context_tokens >= side.min_context_tokens || large_system)) {
-    t.three_launches = t.beside = true;
-  }
+  if (HasSide(side) && context_tokens >= side.min_context_tokens) t.three_launches = t.beside = true;
   return t;
 }
 

@@ -45,23 +45,17 @@ namespace strata::kernels {
 // by the launch's stream before the merge. The launch leaves both streams joined, also when
 // it fails; the events may be reused by the next launch. All null: one stream. The launch
 // takes the side stream where the rows' own tokens (rows x max_context_tokens) reach
-// `min_context_tokens` (0: always, as tests ask), or where the system part is large: a
-// prefix of min_system_prefix tokens or more that the grouped rows together read
-// min_system_tokens times (grouped_rows x max_prefix_tokens); the fused launch otherwise.
-// The defaults are measured (relay_attention_bench on the H100, docs/BENCHMARKS.md): beside
-// the decode relay is 6-10% faster from 32 rows of 1K tokens, and 4-8% faster over
-// 128-token contexts from 8 rows of an 8K prompt or 64 of a 4K one (with the system part
-// split so that its blocks fill whole rounds of the SMs); it ties or loses at 8 rows of 1K
-// and over 1K prompts.
+// `min_context_tokens` (0: always, as tests ask), and the fused launch below it. The
+// default, kRelayBesideMinContextTokens, is the kernel's measured rule (relay_attention_bench
+// on the H100, docs/BENCHMARKS.md): beside the decode the attention is 6-10% faster from 32
+// rows of 1K tokens, and ties or loses at 8 rows of 1K. End to end (a decode step's 32
+// layers, in a graph) the side stream measured 3-8% slower, so the model passes it only
+// when asked (CudaModelOptions::relay_beside_min_tokens).
 inline constexpr int64_t kRelayBesideMinContextTokens = 32 * 1024;
-inline constexpr int64_t kRelayBesideMinSystemTokens = 64 * 1024;
-inline constexpr int64_t kRelayBesideMinPrefixTokens = 4 * 1024;
 struct RelaySide {
   cudaStream_t stream = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
   int64_t min_context_tokens = kRelayBesideMinContextTokens;
-  int64_t min_system_tokens = kRelayBesideMinSystemTokens;
-  int64_t min_system_prefix = kRelayBesideMinPrefixTokens;
 };
 
 struct RelayDecodeParams {

@@ -57,10 +57,11 @@ struct CudaModelOptions {
   // saved (4 rows on a 4K prompt, 8 on a 2K one): groups saving fewer run plain.
   int64_t relay_min_saved_tokens = 16384;
   // A relay decode whose rows' own tokens (rows x the longest context) reach this many runs
-  // its system part on a second stream beside the rows' decode (relay.h, RelaySide), as
-  // does one whose system part is large (relay.h's kRelayBesideMinSystemTokens); else both
-  // parts in one fused launch. Negative: relay.h's measured rule
-  // (kRelayBesideMinContextTokens); 0: the second stream always (tests).
+  // its system part on a second stream beside the rows' decode (relay.h, RelaySide); else
+  // both parts in one fused launch. Negative (the default): never. The side stream is
+  // 6-10% faster at the kernel from 32K tokens (relay.h's kRelayBesideMinContextTokens) but
+  // measured 3-8% slower end to end (docs/BENCHMARKS.md), so it is opt-in; 0: always
+  // (tests).
   int64_t relay_beside_min_tokens = -1;
   // Prefill steps with few query tiles over long histories (a returning turn's new tokens)
   // split each tile's keys across the SMs and merge the parts (kernels/attention/prefill.h).

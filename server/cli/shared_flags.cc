@@ -24,6 +24,10 @@ ABSL_FLAG(bool, cuda_share_prefixes, true,
 ABSL_FLAG(bool, cuda_relay_attention, true,
           "serve: on the GPU, decodes of sessions on one shared system prompt read its KV once per step as a "
           "group (relay attention); off, each session reads the shared pages itself");
+ABSL_FLAG(int64_t, cuda_relay_beside_min_tokens, -1,
+          "serve: on the GPU, relay attention's system part runs on a second stream beside the rows' decode where "
+          "the rows' own tokens (rows x longest context) reach this many (32768: the kernel's measured rule, "
+          "kernels/attention/relay.h); -1 never: end to end it measured slower (docs/BENCHMARKS.md)");
 
 ABSL_FLAG(bool, cuda_prefill_key_splits, true,
           "serve: on the GPU, prompt chunks with few new tokens over a long history (a returning turn) split "
@@ -65,6 +69,7 @@ engine::ServedModelOptions ServedModelFromFlags() {
   o.backend.cuda.kv_memory_fraction = absl::GetFlag(FLAGS_kv_memory_fraction);
   o.backend.cuda.share_prefixes = absl::GetFlag(FLAGS_cuda_share_prefixes);
   o.backend.cuda.relay_attention = absl::GetFlag(FLAGS_cuda_relay_attention);
+  o.backend.cuda.relay_beside_min_tokens = absl::GetFlag(FLAGS_cuda_relay_beside_min_tokens);
   o.backend.cuda.prefill_key_splits = absl::GetFlag(FLAGS_cuda_prefill_key_splits);
   o.backend.cuda.kv_read_buffer_layers = absl::GetFlag(FLAGS_cuda_kv_read_buffer_layers);
   o.backend.cuda.kv_read_group_tokens = absl::GetFlag(FLAGS_cuda_kv_read_group_tokens);

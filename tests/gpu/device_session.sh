@@ -45,11 +45,12 @@
 #   prompts   shared system prompts: 64 sessions, S = 0/2048/4096 system tokens shared and
 #             read by relay attention, shared pages read per session, and not shared: TTFT,
 #             decode rate, host bytes (PROMPT_S, PROMPT_MODES)
-#   prompts-many  64 sessions over 3 shared 4K system prompts, ~640 own tokens each (so a
-#             decode batch holds 32K+ of the rows' own tokens: relay's system part beside
-#             the decode), two turns, against a cache-off server: answers compared
-#             (PROMPTS_MANY_MAX_DIFFER: most turns allowed to differ, bf16 near-ties);
-#             PROMPTS_MANY_MODES: relay (default), pages (relay off), none (not shared)
+#   prompts-many  64 sessions over 3 shared 4K system prompts, ~640 own tokens each (a
+#             decode batch holds 32K+ of the rows' own tokens), two turns, against a
+#             cache-off server: answers compared (PROMPTS_MANY_MAX_DIFFER: most turns
+#             allowed to differ, bf16 near-ties); PROMPTS_MANY_MODES: relay (default),
+#             beside (relay's system part on the second stream), pages (relay off), none
+#             (not shared)
 #   wgmma     the prefill/relay kernel tests (the wgmma forms among them), relay_attention_bench,
 #             and compute-sanitizer racecheck/synccheck on the relay and wgmma cases
 #   ppl       strata ppl of the built-in model on its held-out text: the whole file on the
@@ -228,8 +229,9 @@ run_bench_ssd() {
 # The issue-15 table: 64 sessions at once, each prompt = the same S system tokens + 128 of
 # its own, 128 new tokens; S = 0, 2048, 4096, with the prompt shared and read by relay
 # attention (relay; warm: the prompt computed before the run, as a registered prompt is),
-# shared pages read by each session (pages: --cuda_relay_attention=false) and not shared
-# (none). Env PROMPT_S and PROMPT_MODES narrow it.
+# shared pages read by each session (pages: --cuda_relay_attention=false), not shared
+# (none), and relay with its system part beside the decode from 32K of the rows' own tokens
+# (beside: --cuda_relay_beside_min_tokens=32768). Env PROMPT_S and PROMPT_MODES narrow it.
 run_prompts() {
   for S in ${PROMPT_S:-0 2048 4096}; do
     for mode in ${PROMPT_MODES:-relay warm pages none}; do
@@ -240,6 +242,7 @@ run_prompts() {
         warm) sys="$sys --warm_system_prompts" ;;
         pages) flags="$flags --cuda_relay_attention=false" ;;
         none) flags="$flags --min_shared_prompt_tokens=0" ;;
+        beside) flags="$flags --cuda_relay_beside_min_tokens=32768" ;;
       esac
       "$B/strata" bench --sessions=64 --rate=1000 --turns=1 --prompt_tokens=128 --output_tokens=128 \
         --max_output_tokens=128 --max_context_tokens=16384 $sys --serve_flags="$flags" --json="$OUT/bench-prompts-$S-$mode.json" \
@@ -289,6 +292,7 @@ run_prompts_many() {
     case $mode in
       pages) flags="$flags --cuda_relay_attention=false" ;;
       none) flags="$flags --min_shared_prompt_tokens=0" ;;
+      beside) flags="$flags --cuda_relay_beside_min_tokens=32768" ;;
     esac
     "$B/strata" bench --sessions=64 --rate=1000 --turns=2 --think_s=0.2 --prompt_tokens=640 --output_tokens=64 \
       --max_output_tokens=64 --max_context_tokens=16384 --system_prompts=3 --system_prompt_tokens=4096 \
