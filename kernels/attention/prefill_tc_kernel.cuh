@@ -48,6 +48,54 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Where a block of the prefill kernels works (PrefillTcBlock and the wgmma form,
+// prefill_wgmma.cu): its KV head and first query head, its sequence's new rows and keys, and
+// its range of key tiles.
+struct BlockTile {
+  int kvh, hb;             // the KV head; the block's first query head
+  int split;               // its part along the keys
+  int q_begin, new_tokens;  // the sequence's first query row and its new tokens
+  int m0;                  // the tile's first packed row
+  int first_page, len;     // the sequence's first page (in indices) and its keys
+  // A query's position, the last key it sees: first_pos + pos_step * token. Causal, new
+  // token t is at len - new_tokens + t; with all_keys (relay attention's system part) every
+  // query sits after the last key.
+  int first_pos, pos_step;
+  int kt_begin, key_tiles;  // this block's key tiles: [kt_begin, key_tiles)
+  int min_pos;              // the tile's earliest query position
+};
+
+// The block (bx, by, b) of a grid grid_x wide, whose tiles are kTileRows packed rows
+// (kGroup query heads of a KV head a token) and kKeyTile keys. Blocks take the heaviest
+// (last) query tiles first. False when the tile lies past the sequence's new rows.
+template <int kGroup, int kTileRows, int kKeyTile>
+__device__ __forceinline__ bool LocateBlock(const PrefillTcParams& p, int bx, int by, int b, int grid_x,
+                                            BlockTile& t) {
+  const int group = p.num_heads / p.kv_heads, subgroups = group / kGroup;
+  t.kvh = by / subgroups;
+  t.hb = t.kvh * group + (by % subgroups) * kGroup;
+  t.split = bx % p.key_splits;
+  const int tile = grid_x / p.key_splits - 1 - bx / p.key_splits;
+  // Without qo_indptr (decode), row b is sequence b's one new token, the last of its keys.
+  t.q_begin = p.qo_indptr != nullptr ? p.qo_indptr[b] : b;
+  t.new_tokens = p.qo_indptr != nullptr ? p.qo_indptr[b + 1] - t.q_begin : 1;
+  t.m0 = tile * kTileRows;
+  if (t.m0 >= t.new_tokens * kGroup) return false;
+  t.first_page = p.indptr[b];
+  const int pages = p.indptr[b + 1] - t.first_page;
+  // A decode row's sequence may be empty (no key tiles: its output is zero, its lse -inf).
+  t.len = pages == 0 ? 0 : (pages - 1) * p.page_size + p.last_page_len[b];
+  t.first_pos = p.all_keys ? t.len - 1 : t.len - t.new_tokens;
+  t.pos_step = p.all_keys ? 0 : 1;
+  const int last_token = min(t.new_tokens - 1, (t.m0 + kTileRows - 1) / kGroup);
+  const int all_key_tiles = (t.first_pos + t.pos_step * last_token + kKeyTile) / kKeyTile;
+  const int split_tiles = (all_key_tiles + p.key_splits - 1) / p.key_splits;
+  t.kt_begin = min(all_key_tiles, t.split * split_tiles);
+  t.key_tiles = min(all_key_tiles, t.kt_begin + split_tiles);
+  t.min_pos = t.first_pos + t.pos_step * (t.m0 / kGroup);
+  return true;
+}
+
 template <int kHeadDim>
 constexpr int SmemBytes(int tile_rows, int key_tile, int stages) {
   return (tile_rows + 2 * stages * key_tile) * (kHeadDim + 8) * 2;  // Q tile + `stages` K and V tiles
@@ -95,29 +143,11 @@ __device__ __forceinline__ void PrefillTcBlock(const PrefillTcParams& p, int bx,
   uint16_t* s_v = s_k + kStages * kKeyTile * kStride;  // [kStages][kKeyTile][kStride]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int group = p.num_heads / p.kv_heads, subgroups = group / kGroup, kvh = by / subgroups;
-  const int hb = kvh * group + (by % subgroups) * kGroup;  // the block's first query head
-  const int split = bx % p.key_splits;
-  const int tile = grid_x / p.key_splits - 1 - bx / p.key_splits;
-  // Without qo_indptr (decode), row b is sequence b's one new token, the last of its keys.
-  const int q_begin = p.qo_indptr != nullptr ? p.qo_indptr[b] : b;
-  const int new_tokens = p.qo_indptr != nullptr ? p.qo_indptr[b + 1] - q_begin : 1;
-  const int m0 = tile * kTileRows;
-  if (m0 >= new_tokens * kGroup) return;
-  const int first_page = p.indptr[b], pages = p.indptr[b + 1] - first_page;
-  // A decode row's sequence may be empty (no key tiles: its output is zero, its lse -inf).
-  const int len = pages == 0 ? 0 : (pages - 1) * p.page_size + p.last_page_len[b];
-  // A query's position: the last key it sees. Causal, new token t is at len - new_tokens + t;
-  // with all_keys (relay attention's system part) every query sits after the last key.
-  const int first_pos = p.all_keys ? len - 1 : len - new_tokens;
-  const int pos_step = p.all_keys ? 0 : 1;
-  const int last_token = min(new_tokens - 1, (m0 + kTileRows - 1) / kGroup);
-  const int all_key_tiles = (first_pos + pos_step * last_token + kKeyTile) / kKeyTile;
-  // This block's key tiles: [kt_begin, key_tiles) (all of them without a split).
-  const int split_tiles = (all_key_tiles + p.key_splits - 1) / p.key_splits;
-  const int kt_begin = min(all_key_tiles, split * split_tiles);
-  const int key_tiles = min(all_key_tiles, kt_begin + split_tiles);
-  const int min_pos = first_pos + pos_step * (m0 / kGroup);  // the tile's earliest query position
+  BlockTile at;
+  if (!LocateBlock<kGroup, kTileRows, kKeyTile>(p, bx, by, b, grid_x, at)) return;
+  const int kvh = at.kvh, hb = at.hb, split = at.split, q_begin = at.q_begin, new_tokens = at.new_tokens, m0 = at.m0;
+  const int first_page = at.first_page, len = at.len, first_pos = at.first_pos, pos_step = at.pos_step;
+  const int kt_begin = at.kt_begin, key_tiles = at.key_tiles, min_pos = at.min_pos;
   const int64_t row_elems = int64_t{p.kv_heads} * kHeadDim;
 
   // Each thread copies the same kCopies (row, chunk) pairs of every K/V tile (the last

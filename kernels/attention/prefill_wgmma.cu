@@ -55,24 +55,11 @@ __global__ void __launch_bounds__(kWarpGroups * 128) PagedPrefillWgmmaKernel(con
 
   const int tid = static_cast<int>(threadIdx.x), wg = tid / 128, warp = tid / 32 % 4, lane = tid & 31;
   const int bx = static_cast<int>(blockIdx.x), by = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
-  const int group = p.num_heads / p.kv_heads, subgroups = group / kGroup, kvh = by / subgroups;
-  const int hb = kvh * group + (by % subgroups) * kGroup;
-  const int split = bx % p.key_splits;
-  const int tile = static_cast<int>(gridDim.x) / p.key_splits - 1 - bx / p.key_splits;
-  const int q_begin = p.qo_indptr != nullptr ? p.qo_indptr[b] : b;
-  const int new_tokens = p.qo_indptr != nullptr ? p.qo_indptr[b + 1] - q_begin : 1;
-  const int m0 = tile * kTileRows;
-  if (m0 >= new_tokens * kGroup) return;
-  const int first_page = p.indptr[b], pages = p.indptr[b + 1] - first_page;
-  const int len = pages == 0 ? 0 : (pages - 1) * p.page_size + p.last_page_len[b];
-  const int first_pos = p.all_keys ? len - 1 : len - new_tokens;
-  const int pos_step = p.all_keys ? 0 : 1;
-  const int last_token = min(new_tokens - 1, (m0 + kTileRows - 1) / kGroup);
-  const int all_key_tiles = (first_pos + pos_step * last_token + kKeyTile) / kKeyTile;
-  const int split_tiles = (all_key_tiles + p.key_splits - 1) / p.key_splits;
-  const int kt_begin = min(all_key_tiles, split * split_tiles);
-  const int key_tiles = min(all_key_tiles, kt_begin + split_tiles);
-  const int min_pos = first_pos + pos_step * (m0 / kGroup);
+  prefill_tc::BlockTile at;
+  if (!prefill_tc::LocateBlock<kGroup, kTileRows, kKeyTile>(p, bx, by, b, static_cast<int>(gridDim.x), at)) return;
+  const int kvh = at.kvh, hb = at.hb, split = at.split, q_begin = at.q_begin, new_tokens = at.new_tokens, m0 = at.m0;
+  const int first_page = at.first_page, len = at.len, first_pos = at.first_pos, pos_step = at.pos_step;
+  const int kt_begin = at.kt_begin, key_tiles = at.key_tiles, min_pos = at.min_pos;
   const int64_t row_elems = int64_t{p.kv_heads} * kHeadDim;
 
   // Copy j of a tile takes key kCopyKey[j] (the same keys every tile) and its chunk; the
