@@ -96,6 +96,41 @@ __device__ __forceinline__ bool LocateBlock(const PrefillTcParams& p, int bx, in
   return true;
 }
 
+// A block's epilogue for one of its query rows, packed row m (PrefillTcBlock's and the
+// wgmma form's): the row's output normalised by its softmax sum and its lse, into the
+// part's row of ws_o / ws_lse (split along the keys) or into out / lse. The quad of lanes
+// sharing the row holds columns 8d + 2 (lane & 3) and the next, pair(d) giving them
+// unnormalised; `sum` is this lane's share of the row's sum, row_max the row's maximum
+// (unscaled). Rows past the sequence's new tokens are skipped.
+template <int kHeadDim, int kGroup, class Pair>
+__device__ __forceinline__ void StoreRow(const PrefillTcParams& p, const BlockTile& t, int m, int lane, float row_max,
+                                         float sum, Pair pair) {
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  const int token = m / kGroup, g = m % kGroup;
+  if (token >= t.new_tokens) return;
+  const int64_t head_row = (int64_t{t.q_begin} + token) * p.num_heads + t.hb + g;
+  // Into parts: the part's row of the workspace (row, part, head).
+  const int row_parts = p.ws_row_parts > 0 ? p.ws_row_parts : p.key_splits;
+  const int64_t part_row = ((int64_t{t.q_begin} + token) * row_parts + p.ws_first_part + t.split) * p.num_heads + t.hb + g;
+  float* dst = (p.ws_o != nullptr ? p.ws_o + part_row * kHeadDim : p.out + head_row * kHeadDim) + (lane & 3) * 2;
+  // sum >= 1 when the part has keys (the row's maximum contributes exp2(0)); 0 when empty.
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+#pragma unroll
+  for (int d = 0; d < kHeadDim / 8; ++d) {
+    const float2 v = pair(d);
+    *reinterpret_cast<float2*>(dst + d * 8) = make_float2(v.x * inv, v.y * inv);
+  }
+  if ((lane & 3) == 0) {
+    const float part_lse = sum > 0.0f ? row_max * p.scale + logf(sum) : -INFINITY;
+    if (p.ws_o != nullptr) {
+      p.ws_lse[part_row] = part_lse;
+    } else if (p.lse != nullptr) {
+      p.lse[head_row] = part_lse;
+    }
+  }
+}
+
 template <int kHeadDim>
 constexpr int SmemBytes(int tile_rows, int key_tile, int stages) {
   return (tile_rows + 2 * stages * key_tile) * (kHeadDim + 8) * 2;  // Q tile + `stages` K and V tiles
@@ -145,7 +180,7 @@ __device__ __forceinline__ void PrefillTcBlock(const PrefillTcParams& p, int bx,
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   BlockTile at;
   if (!LocateBlock<kGroup, kTileRows, kKeyTile>(p, bx, by, b, grid_x, at)) return;
-  const int kvh = at.kvh, hb = at.hb, split = at.split, q_begin = at.q_begin, new_tokens = at.new_tokens, m0 = at.m0;
+  const int kvh = at.kvh, hb = at.hb, q_begin = at.q_begin, new_tokens = at.new_tokens, m0 = at.m0;
   const int first_page = at.first_page, len = at.len, first_pos = at.first_pos, pos_step = at.pos_step;
   const int kt_begin = at.kt_begin, key_tiles = at.key_tiles, min_pos = at.min_pos;
   const int64_t row_elems = int64_t{p.kv_heads} * kHeadDim;
@@ -366,32 +401,8 @@ __device__ __forceinline__ void PrefillTcBlock(const PrefillTcParams& p, int bx,
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float sum = row_sum[mt][h];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const int m = m0 + warp * kWarpRows + mt * 16 + (lane >> 2) + h * 8;
-      const int token = m / kGroup, g = m % kGroup;
-      if (token >= new_tokens) continue;
-      const int64_t head_row = (int64_t{q_begin} + token) * p.num_heads + hb + g;
-      // Into parts: the part's row of the workspace (row, part, head).
-      const int row_parts = p.ws_row_parts > 0 ? p.ws_row_parts : p.key_splits;
-      const int64_t part_row =
-          ((int64_t{q_begin} + token) * row_parts + p.ws_first_part + split) * p.num_heads + hb + g;
-      float* dst = (p.ws_o != nullptr ? p.ws_o + part_row * kHeadDim : p.out + head_row * kHeadDim) + (lane & 3) * 2;
-      // sum >= 1 when the part has keys (the row's maximum contributes exp2(0)); 0 when empty.
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-#pragma unroll
-      for (int d = 0; d < kDimFrags; ++d) {
-        *reinterpret_cast<float2*>(dst + d * 8) = make_float2(o[mt][d][2 * h] * inv, o[mt][d][2 * h + 1] * inv);
-      }
-      if ((lane & 3) == 0) {
-        const float part_lse = sum > 0.0f ? row_max[mt][h] * p.scale + logf(sum) : -INFINITY;
-        if (p.ws_o != nullptr) {
-          p.ws_lse[part_row] = part_lse;
-        } else if (p.lse != nullptr) {
-          p.lse[head_row] = part_lse;
-        }
-      }
+      StoreRow<kHeadDim, kGroup>(p, at, m0 + warp * kWarpRows + mt * 16 + (lane >> 2) + h * 8, lane, row_max[mt][h],
+                                 row_sum[mt][h], [&](int d) { return make_float2(o[mt][d][2 * h], o[mt][d][2 * h + 1]); });
     }
   }
 }

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -111,37 +112,37 @@ class CudaPrefillAttentionTest : public test_support::GpuTest {
     DevicePool dp(pool);
     DeviceVector<int32_t> dqo(qo_indptr);
     DeviceVector<float> dq(q);
-    using Tiles = internal::PrefillTcTiles;
-    for (Tiles tiles : {Tiles::kAuto, Tiles::k64Rows4Warps, Tiles::k128Rows8Warps, Tiles::k128Rows4Warps,
-                        Tiles::k128Rows4Warps64Keys, Tiles::k16Rows1Warp}) {
-      const std::string form = what + " tiles " + std::to_string(static_cast<int>(tiles));
-      DeviceVector<float> dout{std::vector<float>(q.size(), std::nanf(""))},
-          dlse{std::vector<float>(want_lse.size(), std::nanf(""))};
-      if (tiles == Tiles::kAuto) {
-        const absl::Status s = LaunchPagedPrefillAttentionTc({dq.get(), dp.view, dqo.get(), batch, rows, heads, scale,
-                                                              max_new, dout.get(), dlse.get()}, stream_);
-        EXPECT_TRUE(s.ok()) << form << ": " << s;
-      } else {
-        const internal::PrefillTcParams p{dq.get(), dp.view.k_pages, dp.view.v_pages, dp.view.indptr,
-                                          dp.view.indices, dp.view.last_page_len, dqo.get(), c.page_size,
-                                          c.kv_heads, d, heads, batch, max_new, scale, dout.get(), dlse.get()};
-        EXPECT_EQ(internal::PagedPrefillAttentionTcAsync(p, tiles, stream_), cudaSuccess) << form;
-      }
-      EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
-      Compare(dout.ToHost(), dlse.ToHost(), want, want_lse, lse_tol, rows, heads, d, form);
-    }
-    // The Hopper form (wgmma), one and two warpgroups a block, where the device has it.
-    for (int warp_groups : {1, 2}) {
-      if (!internal::PrefillWgmmaSupported(d)) break;
-      const std::string form = what + " wgmma, warpgroups " + std::to_string(warp_groups);
+    // Each form (launched on params that write to fresh, poisoned outputs) against the CPU twin.
+    using Launch = std::function<cudaError_t(const internal::PrefillTcParams&)>;
+    auto check_form = [&](const std::string& form, const Launch& launch) {
       DeviceVector<float> dout{std::vector<float>(q.size(), std::nanf(""))},
           dlse{std::vector<float>(want_lse.size(), std::nanf(""))};
       const internal::PrefillTcParams p{dq.get(), dp.view.k_pages, dp.view.v_pages, dp.view.indptr,
                                         dp.view.indices, dp.view.last_page_len, dqo.get(), c.page_size,
                                         c.kv_heads, d, heads, batch, max_new, scale, dout.get(), dlse.get()};
-      EXPECT_EQ(internal::PagedPrefillAttentionWgmmaAsync(p, warp_groups, stream_), cudaSuccess) << form;
+      EXPECT_EQ(launch(p), cudaSuccess) << form;
       EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
       Compare(dout.ToHost(), dlse.ToHost(), want, want_lse, lse_tol, rows, heads, d, form);
+    };
+    check_form(what + " tiles kAuto", [&](const internal::PrefillTcParams& p) {  // the entry point's own choice
+      const absl::Status s = LaunchPagedPrefillAttentionTc(
+          {dq.get(), dp.view, dqo.get(), batch, rows, heads, scale, max_new, p.out, p.lse}, stream_);
+      EXPECT_TRUE(s.ok()) << s;
+      return s.ok() ? cudaSuccess : cudaErrorUnknown;
+    });
+    using Tiles = internal::PrefillTcTiles;
+    for (Tiles tiles : {Tiles::k64Rows4Warps, Tiles::k128Rows8Warps, Tiles::k128Rows4Warps,
+                        Tiles::k128Rows4Warps64Keys, Tiles::k16Rows1Warp}) {
+      check_form(what + " tiles " + std::to_string(static_cast<int>(tiles)), [&](const internal::PrefillTcParams& p) {
+        return internal::PagedPrefillAttentionTcAsync(p, tiles, stream_);
+      });
+    }
+    // The Hopper form (wgmma), one and two warpgroups a block, where the device has it.
+    for (int warp_groups : {1, 2}) {
+      if (!internal::PrefillWgmmaSupported(d)) break;
+      check_form(what + " wgmma, warpgroups " + std::to_string(warp_groups), [&](const internal::PrefillTcParams& p) {
+        return internal::PagedPrefillAttentionWgmmaAsync(p, warp_groups, stream_);
+      });
     }
     // Split along the keys, as the engine launches it (a workspace and its longest sequence).
     const PrefillSplitShape shape{batch, rows, max_new, heads, c.kv_heads, d,

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kWarpGroups * 128) PagedPrefillWgmmaKernel(con
   const int bx = static_cast<int>(blockIdx.x), by = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
   prefill_tc::BlockTile at;
   if (!prefill_tc::LocateBlock<kGroup, kTileRows, kKeyTile>(p, bx, by, b, static_cast<int>(gridDim.x), at)) return;
-  const int kvh = at.kvh, hb = at.hb, split = at.split, q_begin = at.q_begin, new_tokens = at.new_tokens, m0 = at.m0;
+  const int kvh = at.kvh, hb = at.hb, q_begin = at.q_begin, new_tokens = at.new_tokens, m0 = at.m0;
   const int first_page = at.first_page, len = at.len, first_pos = at.first_pos, pos_step = at.pos_step;
   const int kt_begin = at.kt_begin, key_tiles = at.key_tiles, min_pos = at.min_pos;
   const int64_t row_elems = int64_t{p.kv_heads} * kHeadDim;
@@ -219,29 +219,9 @@ __global__ void __launch_bounds__(kWarpGroups * 128) PagedPrefillWgmmaKernel(con
 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float sum = row_sum[h];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int m = m0 + wg * 64 + warp * 16 + lane / 4 + h * 8;
-    const int token = m / kGroup, g = m % kGroup;
-    if (token >= new_tokens) continue;
-    const int64_t head_row = (int64_t{q_begin} + token) * p.num_heads + hb + g;
-    const int row_parts = p.ws_row_parts > 0 ? p.ws_row_parts : p.key_splits;
-    const int64_t part_row = ((int64_t{q_begin} + token) * row_parts + p.ws_first_part + split) * p.num_heads + hb + g;
-    float* dst = (p.ws_o != nullptr ? p.ws_o + part_row * kHeadDim : p.out + head_row * kHeadDim) + (lane & 3) * 2;
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-#pragma unroll
-    for (int d = 0; d < kHeadDim / 8; ++d) {
-      *reinterpret_cast<float2*>(dst + d * 8) = make_float2(o[4 * d + 2 * h] * inv, o[4 * d + 2 * h + 1] * inv);
-    }
-    if ((lane & 3) == 0) {
-      const float part_lse = sum > 0.0f ? row_max[h] * p.scale + logf(sum) : -INFINITY;
-      if (p.ws_o != nullptr) {
-        p.ws_lse[part_row] = part_lse;
-      } else if (p.lse != nullptr) {
-        p.lse[head_row] = part_lse;
-      }
-    }
+    prefill_tc::StoreRow<kHeadDim, kGroup>(p, at, m0 + wg * 64 + warp * 16 + lane / 4 + h * 8, lane, row_max[h],
+                                           row_sum[h],
+                                           [&](int d) { return make_float2(o[4 * d + 2 * h], o[4 * d + 2 * h + 1]); });
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }

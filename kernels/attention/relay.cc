@@ -39,12 +39,18 @@ using internal::IsAligned;
 
 int Subgroup(const RelayShape& s) { return GqaSubgroupSize(GqaGroupSize(s.num_heads, s.kv_heads)); }
 
+// The system part's blocks for one part along the prefix: its query tiles of tile_rows
+// (every query head of a group's rows) over every KV head and group.
+int64_t SystemBlocks(const RelayShape& s, int tile_rows) {
+  const int64_t gqa = s.num_heads / s.kv_heads;
+  const int64_t tiles = (int64_t{s.max_group_rows} * gqa + tile_rows - 1) / tile_rows;
+  return std::max<int64_t>(1, tiles * s.kv_heads * s.groups);
+}
+
 // Parts along the prefix: enough that the system part has kSysBlocksPerSm blocks per SM.
 int SystemSplits(const RelayShape& s, int blocks_per_sm = kSysBlocksPerSm) {
   if (s.groups <= 0 || s.kv_heads <= 0) return 1;
-  const int64_t gqa = s.num_heads / s.kv_heads;
-  const int64_t tiles = (int64_t{s.max_group_rows} * gqa + kSysTileRows - 1) / kSysTileRows;
-  const int64_t blocks = std::max<int64_t>(1, tiles * s.kv_heads * s.groups);
+  const int64_t blocks = SystemBlocks(s, kSysTileRows);
   const int64_t want = (int64_t{blocks_per_sm} * CurrentDeviceSmCount() + blocks - 1) / blocks;
   return static_cast<int>(std::clamp<int64_t>(want, 1, std::max<int64_t>(1, s.max_prefix_tokens / kMinSplitKeys)));
 }
@@ -56,9 +62,7 @@ int SystemSplits(const RelayShape& s, int blocks_per_sm = kSysBlocksPerSm) {
 // tile_rows: the form's query rows a block (64, or 128 for two warpgroups).
 int ThreeLaunchSplits(const RelayShape& s, int tile_rows) {
   if (s.groups <= 0 || s.kv_heads <= 0) return 1;
-  const int64_t gqa = s.num_heads / s.kv_heads;
-  const int64_t tiles = (int64_t{s.max_group_rows} * gqa + tile_rows - 1) / tile_rows;
-  const int64_t blocks = std::max<int64_t>(1, tiles * s.kv_heads * s.groups);
+  const int64_t blocks = SystemBlocks(s, tile_rows);
   const int64_t slots = int64_t{kSysBlocksPerSm} * CurrentDeviceSmCount();
   const int64_t key_tiles = std::max<int64_t>(1, (s.max_prefix_tokens + 63) / 64);
   const int64_t most = std::clamp<int64_t>(s.max_prefix_tokens / kMinSplitKeys, 1, 64);

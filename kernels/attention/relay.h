@@ -86,23 +86,24 @@ struct RelayShape {
 int64_t RelayDecodeWorkspaceFloats(const RelayShape& s);
 
 namespace internal {
-// The fused launch's balance, for relay_attention_bench's comparison of forms: blocks per
-// SM each part is split to give on its own, which part's blocks come first in the grid, or
-// the three launches instead, with the system part on p.side beside the decode (`beside`,
-// where p.side is set) or after it.
-// The three launches' system part: the mma.sync kernel's 64-row tiles (kAuto, kMmaSync),
-// or Hopper's warpgroup products (prefill_launch.h's wgmma form, one or two warpgroups a
+// The three launches' system part: the mma.sync kernel's 64-row tiles (the launch's), or
+// Hopper's warpgroup products (prefill_launch.h's wgmma form, one or two warpgroups a
 // block; mma.sync on a device without them). The wgmma form, a first one (no warp
 // specialisation, no overlap of the softmax with the products), measured slower than
 // mma.sync at every shape (docs/BENCHMARKS.md); relay_attention_bench keeps comparing.
-enum class RelaySystemForm { kAuto, kMmaSync, kWgmma1, kWgmma2 };
+enum class RelaySystemForm { kMmaSync, kWgmma1, kWgmma2 };
+
+// The fused launch's balance, for relay_attention_bench's comparison of forms: blocks per
+// SM each part is split to give on its own, which part's blocks come first in the grid, or
+// the three launches instead, with the system part on p.side beside the decode (`beside`,
+// where p.side is set) or after it, in `system_form`.
 struct RelayTuning {
   int system_blocks_per_sm = 2;
   int context_blocks_per_sm = 2;
   bool three_launches = false;
   bool context_first = false;
   bool beside = false;
-  RelaySystemForm system_form = RelaySystemForm::kAuto;
+  RelaySystemForm system_form = RelaySystemForm::kMmaSync;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t, cudaStream_t stream);
 int64_t RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTuning& t);

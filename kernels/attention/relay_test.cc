@@ -180,9 +180,8 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
     Sync();
     const std::vector<float> got_three = out_three.ToHost();
     test_support::ExpectAttentionNear(got_three, want, rows, heads, d, what + " (three launches vs CPU)");
-    // Each form of the system part (the wgmma forms run only where the device has them).
-    for (internal::RelaySystemForm form : {internal::RelaySystemForm::kMmaSync, internal::RelaySystemForm::kWgmma1,
-                                           internal::RelaySystemForm::kWgmma2}) {
+    // The wgmma forms of the system part (mma.sync where the device has none).
+    for (internal::RelaySystemForm form : {internal::RelaySystemForm::kWgmma1, internal::RelaySystemForm::kWgmma2}) {
       internal::RelayTuning t = three_launches;
       t.system_form = form;
       DeviceVector<float> out_form{std::vector<float>(q.size(), std::nanf(""))};
@@ -341,12 +340,10 @@ TEST_F(CudaRelayAttentionTest, SystemPartSplitsFillOneRoundOfTheSms) {
   for (auto [rows, prefix] : {std::pair{64, 8192}, std::pair{32, 4096}, std::pair{8, 8192}, std::pair{64, 1024}}) {
     const RelayShape shape{rows, 1, rows, rows, 32, 8, 128, 1024, prefix};
     const int64_t blocks = (int64_t{rows} * 4 + 63) / 64 * 8;
-    for (auto form : {internal::RelaySystemForm::kMmaSync, internal::RelaySystemForm::kWgmma1}) {
-      const int parts = internal::RelaySystemSplits(shape, form);
-      EXPECT_LE(blocks * parts, slots) << rows << " rows of a " << prefix << "-token prefix: " << parts << " parts";
-      EXPECT_GE(blocks * parts * 2, std::min<int64_t>(slots, blocks * (prefix / 256)))
-          << rows << " rows of a " << prefix << "-token prefix: " << parts << " parts leave most SMs idle";
-    }
+    const int parts = internal::RelaySystemSplits(shape, internal::RelaySystemForm::kMmaSync);
+    EXPECT_LE(blocks * parts, slots) << rows << " rows of a " << prefix << "-token prefix: " << parts << " parts";
+    EXPECT_GE(blocks * parts * 2, std::min<int64_t>(slots, blocks * (prefix / 256)))
+        << rows << " rows of a " << prefix << "-token prefix: " << parts << " parts leave most SMs idle";
   }
 }
 

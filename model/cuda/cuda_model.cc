@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -54,11 +53,12 @@ absl::Status CudaModel::Impl::Init(int device) {
   STRATA_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
   STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&write_stream, cudaStreamNonBlocking, least));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&relay_side.stream, cudaStreamNonBlocking, greatest));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&relay_side.fork, cudaEventDisableTiming));
-  STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&relay_side.join, cudaEventDisableTiming));
-  relay_side.min_context_tokens = options.relay_beside_min_tokens >= 0 ? options.relay_beside_min_tokens
-                                                                       : std::numeric_limits<int64_t>::max();
+  if (options.relay_beside_min_tokens >= 0) {  // else none: relay takes its launches on `stream`
+    STRATA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&relay_side.stream, cudaStreamNonBlocking, greatest));
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&relay_side.fork, cudaEventDisableTiming));
+    STRATA_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&relay_side.join, cudaEventDisableTiming));
+    relay_side.min_context_tokens = options.relay_beside_min_tokens;
+  }
   if (absl::Status s = loader.Init(config, {options.kv_read_buffer_layers, options.kv_read_group_tokens,
                                             options.kv_read_copy_bytes, greatest});
       !s.ok()) {

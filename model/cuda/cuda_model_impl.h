@@ -49,7 +49,8 @@ struct CudaModel::Impl {
   cudaStream_t write_stream = nullptr;  // saves (HBM -> host)
   // Relay attention's system part beside the decode (kernels/attention/relay.h): a stream
   // of `stream`'s priority, forked from and joined back to it inside each layer, its two
-  // events, and the rows' own tokens from which it is taken (options', or relay.h's rule).
+  // events, and the rows' own tokens from which it is taken; all null (one stream) unless
+  // options.relay_beside_min_tokens asks for it.
   kernels::RelaySide relay_side;
 
   cuda_internal::DeviceWeights weights;

@@ -34,13 +34,23 @@ int64_t WorkloadTurns(const RunResult& run) { return static_cast<int64_t>(run.tu
 
 }  // namespace
 
+int64_t AnswerCheck::DivergedAtFirstToken() const {
+  return std::count(divergence_tokens.begin(), divergence_tokens.end(), 0);
+}
+
+int64_t AnswerCheck::MedianDivergenceToken() const {
+  if (divergence_tokens.empty()) return -1;
+  std::vector<int64_t> sorted = divergence_tokens;
+  std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+  return sorted[sorted.size() / 2];
+}
+
 AnswerCheck CheckAnswers(const RunResult& cached, const RunResult& recomputed) {
   const std::map<TurnKey, const TurnRecord*> a = AnsweredTurns(cached);
   const std::map<TurnKey, const TurnRecord*> b = AnsweredTurns(recomputed);
   AnswerCheck check;
   int last_session = -1;
   bool last_diverged = false;
-  std::vector<int64_t> divergence;  // each diverged session's first differing token
   for (const auto& [key, record] : a) {
     const auto it = b.find(key);
     if (it == b.end()) continue;
@@ -60,15 +70,10 @@ AnswerCheck CheckAnswers(const RunResult& cached, const RunResult& recomputed) {
     if (equal) continue;
     if (!last_diverged) {
       ++check.sessions_diverged;
-      divergence.push_back(FirstDifference(record->answer_tokens, it->second->answer_tokens));
-      check.diverged_at_first_token += divergence.back() == 0;
+      check.divergence_tokens.push_back(FirstDifference(record->answer_tokens, it->second->answer_tokens));
     }
     last_diverged = true;
     if (check.differing.size() < kMaxListedTurns) check.differing.push_back(absl::StrCat("s", session, "/", turn + 1));
-  }
-  if (!divergence.empty()) {
-    std::nth_element(divergence.begin(), divergence.begin() + divergence.size() / 2, divergence.end());
-    check.median_divergence_token = divergence[divergence.size() / 2];
   }
   check.turns_not_compared = std::max(WorkloadTurns(cached), WorkloadTurns(recomputed)) - check.turns_compared;
   return check;
@@ -81,9 +86,8 @@ void AddAnswerCheck(AnswerCheck& total, const AnswerCheck& part, const std::stri
   total.first_turns_equal += part.first_turns_equal;
   total.sessions_compared += part.sessions_compared;
   total.sessions_diverged += part.sessions_diverged;
-  total.diverged_at_first_token += part.diverged_at_first_token;
-  // The median of medians: a summary over shapes, not the exact median.
-  total.median_divergence_token = std::max(total.median_divergence_token, part.median_divergence_token);
+  total.divergence_tokens.insert(total.divergence_tokens.end(), part.divergence_tokens.begin(),
+                                 part.divergence_tokens.end());
   total.turns_not_compared += part.turns_not_compared;
   for (const std::string& name : part.differing) {
     if (total.differing.size() == kMaxListedTurns) break;
@@ -97,8 +101,8 @@ std::string AnswerCheckLine(const AnswerCheck& c) {
       c.turns_equal, c.turns_compared, c.first_turns_equal, c.first_turns_compared, c.sessions_diverged,
       c.sessions_compared);
   if (c.sessions_diverged > 0) {
-    absl::StrAppend(&line, " (at answer token ", c.median_divergence_token, " in the median, ",
-                    c.diverged_at_first_token, " at the first)");
+    absl::StrAppend(&line, " (at answer token ", c.MedianDivergenceToken(), " in the median, ",
+                    c.DivergedAtFirstToken(), " at the first)");
   }
   if (!c.differing.empty()) {
     absl::StrAppend(&line, "; differing: ", absl::StrJoin(c.differing, ", "));
@@ -119,8 +123,8 @@ nlohmann::json AnswerCheckToJson(const AnswerCheck& c) {
           {"first_turns_equal", c.first_turns_equal},
           {"sessions_compared", c.sessions_compared},
           {"sessions_diverged", c.sessions_diverged},
-          {"diverged_at_first_token", c.diverged_at_first_token},
-          {"median_divergence_token", c.median_divergence_token},
+          {"diverged_at_first_token", c.DivergedAtFirstToken()},
+          {"median_divergence_token", c.MedianDivergenceToken()},
           {"turns_not_compared", c.turns_not_compared},
           {"differing", c.differing}};
 }

@@ -32,12 +32,10 @@ struct AnswerCheck {
   int64_t first_turns_equal = 0;
   int64_t sessions_compared = 0;  // sessions with a turn compared
   int64_t sessions_diverged = 0;  // of those, with a turn whose answer differs
-  // Where each diverged session's first differing answer parts from the cache-off one: at
-  // its first token (the prompt's KV or its first decode step differ beyond a near-tie),
-  // and the median answer token it parts at (-1 when none diverged). A bf16 near-tie tips
-  // somewhere along an answer; a wrong KV block garbles it from the first token.
-  int64_t diverged_at_first_token = 0;
-  int64_t median_divergence_token = -1;
+  // Where each diverged session's first differing answer parts from the cache-off one (the
+  // answer token), in session order. A bf16 near-tie tips somewhere along an answer; a
+  // wrong KV block garbles it from the first token.
+  std::vector<int64_t> divergence_tokens;
   // Turns of the workload that failed or were not sent in either run (neither equal nor
   // differing).
   int64_t turns_not_compared = 0;
@@ -47,6 +45,10 @@ struct AnswerCheck {
   std::vector<std::string> differing;
 
   int64_t TurnsDiffering() const { return turns_compared - turns_equal; }
+  // Diverged sessions that part at their answer's first token.
+  int64_t DivergedAtFirstToken() const;
+  // The median of divergence_tokens; -1 when none diverged.
+  int64_t MedianDivergenceToken() const;
 };
 
 // Compares the answers of two runs of one workload, turn by turn. The workload's turns

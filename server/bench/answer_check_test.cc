@@ -55,8 +55,8 @@ TEST(CheckAnswersTest, FirstTurnDifferingCountsItsSessionOnceAndItsTurnsEach) {
   EXPECT_EQ(c.first_turns_compared, 2);
   EXPECT_EQ(c.first_turns_equal, 1);
   EXPECT_EQ(c.sessions_diverged, 1);
-  EXPECT_EQ(c.diverged_at_first_token, 0) << "s1/1 parts at its second token";
-  EXPECT_EQ(c.median_divergence_token, 1);
+  EXPECT_EQ(c.DivergedAtFirstToken(), 0) << "s1/1 parts at its second token";
+  EXPECT_EQ(c.MedianDivergenceToken(), 1);
   EXPECT_EQ(c.differing, (std::vector<std::string>{"s1/1", "s1/2"}));
   EXPECT_EQ(AnswerCheckLine(c),
             "answers: 2 of 4 turns equal the cache-off server's (first turns 1 of 2); 1 of 2 sessions diverged "
@@ -74,8 +74,8 @@ TEST(CheckAnswersTest, CountsWhereEachDivergedSessionParts) {
                       Answered(2, 0, {8, 8, 8}), Answered(3, 0, {1})};
   const AnswerCheck c = CheckAnswers(cached, recomputed);
   EXPECT_EQ(c.sessions_diverged, 3);
-  EXPECT_EQ(c.diverged_at_first_token, 1);
-  EXPECT_EQ(c.median_divergence_token, 2) << "parted at 0, 3 and 2";
+  EXPECT_EQ(c.DivergedAtFirstToken(), 1);
+  EXPECT_EQ(c.MedianDivergenceToken(), 2) << "parted at 0, 3 and 2";
   EXPECT_EQ(AnswerCheckToJson(c)["diverged_at_first_token"], 1);
 }
 

@@ -51,12 +51,12 @@
 #             allowed to differ, bf16 near-ties); PROMPTS_MANY_MODES: relay (default),
 #             beside (relay's system part on the second stream), pages (relay off), none
 #             (not shared)
-#   wgmma     the prefill/relay kernel tests (the wgmma forms among them), relay_attention_bench,
-#             and compute-sanitizer racecheck/synccheck on the relay and wgmma cases
 #   ppl       strata ppl of the built-in model on its held-out text: the whole file on the
 #             GPU, and its first 20 KB on the GPU and on the CPU (the two must agree); then
 #             truncation on stored KV vs recompute vs no re-rotation (trained and random)
 #   relay     relay attention's GPU tests, relay_attention_bench, PyTorch on the same shapes
+#             (then `sanitize` with SAN_TESTS=cuda_prefill_attention_test and a SAN_FILTER
+#             puts the relay and wgmma kernels under compute-sanitizer)
 #   batch     batch_bench on random:llama3-8b: token saving of the plans, then one batch as
 #             Chat calls, first-level prefix reuse and the global plan (BATCH_ARGS adds flags)
 #   rate      the sustainable session rate with a 4K system prompt (p99 TTFT <= 1 s): relay,
@@ -305,16 +305,6 @@ run_prompts_many() {
   done
 }
 
-run_wgmma() {
-  timeout 300 "$B/cuda_prefill_attention_test" --gtest_brief=1 >"$OUT/test-prefill-relay.log" 2>&1
-  note "cuda_prefill_attention_test: rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/test-prefill-relay.log" | tr '\n' ' ')"
-  grep -E 'Failure|error|Which is|differ' "$OUT/test-prefill-relay.log" | head -20 >>"$summary"
-  timeout 400 "$B/relay_attention_bench" >"$OUT/relay_attention_bench.txt" 2>&1
-  note "relay_attention_bench: rc=$?"; grep -E '^\||copy of 1 GiB' "$OUT/relay_attention_bench.txt" >>"$summary"
-  SAN_TESTS="cuda_prefill_attention_test" SAN_FILTER="${WGMMA_SAN_FILTER:-*GroupsOnSharedPrefixes*:*CachedHistoryPlusNewRows*}" \
-    SAN_TIMEOUT=300 run_sanitize
-}
-
 run_batch() {
   timeout 560 "$B/batch_bench" --strata="$B/strata" ${BATCH_ARGS:-} \
     --serve_flags="--model=random:llama3-8b --device=cuda --host_cache_bytes=17179869184 ${BATCH_SERVE_FLAGS:-}" \
@@ -382,7 +372,7 @@ for phase in "$@"; do
                done ;;
     nosplit) COMPARE= run_bench_history bench-hbm-nosplit --cuda_prefill_key_splits=false
              COMPARE= run_bench_history bench-host-nosplit "--hbm_cache_bytes=0 --cuda_prefill_key_splits=false" ;;
-    prompts-many) run_prompts_many ;; wgmma) run_wgmma ;;
+    prompts-many) run_prompts_many ;;
     prompts) run_prompts ;; relay) run_relay ;; rate) run_rate ;; ppl) run_ppl ;; batch) run_batch ;;
     *) note "unknown phase $phase" ;;
   esac
