@@ -61,6 +61,13 @@ cudaError_t PagedPrefillAttentionTcAsync(const PrefillTcParams& p, PrefillTcTile
 bool PrefillWgmmaSupported(int head_dim);
 cudaError_t PagedPrefillAttentionWgmmaAsync(const PrefillTcParams& p, int warp_groups, cudaStream_t stream);
 
+// The warp-specialised Hopper form (prefill_wgmma_ws.cu, sm_90a only): a producer
+// warpgroup gathers 64-key K/V tiles into four shared-memory stages for two consumer
+// warpgroups of 64 rows (128-row tiles, one block an SM), handing them over on mbarriers;
+// with `overlap` a consumer runs the next tile's Q K^T and this tile's P V on the tensor
+// cores while it computes the softmax. Same outputs and devices as the form above.
+cudaError_t PagedPrefillAttentionWgmmaWsAsync(const PrefillTcParams& p, bool overlap, cudaStream_t stream);
+
 // The decode (qo_indptr null, head_dim up to 128) in blocks of key_warps (2 or 4) warps that
 // split each part's key tiles between them and merge in shared memory (decode_tc.cu): the same
 // outputs as the k16Rows1Warp form, within bf16 rounding; key_splits, ws_o / ws_lse and

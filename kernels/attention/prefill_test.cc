@@ -144,6 +144,14 @@ class CudaPrefillAttentionTest : public test_support::GpuTest {
         return internal::PagedPrefillAttentionWgmmaAsync(p, warp_groups, stream_);
       });
     }
+    // The warp-specialised Hopper form, with and without the softmax overlapping the products.
+    for (bool overlap : {false, true}) {
+      if (!internal::PrefillWgmmaSupported(d)) break;
+      check_form(what + " wgmma warp-specialised, overlap " + std::to_string(overlap),
+                 [&](const internal::PrefillTcParams& p) {
+                   return internal::PagedPrefillAttentionWgmmaWsAsync(p, overlap, stream_);
+                 });
+    }
     // Split along the keys, as the engine launches it (a workspace and its longest sequence).
     const PrefillSplitShape shape{batch, rows, max_new, heads, c.kv_heads, d,
                                   *std::max_element(c.lengths.begin(), c.lengths.end())};

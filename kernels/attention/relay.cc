@@ -59,11 +59,12 @@ int SystemSplits(const RelayShape& s, int blocks_per_sm = kSysBlocksPerSm) {
 // SM in every form): the count that finishes soonest, counting its key tiles a block times
 // the rounds its blocks take on the device (a split that leaves a second round of a few
 // blocks takes twice the time of one that does not), the fewest parts among equals.
-// tile_rows: the form's query rows a block (64, or 128 for two warpgroups).
-int ThreeLaunchSplits(const RelayShape& s, int tile_rows) {
+// tile_rows: the form's query rows a block (64, or 128 for two warpgroups); blocks_per_sm:
+// how many of its blocks an SM holds.
+int ThreeLaunchSplits(const RelayShape& s, int tile_rows, int blocks_per_sm) {
   if (s.groups <= 0 || s.kv_heads <= 0) return 1;
   const int64_t blocks = SystemBlocks(s, tile_rows);
-  const int64_t slots = int64_t{kSysBlocksPerSm} * CurrentDeviceSmCount();
+  const int64_t slots = int64_t{blocks_per_sm} * CurrentDeviceSmCount();
   const int64_t key_tiles = std::max<int64_t>(1, (s.max_prefix_tokens + 63) / 64);
   const int64_t most = std::clamp<int64_t>(s.max_prefix_tokens / kMinSplitKeys, 1, 64);
   int64_t best = 1, best_cost = std::numeric_limits<int64_t>::max();
@@ -77,7 +78,9 @@ int ThreeLaunchSplits(const RelayShape& s, int tile_rows) {
   return static_cast<int>(best);
 }
 int ThreeLaunchSplits(const RelayShape& s, internal::RelaySystemForm form) {
-  return ThreeLaunchSplits(s, form == internal::RelaySystemForm::kWgmma2 ? 128 : 64);
+  using Form = internal::RelaySystemForm;
+  if (form == Form::kWgmmaWs || form == Form::kWgmmaWsOverlap) return ThreeLaunchSplits(s, 128, 1);
+  return ThreeLaunchSplits(s, form == Form::kWgmma2 ? 128 : 64, kSysBlocksPerSm);
 }
 
 // The fused launch's parts along each row's own tokens, by the split-K decode's rule
@@ -108,7 +111,8 @@ bool FusedShape(const RelayShape& s) {
 }
 
 int64_t ThreeLaunchWorkspaceFloats(const RelayShape& s) {
-  const int splits = std::max(ThreeLaunchSplits(s, 64), ThreeLaunchSplits(s, 128));
+  const int splits = std::max({ThreeLaunchSplits(s, 64, kSysBlocksPerSm), ThreeLaunchSplits(s, 128, kSysBlocksPerSm),
+                               ThreeLaunchSplits(s, 128, 1)});
   return Align4Floats(DecodeWorkspaceFloats(s.rows, s.num_heads, s.head_dim, s.max_context_tokens)) +
          Align4Floats(int64_t{s.rows} * s.num_heads) +
          Align4Floats(int64_t{s.grouped_rows} * splits * s.num_heads * s.head_dim) +
@@ -214,7 +218,10 @@ absl::Status LaunchFused(const RelayDecodeParams& p, const RelayShape& shape, co
 cudaError_t LaunchSystemPart(const internal::PrefillTcParams& sys, internal::RelaySystemForm form,
                              cudaStream_t stream) {
   using Form = internal::RelaySystemForm;
-  if ((form == Form::kWgmma1 || form == Form::kWgmma2) && internal::PrefillWgmmaSupported(sys.head_dim)) {
+  if (form != Form::kMmaSync && internal::PrefillWgmmaSupported(sys.head_dim)) {
+    if (form == Form::kWgmmaWs || form == Form::kWgmmaWsOverlap) {
+      return internal::PagedPrefillAttentionWgmmaWsAsync(sys, form == Form::kWgmmaWsOverlap, stream);
+    }
     return internal::PagedPrefillAttentionWgmmaAsync(sys, form == Form::kWgmma2 ? 2 : 1, stream);
   }
   return internal::PagedPrefillAttentionTcAsync(sys, internal::PrefillTcTiles::k64Rows4Warps, stream);

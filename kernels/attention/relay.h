@@ -91,7 +91,9 @@ namespace internal {
 // block; mma.sync on a device without them). The wgmma form, a first one (no warp
 // specialisation, no overlap of the softmax with the products), measured slower than
 // mma.sync at every shape (docs/BENCHMARKS.md); relay_attention_bench keeps comparing.
-enum class RelaySystemForm { kMmaSync, kWgmma1, kWgmma2 };
+// kWgmmaWs: the warp-specialised form (a producer warpgroup, two consumers, 128-row tiles,
+// one block an SM); kWgmmaWsOverlap: the same with the softmax overlapping the products.
+enum class RelaySystemForm { kMmaSync, kWgmma1, kWgmma2, kWgmmaWs, kWgmmaWsOverlap };
 
 // The fused launch's balance, for relay_attention_bench's comparison of forms: blocks per
 // SM each part is split to give on its own, which part's blocks come first in the grid, or

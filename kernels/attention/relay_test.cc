@@ -21,6 +21,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -181,7 +182,9 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
     const std::vector<float> got_three = out_three.ToHost();
     test_support::ExpectAttentionNear(got_three, want, rows, heads, d, what + " (three launches vs CPU)");
     // The wgmma forms of the system part (mma.sync where the device has none).
-    for (internal::RelaySystemForm form : {internal::RelaySystemForm::kWgmma1, internal::RelaySystemForm::kWgmma2}) {
+    for (internal::RelaySystemForm form : {internal::RelaySystemForm::kWgmma1, internal::RelaySystemForm::kWgmma2,
+                                           internal::RelaySystemForm::kWgmmaWs,
+                                           internal::RelaySystemForm::kWgmmaWsOverlap}) {
       internal::RelayTuning t = three_launches;
       t.system_form = form;
       DeviceVector<float> out_form{std::vector<float>(q.size(), std::nanf(""))};
@@ -336,14 +339,18 @@ TEST_F(CudaRelayAttentionTest, EmptyContextsSeeTheirPrefixAlone) {
 // round of the SMs (two blocks each) where they can: a second round of a few blocks would
 // double its time. Llama-3-8B shapes (32 query heads, 8 KV heads): one group of `rows`.
 TEST_F(CudaRelayAttentionTest, SystemPartSplitsFillOneRoundOfTheSms) {
-  const int64_t slots = 2 * CurrentDeviceSmCount();
-  for (auto [rows, prefix] : {std::pair{64, 8192}, std::pair{32, 4096}, std::pair{8, 8192}, std::pair{64, 1024}}) {
-    const RelayShape shape{rows, 1, rows, rows, 32, 8, 128, 1024, prefix};
-    const int64_t blocks = (int64_t{rows} * 4 + 63) / 64 * 8;
-    const int parts = internal::RelaySystemSplits(shape, internal::RelaySystemForm::kMmaSync);
-    EXPECT_LE(blocks * parts, slots) << rows << " rows of a " << prefix << "-token prefix: " << parts << " parts";
-    EXPECT_GE(blocks * parts * 2, std::min<int64_t>(slots, blocks * (prefix / 256)))
-        << rows << " rows of a " << prefix << "-token prefix: " << parts << " parts leave most SMs idle";
+  // mma.sync: 64-row blocks, two an SM; the warp-specialised form: 128-row blocks, one an SM.
+  for (auto [form, tile_rows, per_sm] : {std::tuple{internal::RelaySystemForm::kMmaSync, 64, 2},
+                                         std::tuple{internal::RelaySystemForm::kWgmmaWs, 128, 1}}) {
+    const int64_t slots = int64_t{per_sm} * CurrentDeviceSmCount();
+    for (auto [rows, prefix] : {std::pair{64, 8192}, std::pair{32, 4096}, std::pair{8, 8192}, std::pair{64, 1024}}) {
+      const RelayShape shape{rows, 1, rows, rows, 32, 8, 128, 1024, prefix};
+      const int64_t blocks = (int64_t{rows} * 4 + tile_rows - 1) / tile_rows * 8;
+      const int parts = internal::RelaySystemSplits(shape, form);
+      EXPECT_LE(blocks * parts, slots) << rows << " rows of a " << prefix << "-token prefix: " << parts << " parts";
+      EXPECT_GE(blocks * parts * 2, std::min<int64_t>(slots, blocks * (prefix / 256)))
+          << rows << " rows of a " << prefix << "-token prefix: " << parts << " parts leave most SMs idle";
+    }
   }
 }
 

@@ -165,8 +165,10 @@ int main(int argc, char** argv) {
       "relay vs a copy each | paper's bound | relay GB/s read | vs copy | same-size copy GB/s | "
       "vs same-size copy | rule takes relay | three launches (ms) | relay, graph (ms) | fused, one stream (ms) | "
       "three, system part beside (ms) | beside, system on wgmma (ms) | beside, system on wgmma x2 (ms) | "
-      "system part alone: mma.sync / wgmma / wgmma x2 (TFLOP/s) |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "beside, system warp-specialised (ms) | beside, warp-specialised + overlap (ms) | "
+      "three on one stream, warp-specialised + overlap (ms) | "
+      "system part alone: mma.sync / wgmma / wgmma x2 / warp-specialised / + overlap (TFLOP/s) |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const int kv_heads = 8, heads = 32, head_dim = 128, page = 16;
   const float scale = 0.088f;
   const double token_bytes = 2.0 * kv_heads * head_dim * 2;  // K and V, bf16
@@ -287,34 +289,55 @@ int main(int argc, char** argv) {
         beside_wgmma2.system_form = Form::kWgmma2;
         const float beside_wgmma_ms = MedianMs(stream, 20, [&] { relay(beside_wgmma); }, flush);
         const float beside_wgmma2_ms = MedianMs(stream, 20, [&] { relay(beside_wgmma2); }, flush);
+        strata::kernels::internal::RelayTuning beside_ws = beside, beside_ws_overlap = beside, three_ws_overlap;
+        beside_ws.system_form = Form::kWgmmaWs;
+        beside_ws_overlap.system_form = Form::kWgmmaWsOverlap;
+        three_ws_overlap.three_launches = true;
+        three_ws_overlap.system_form = Form::kWgmmaWsOverlap;
+        const float beside_ws_ms = MedianMs(stream, 20, [&] { relay(beside_ws); }, flush);
+        const float beside_ws_overlap_ms = MedianMs(stream, 20, [&] { relay(beside_ws_overlap); }, flush);
+        const float three_ws_overlap_ms = MedianMs(stream, 20, [&] { relay(three_ws_overlap); }, flush);
         // The system part alone (the group's rows against the prompt, split along it as the
         // launch splits it: two 64-row blocks an SM), in each form: its arithmetic rate.
         strata::kernels::PrefillAttentionTcParams sys_params{q,     prefixes, d_group_rows, 1,       batch, heads,
                                                              scale, batch,    nullptr,      nullptr};
         sys_params.all_keys = true;
         strata::kernels::internal::PrefillTcParams sys = strata::kernels::internal::ToTcParams(sys_params);
-        const int most_splits = std::max(
-            strata::kernels::internal::RelaySystemSplits(shape, Form::kMmaSync),
-            strata::kernels::internal::RelaySystemSplits(shape, Form::kWgmma2));
+        int most_splits = 1;
+        for (Form form : {Form::kMmaSync, Form::kWgmma2, Form::kWgmmaWs}) {
+          most_splits = std::max(most_splits, strata::kernels::internal::RelaySystemSplits(shape, form));
+        }
         sys.ws_o = Floats(int64_t{batch} * most_splits * heads * head_dim);
         sys.ws_lse = Floats(int64_t{batch} * most_splits * heads);
         const double sys_flop = 4.0 * batch * heads * prompt * head_dim;
-        auto sys_tflops = [&](int form) {
-          sys.key_splits =
-              strata::kernels::internal::RelaySystemSplits(shape, form == 2 ? Form::kWgmma2 : Form::kMmaSync);
+        auto sys_tflops = [&](Form form) {
+          namespace in = strata::kernels::internal;
+          sys.key_splits = in::RelaySystemSplits(shape, form);
           const float ms = MedianMs(
               stream, 20,
               [&] {
-                CHECK_CUDA(form == 0 ? strata::kernels::internal::PagedPrefillAttentionTcAsync(
-                                           sys, strata::kernels::internal::PrefillTcTiles::k64Rows4Warps, stream)
-                                     : strata::kernels::internal::PagedPrefillAttentionWgmmaAsync(sys, form, stream));
+                switch (form) {
+                  case Form::kMmaSync:
+                    CHECK_CUDA(in::PagedPrefillAttentionTcAsync(sys, in::PrefillTcTiles::k64Rows4Warps, stream));
+                    break;
+                  case Form::kWgmma1:
+                  case Form::kWgmma2:
+                    CHECK_CUDA(in::PagedPrefillAttentionWgmmaAsync(sys, form == Form::kWgmma2 ? 2 : 1, stream));
+                    break;
+                  case Form::kWgmmaWs:
+                  case Form::kWgmmaWsOverlap:
+                    CHECK_CUDA(in::PagedPrefillAttentionWgmmaWsAsync(sys, form == Form::kWgmmaWsOverlap, stream));
+                    break;
+                }
               },
               flush);
           return sys_flop / (ms * 1e-3) / 1e12;
         };
         const bool wgmma = strata::kernels::internal::PrefillWgmmaSupported(head_dim);
-        const double mma_tflops = sys_tflops(0), wgmma_tflops = wgmma ? sys_tflops(1) : 0,
-                     wgmma2_tflops = wgmma ? sys_tflops(2) : 0;
+        auto hopper_tflops = [&](Form form) { return wgmma ? sys_tflops(form) : 0.0; };
+        const double mma_tflops = sys_tflops(Form::kMmaSync), wgmma_tflops = hopper_tflops(Form::kWgmma1),
+                     wgmma2_tflops = hopper_tflops(Form::kWgmma2), ws_tflops = hopper_tflops(Form::kWgmmaWs),
+                     ws_overlap_tflops = hopper_tflops(Form::kWgmmaWsOverlap);
         CHECK_CUDA(cudaFree(sys.ws_o));
         CHECK_CUDA(cudaFree(sys.ws_lse));
         const double relay_bytes = token_bytes * (prompt + batch * ctx);
@@ -325,11 +348,12 @@ int main(int argc, char** argv) {
         const bool rule = batch >= 2 && (batch - 1) * prompt >= defaults.relay_min_saved_tokens;
         std::printf(
             "| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.2f | %.0f | %.2f | %s | %.3f | "
-            "%.3f | %.3f | %.3f | %.3f | %.3f | %.0f / %.0f / %.0f |\n",
+            "%.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f / %.0f / %.0f / %.0f / %.0f |\n",
             batch, static_cast<long long>(prompt), static_cast<long long>(ctx), shared_ms, copy_each_ms, relay_ms,
             shared_ms / relay_ms, copy_each_ms / relay_ms, bound, read_gbps, read_gbps / copy_gbps, same_size_gbps,
             read_gbps / same_size_gbps, rule ? "yes" : "no", three_ms, graph_ms, fused_ms, beside_ms, beside_wgmma_ms,
-            beside_wgmma2_ms, mma_tflops, wgmma_tflops, wgmma2_tflops);
+            beside_wgmma2_ms, beside_ws_ms, beside_ws_overlap_ms, three_ws_overlap_ms, mma_tflops, wgmma_tflops,
+            wgmma2_tflops, ws_tflops, ws_overlap_tflops);
         std::fflush(stdout);
         for (void* p :
              {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(d_shared_indptr),
