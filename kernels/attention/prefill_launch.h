@@ -54,19 +54,14 @@ enum class PrefillTcTiles { kAuto, k64Rows4Warps, k128Rows8Warps, k128Rows4Warps
 
 cudaError_t PagedPrefillAttentionTcAsync(const PrefillTcParams& p, PrefillTcTiles tiles, cudaStream_t stream);
 
-// The Hopper form (prefill_wgmma.cu, device code for sm_90a only): warp_groups (1 or 2)
-// warpgroups of 64 rows a block on wgmma, 64-key K/V tiles; the same outputs as the forms
-// above within bf16 rounding. head_dim 64 or 128, on a device of compute capability 9.0
-// (PrefillWgmmaSupported); cudaErrorInvalidValue for another head_dim or warp_groups.
+// The Hopper form (prefill_wgmma_ws.cu, device code for sm_90a only), warp-specialised: a
+// producer warpgroup gathers 64-key K/V tiles into four shared-memory stages for two
+// consumer warpgroups of 64 rows (128-row tiles, one block an SM), handing them over on
+// mbarriers; the same outputs as the forms above within bf16 rounding. head_dim 64 or 128,
+// on a device of compute capability 9.0 (PrefillWgmmaSupported); cudaErrorInvalidValue for
+// another head_dim.
 bool PrefillWgmmaSupported(int head_dim);
-cudaError_t PagedPrefillAttentionWgmmaAsync(const PrefillTcParams& p, int warp_groups, cudaStream_t stream);
-
-// The warp-specialised Hopper form (prefill_wgmma_ws.cu, sm_90a only): a producer
-// warpgroup gathers 64-key K/V tiles into four shared-memory stages for two consumer
-// warpgroups of 64 rows (128-row tiles, one block an SM), handing them over on mbarriers;
-// with `overlap` a consumer runs the next tile's Q K^T and this tile's P V on the tensor
-// cores while it computes the softmax. Same outputs and devices as the form above.
-cudaError_t PagedPrefillAttentionWgmmaWsAsync(const PrefillTcParams& p, bool overlap, cudaStream_t stream);
+cudaError_t PagedPrefillAttentionWgmmaWsAsync(const PrefillTcParams& p, cudaStream_t stream);
 
 // The decode (qo_indptr null, head_dim up to 128) in blocks of key_warps (2 or 4) warps that
 // split each part's key tiles between them and merge in shared memory (decode_tc.cu): the same

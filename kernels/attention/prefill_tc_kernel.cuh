@@ -49,7 +49,7 @@ __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint3
 }
 
 // Where a block of the prefill kernels works (PrefillTcBlock and the wgmma form,
-// prefill_wgmma.cu): its KV head and first query head, its sequence's new rows and keys, and
+// prefill_wgmma_ws.cu): its KV head and first query head, its sequence's new rows and keys, and
 // its range of key tiles.
 struct BlockTile {
   int kvh, hb;             // the KV head; the block's first query head

@@ -137,20 +137,11 @@ class CudaPrefillAttentionTest : public test_support::GpuTest {
         return internal::PagedPrefillAttentionTcAsync(p, tiles, stream_);
       });
     }
-    // The Hopper form (wgmma), one and two warpgroups a block, where the device has it.
-    for (int warp_groups : {1, 2}) {
-      if (!internal::PrefillWgmmaSupported(d)) break;
-      check_form(what + " wgmma, warpgroups " + std::to_string(warp_groups), [&](const internal::PrefillTcParams& p) {
-        return internal::PagedPrefillAttentionWgmmaAsync(p, warp_groups, stream_);
+    // The Hopper form (wgmma, warp-specialised), where the device has it.
+    if (internal::PrefillWgmmaSupported(d)) {
+      check_form(what + " wgmma warp-specialised", [&](const internal::PrefillTcParams& p) {
+        return internal::PagedPrefillAttentionWgmmaWsAsync(p, stream_);
       });
-    }
-    // The warp-specialised Hopper form, with and without the softmax overlapping the products.
-    for (bool overlap : {false, true}) {
-      if (!internal::PrefillWgmmaSupported(d)) break;
-      check_form(what + " wgmma warp-specialised, overlap " + std::to_string(overlap),
-                 [&](const internal::PrefillTcParams& p) {
-                   return internal::PagedPrefillAttentionWgmmaWsAsync(p, overlap, stream_);
-                 });
     }
     // Split along the keys, as the engine launches it (a workspace and its longest sequence).
     const PrefillSplitShape shape{batch, rows, max_new, heads, c.kv_heads, d,

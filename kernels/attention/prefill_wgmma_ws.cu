@@ -1,14 +1,19 @@
 // The paged prefill attention on Hopper's warpgroup products, warp-specialised (compiled for
 // sm_90a only): the form for relay attention's system part, where the arithmetic is the
-// limit. A block is three warpgroups: a producer that gathers the K/V tiles from the pages
-// into a ring of shared-memory stages, and two consumers of 64 query rows each that run the
-// products and the softmax on every tile the producer lands. Handoffs are mbarriers, one
-// "full" and one "empty" a stage, so no consumer ever waits on a copy it issued or on the
-// other consumer (FlashAttention-3's structure, here with cp.async gathers from 16-token
-// pages rather than TMA). With kOverlap a consumer issues the next tile's S = Q K^T before
-// the current tile's softmax, and its O += P V before the next softmax, so the tensor cores
-// work while the exp2s run. Same params, row packing, key splits and outputs as the mma.sync
-// kernel (prefill_tc_kernel.cuh); head_dim 64 and 128. Plain CUDA C++ (no Abseil).
+// limit (64 rows x 4 heads against 8K keys). A block is three warpgroups: a producer that
+// gathers the K/V tiles from the pages into a ring of shared-memory stages, and two
+// consumers of 64 query rows each that run the products and the softmax on every tile the
+// producer lands. Handoffs are mbarriers, one "full" and one "empty" a stage, so no consumer
+// waits on a copy it issued or on the other consumer (FlashAttention-3's structure, here
+// with cp.async gathers from the pages rather than TMA). The two consumers' products and
+// softmaxes interleave on the SM. Same params, row packing, key splits and outputs as the
+// mma.sync kernel (prefill_tc_kernel.cuh); head_dim 64 and 128. Plain CUDA C++ (no Abseil).
+//
+// Forms measured and not kept (docs/BENCHMARKS.md): FlashAttention-3's intra-warpgroup
+// overlap (the next tile's Q K^T and this tile's P V issued before the softmax; 10% slower
+// here), 128-key tiles (registers moved to the consumers with setmaxnreg; ptxas still
+// allocates 168 a thread and spills; 12% slower), and a first form without warp
+// specialisation in core-matrix (unswizzled) layout (110-130 TFLOP/s against this one's 276).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -23,16 +28,17 @@
 namespace strata::kernels::internal {
 namespace prefill_wgmma_ws {
 
-constexpr int kKeyTile = 64;    // keys a K/V tile
-constexpr int kConsumers = 2;   // consumer warpgroups, 64 query rows each
+constexpr int kConsumers = 2;  // consumer warpgroups, 64 query rows each
 constexpr int kTileRows = 64 * kConsumers;
 constexpr int kThreads = 128 * (kConsumers + 1);
-constexpr int kStages = 4;
+constexpr int kMaxSmem = 227 * 1024;  // a block's shared memory on sm_90
 
-template <int kHeadDim>
-constexpr int SmemBytes() {  // 1 KB to align the base, Q tile, the K and V stages, then the barriers
-  return 1024 + (kTileRows + 2 * kStages * kKeyTile) * kHeadDim * 2 + 2 * kStages * 8;
+// Bytes of shared memory: 1 KB to align the base, the Q tile, the K and V stages, the barriers.
+constexpr int SmemBytes(int head_dim, int key_tile, int stages) {
+  return 1024 + (kTileRows + 2 * stages * key_tile) * head_dim * 2 + 2 * stages * 8;
 }
+constexpr int kKeyTile = 64;  // keys a K/V tile
+constexpr int kStages = 4;
 
 // Where element (row, col) of a tile of `rows` rows sits, in bytes from the tile's start: the
 // 128-byte swizzle layout (wgmma.cuh), one region of rows x 128 bytes for each 64 columns.
@@ -41,17 +47,18 @@ __device__ __forceinline__ uint32_t SwizzledOffset(int row, int col, int rows) {
                                (col % 8) * 2);
 }
 
-// The online softmax of one 64 x kKeyTile score tile in the wgmma accumulator layout
+// The online softmax of one 64 x (2 kSFloats) score tile in the wgmma accumulator layout
 // (wgmma.cuh): s becomes exp2((s - max) * scale log2 e) of each row's running maximum, the
 // row sums take the tile, and alpha[h] is what the row's earlier output must be scaled by.
 // In log2 units, as PrefillTcBlock's.
-__device__ __forceinline__ void SoftmaxTile(float (&s)[kKeyTile / 2], float (&row_max)[2], float (&row_sum)[2],
+template <int kSFloats>
+__device__ __forceinline__ void SoftmaxTile(float (&s)[kSFloats], float (&row_max)[2], float (&row_sum)[2],
                                             float (&alpha)[2], float scale_log2) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float mx = row_max[h];
 #pragma unroll
-    for (int j = 0; j < kKeyTile / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    for (int j = 0; j < kSFloats / 4; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_use = mx == -INFINITY ? 0.0f : mx;
@@ -60,7 +67,7 @@ __device__ __forceinline__ void SoftmaxTile(float (&s)[kKeyTile / 2], float (&ro
     const float bias = m_use * scale_log2;
     float sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kKeyTile / 8; ++j) {
+    for (int j = 0; j < kSFloats / 4; ++j) {
       s[4 * j + 2 * h] = FastExp2(fmaf(s[4 * j + 2 * h], scale_log2, -bias));
       s[4 * j + 2 * h + 1] = FastExp2(fmaf(s[4 * j + 2 * h + 1], scale_log2, -bias));
       sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
@@ -93,7 +100,7 @@ __device__ __forceinline__ void Rescale(float (&o)[kOFloats], const float (&alph
 // proxy fence: the products read through the async proxy), empty[s] when the consumers'
 // eight warps are done reading it (their products waited). Tile i is in phase i / kStages
 // of its stage's barriers.
-template <int kHeadDim, int kGroup, bool kOverlap>
+template <int kHeadDim, int kGroup>
 __global__ void __launch_bounds__(kThreads, 1) PagedPrefillWgmmaWsKernel(const PrefillTcParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -133,14 +140,13 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillWgmmaWsKernel(const P
     const int64_t row_elems = int64_t{p.kv_heads} * kHeadDim;
     const int copy_chunk = tid % kChunks;
     auto copy_key = [&](int j) { return (tid + j * kProducers) / kChunks; };
-    int64_t row_at[kCopies];
+    int32_t slot_at[kCopies];  // the pool row (page * page_size + token in page) of each copy's key
     auto fetch_rows = [&](int kt) {
 #pragma unroll
       for (int j = 0; j < kCopies; ++j) {
         const int t = kt * kKeyTile + copy_key(j), at_token = t < len ? t : 0;
         const int page = p.indices[first_page + at_token / p.page_size];
-        row_at[j] = (int64_t{page} * p.page_size + at_token % p.page_size) * row_elems +
-                    int64_t{at.kvh} * kHeadDim + copy_chunk * 8;
+        slot_at[j] = page * p.page_size + at_token % p.page_size;
       }
     };
     if (tiles > 0) fetch_rows(kt_begin);
@@ -163,8 +169,9 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillWgmmaWsKernel(const P
       for (int j = 0; j < kCopies; ++j) {
         const uint32_t to = SwizzledOffset(copy_key(j), copy_chunk * 8, kKeyTile);
         const bool valid = kt * kKeyTile + copy_key(j) < len;
-        CpAsync16(dk + to, p.k_pages + row_at[j], valid);
-        CpAsync16(dv + to, p.v_pages + row_at[j], valid);
+        const int64_t from = int64_t{slot_at[j]} * row_elems + at.kvh * kHeadDim + copy_chunk * 8;
+        CpAsync16(dk + to, p.k_pages + from, valid);
+        CpAsync16(dv + to, p.v_pages + from, valid);
       }
       CpAsyncCommit();
       if (i + 1 < tiles) fetch_rows(kt + 1);
@@ -182,15 +189,22 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillWgmmaWsKernel(const P
   const int c = wg - 1;
   const int row0 = at.m0 + c * 64;  // the consumer's first packed row
   unsigned char* q_tile = s_q + c * 64 * kHeadDim * 2;
-  for (int i = tid - 128 * wg; i < 64 * kHeadDim / 4; i += 128) {
-    const int row = i / (kHeadDim / 4), col = i % (kHeadDim / 4) * 4;
+  // Q: every load issued before the first store (16 float4 a thread at head_dim 128).
+  constexpr int kQLoads = 64 * kHeadDim / 4 / 128;
+  float4 qv[kQLoads];
+#pragma unroll
+  for (int j = 0; j < kQLoads; ++j) {
+    const int i = tid - 128 * wg + j * 128, row = i / (kHeadDim / 4), col = i % (kHeadDim / 4) * 4;
     const int m = row0 + row, token = m / kGroup, g = m % kGroup;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (token < at.new_tokens) {
-      v = *reinterpret_cast<const float4*>(p.q + ((int64_t{at.q_begin} + token) * p.num_heads + at.hb + g) * kHeadDim +
-                                           col);
-    }
-    *reinterpret_cast<uint2*>(q_tile + SwizzledOffset(row, col, 64)) = make_uint2(prefill_tc::PackBf16(v.x, v.y), prefill_tc::PackBf16(v.z, v.w));
+    qv[j] = token < at.new_tokens ? *reinterpret_cast<const float4*>(
+                                        p.q + ((int64_t{at.q_begin} + token) * p.num_heads + at.hb + g) * kHeadDim + col)
+                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+#pragma unroll
+  for (int j = 0; j < kQLoads; ++j) {
+    const int i = tid - 128 * wg + j * 128, row = i / (kHeadDim / 4), col = i % (kHeadDim / 4) * 4;
+    *reinterpret_cast<uint2*>(q_tile + SwizzledOffset(row, col, 64)) =
+        make_uint2(prefill_tc::PackBf16(qv[j].x, qv[j].y), prefill_tc::PackBf16(qv[j].z, qv[j].w));
   }
   wgmma::FenceSharedForAsync();
   mbarrier::NamedSync(1 + c, 128);
@@ -219,8 +233,9 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillWgmmaWsKernel(const P
 #pragma unroll
     for (int ks = 0; ks < kDimSteps; ++ks) {
       const int at_k = ks / 4 * 64 * 128 + ks % 4 * 32;
-      wgmma::WgmmaSS64(s, wgmma::DescSw128(q_tile + at_k, 16, 1024),
-                       wgmma::DescSw128(k_tile + ks / 4 * kKeyTile * 128 + ks % 4 * 32, 16, 1024), ks > 0);
+      const uint64_t q_desc = wgmma::DescSw128(q_tile + at_k, 16, 1024);
+      const uint64_t k_desc = wgmma::DescSw128(k_tile + ks / 4 * kKeyTile * 128 + ks % 4 * 32, 16, 1024);
+      wgmma::WgmmaSS64(s, q_desc, k_desc, ks > 0);
     }
   };
   auto issue_pv = [&](int i) {  // O += P V of tile i
@@ -255,72 +270,25 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillWgmmaWsKernel(const P
     if (lane == 0) mbarrier::Arrive(&empty[i % kStages]);
   };
 
-  if constexpr (kOverlap) {
-    if (tiles > 0) {
-      wait_full(0);
-      wgmma::PinOperands(s);
-      wgmma::Fence();
-      issue_s(0);
-      wgmma::Commit();
-      wgmma::Wait<0>();
-      wgmma::PinOperands(s);
-      mask(0);
-      SoftmaxTile(s, row_max, row_sum, alpha, scale_log2);
-      pack_p();
-    }
-    for (int i = 0; i + 1 < tiles; ++i) {
-      // The tensor cores take S of the next tile and this tile's P V while the softmax
-      // below runs.
-      wait_full(i + 1);
-      wgmma::PinOperands(s);
-      wgmma::Fence();
-      issue_s(i + 1);
-      wgmma::Commit();
-      wgmma::PinOperands(o);
-      wgmma::Fence();
-      issue_pv(i);
-      wgmma::Commit();
-      wgmma::Wait<1>();  // S of the next tile (the older group)
-      wgmma::PinOperands(s);
-      mask(i + 1);
-      SoftmaxTile(s, row_max, row_sum, alpha, scale_log2);
-      wgmma::Wait<0>();
-      wgmma::PinOperands(o);
-      wgmma::PinOperands(s);
-      release(i);
-      Rescale(o, alpha);
-      pack_p();
-    }
-    if (tiles > 0) {
-      wgmma::PinOperands(o);
-      wgmma::Fence();
-      issue_pv(tiles - 1);
-      wgmma::Commit();
-      wgmma::Wait<0>();
-      wgmma::PinOperands(o);
-      release(tiles - 1);
-    }
-  } else {
-    for (int i = 0; i < tiles; ++i) {
-      wait_full(i);
-      wgmma::PinOperands(s);
-      wgmma::Fence();
-      issue_s(i);
-      wgmma::Commit();
-      wgmma::Wait<0>();
-      wgmma::PinOperands(s);
-      mask(i);
-      SoftmaxTile(s, row_max, row_sum, alpha, scale_log2);
-      Rescale(o, alpha);
-      pack_p();
-      wgmma::PinOperands(o);
-      wgmma::Fence();
-      issue_pv(i);
-      wgmma::Commit();
-      wgmma::Wait<0>();
-      wgmma::PinOperands(o);
-      release(i);
-    }
+  for (int i = 0; i < tiles; ++i) {
+    wait_full(i);
+    wgmma::PinOperands(s);
+    wgmma::Fence();
+    issue_s(i);
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::PinOperands(s);
+    mask(i);
+    SoftmaxTile(s, row_max, row_sum, alpha, scale_log2);
+    Rescale(o, alpha);
+    pack_p();
+    wgmma::PinOperands(o);
+    wgmma::Fence();
+    issue_pv(i);
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::PinOperands(o);
+    release(i);
   }
 
 #pragma unroll
@@ -331,10 +299,11 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillWgmmaWsKernel(const P
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
-template <int kHeadDim, int kGroup, bool kOverlap>
+template <int kHeadDim, int kGroup>
 cudaError_t Launch(const PrefillTcParams& p, cudaStream_t stream) {
-  constexpr int kSmem = SmemBytes<kHeadDim>();
-  auto* kernel = PagedPrefillWgmmaWsKernel<kHeadDim, kGroup, kOverlap>;
+  constexpr int kSmem = SmemBytes(kHeadDim, kKeyTile, kStages);
+  static_assert(kSmem <= kMaxSmem);
+  auto* kernel = PagedPrefillWgmmaWsKernel<kHeadDim, kGroup>;
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       e != cudaSuccess) {
     return e;
@@ -350,18 +319,27 @@ cudaError_t Launch(const PrefillTcParams& p, cudaStream_t stream) {
 }
 
 template <int kHeadDim>
-cudaError_t LaunchHeadDim(const PrefillTcParams& p, bool overlap, cudaStream_t stream) {
-  STRATA_DISPATCH_GQA_GROUP_SIZE(GqaSubgroupSize(p.num_heads / p.kv_heads), kGroup, {
-    return overlap ? Launch<kHeadDim, kGroup, true>(p, stream) : Launch<kHeadDim, kGroup, false>(p, stream);
-  })
+cudaError_t LaunchHeadDim(const PrefillTcParams& p, cudaStream_t stream) {
+  STRATA_DISPATCH_GQA_GROUP_SIZE(GqaSubgroupSize(p.num_heads / p.kv_heads), kGroup,
+                                 { return Launch<kHeadDim, kGroup>(p, stream); })
   return cudaErrorInvalidValue;
 }
 
 }  // namespace prefill_wgmma_ws
 
-cudaError_t PagedPrefillAttentionWgmmaWsAsync(const PrefillTcParams& p, bool overlap, cudaStream_t stream) {
-  if (p.head_dim == 64) return prefill_wgmma_ws::LaunchHeadDim<64>(p, overlap, stream);
-  if (p.head_dim == 128) return prefill_wgmma_ws::LaunchHeadDim<128>(p, overlap, stream);
+bool PrefillWgmmaSupported(int head_dim) {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    return false;
+  }
+  return major == 9 && minor == 0 && (head_dim == 64 || head_dim == 128);
+}
+
+cudaError_t PagedPrefillAttentionWgmmaWsAsync(const PrefillTcParams& p, cudaStream_t stream) {
+  if (p.head_dim == 64) return prefill_wgmma_ws::LaunchHeadDim<64>(p, stream);
+  if (p.head_dim == 128) return prefill_wgmma_ws::LaunchHeadDim<128>(p, stream);
   return cudaErrorInvalidValue;
 }
 

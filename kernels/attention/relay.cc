@@ -78,9 +78,8 @@ int ThreeLaunchSplits(const RelayShape& s, int tile_rows, int blocks_per_sm) {
   return static_cast<int>(best);
 }
 int ThreeLaunchSplits(const RelayShape& s, internal::RelaySystemForm form) {
-  using Form = internal::RelaySystemForm;
-  if (form == Form::kWgmmaWs || form == Form::kWgmmaWsOverlap) return ThreeLaunchSplits(s, 128, 1);
-  return ThreeLaunchSplits(s, form == Form::kWgmma2 ? 128 : 64, kSysBlocksPerSm);
+  if (form == internal::RelaySystemForm::kWgmmaWs) return ThreeLaunchSplits(s, 128, 1);
+  return ThreeLaunchSplits(s, 64, kSysBlocksPerSm);
 }
 
 // The fused launch's parts along each row's own tokens, by the split-K decode's rule
@@ -111,8 +110,7 @@ bool FusedShape(const RelayShape& s) {
 }
 
 int64_t ThreeLaunchWorkspaceFloats(const RelayShape& s) {
-  const int splits = std::max({ThreeLaunchSplits(s, 64, kSysBlocksPerSm), ThreeLaunchSplits(s, 128, kSysBlocksPerSm),
-                               ThreeLaunchSplits(s, 128, 1)});
+  const int splits = std::max(ThreeLaunchSplits(s, 64, kSysBlocksPerSm), ThreeLaunchSplits(s, 128, 1));
   return Align4Floats(DecodeWorkspaceFloats(s.rows, s.num_heads, s.head_dim, s.max_context_tokens)) +
          Align4Floats(int64_t{s.rows} * s.num_heads) +
          Align4Floats(int64_t{s.grouped_rows} * splits * s.num_heads * s.head_dim) +
@@ -213,16 +211,12 @@ absl::Status LaunchFused(const RelayDecodeParams& p, const RelayShape& shape, co
   return absl::OkStatus();
 }
 
-// The system part's kernel (RelaySystemForm): the wgmma forms only where asked for and the
-// device has them.
+// The system part's kernel (RelaySystemForm): the Hopper form only where asked for and the
+// device has it.
 cudaError_t LaunchSystemPart(const internal::PrefillTcParams& sys, internal::RelaySystemForm form,
                              cudaStream_t stream) {
-  using Form = internal::RelaySystemForm;
-  if (form != Form::kMmaSync && internal::PrefillWgmmaSupported(sys.head_dim)) {
-    if (form == Form::kWgmmaWs || form == Form::kWgmmaWsOverlap) {
-      return internal::PagedPrefillAttentionWgmmaWsAsync(sys, form == Form::kWgmmaWsOverlap, stream);
-    }
-    return internal::PagedPrefillAttentionWgmmaAsync(sys, form == Form::kWgmma2 ? 2 : 1, stream);
+  if (form == internal::RelaySystemForm::kWgmmaWs && internal::PrefillWgmmaSupported(sys.head_dim)) {
+    return internal::PagedPrefillAttentionWgmmaWsAsync(sys, stream);
   }
   return internal::PagedPrefillAttentionTcAsync(sys, internal::PrefillTcTiles::k64Rows4Warps, stream);
 }

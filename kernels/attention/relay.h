@@ -87,13 +87,11 @@ int64_t RelayDecodeWorkspaceFloats(const RelayShape& s);
 
 namespace internal {
 // The three launches' system part: the mma.sync kernel's 64-row tiles (the launch's), or
-// Hopper's warpgroup products (prefill_launch.h's wgmma form, one or two warpgroups a
-// block; mma.sync on a device without them). The wgmma form, a first one (no warp
-// specialisation, no overlap of the softmax with the products), measured slower than
-// mma.sync at every shape (docs/BENCHMARKS.md); relay_attention_bench keeps comparing.
-// kWgmmaWs: the warp-specialised form (a producer warpgroup, two consumers, 128-row tiles,
-// one block an SM); kWgmmaWsOverlap: the same with the softmax overlapping the products.
-enum class RelaySystemForm { kMmaSync, kWgmma1, kWgmma2, kWgmmaWs, kWgmmaWsOverlap };
+// Hopper's warp-specialised wgmma form (prefill_launch.h; 128-row tiles, one block an SM;
+// mma.sync on a device without it). The Hopper form is 1.5x mma.sync's rate at 64 rows of
+// an 8K prompt, but beside the decode in the server it lost (docs/BENCHMARKS.md), so only
+// relay_attention_bench and the tests take it.
+enum class RelaySystemForm { kMmaSync, kWgmmaWs };
 
 // The fused launch's balance, for relay_attention_bench's comparison of forms: blocks per
 // SM each part is split to give on its own, which part's blocks come first in the grid, or

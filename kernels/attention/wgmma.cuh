@@ -1,15 +1,15 @@
 // Hopper's warpgroup matrix products (PTX wgmma, sm_90a only) for the attention kernels:
-// shared-memory descriptors of the no-swizzle canonical layout, the fences and group waits,
-// and the bf16 products the kernels use. Plain CUDA C++, device code only; compile only in
-// a translation unit built for sm_90a (prefill_wgmma.cu).
+// shared-memory descriptors, the fences and group waits, and the bf16 products the kernels
+// use. Plain CUDA C++, device code only; compile only in a translation unit built for
+// sm_90a (prefill_wgmma_ws.cu).
 //
-// Layout. An operand tile in shared memory is a grid of core matrices: 8 rows of 16 bytes
-// (8 bf16), 128 contiguous bytes. The descriptor's leading byte offset (LBO) is the step
-// between core matrices along K (the reduced dimension), its stride byte offset (SBO) the
-// step along M or N (PTX ISA, "Matrix Descriptor Format" and "Canonical Layouts": no
-// swizzle, ((8,m),(T,2k)):((1T,SBO),(1,LBO)) K-major and ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))
-// MN-major). In a K-major tile a core matrix's rows are M/N rows and its 16 bytes run
-// along K; in an MN-major tile its rows are K rows and its bytes run along M/N.
+// Layout. Operand tiles are in the 128-byte swizzle layout (DescSw128): rows of 128 bytes
+// whose 16-byte chunks are permuted by the row's index mod 8, in 1024-byte atoms of 8 rows
+// (PTX ISA, "Matrix Descriptor Format" and "Shared Memory Matrix Layout"; the unswizzled
+// core-matrix layout was measured 30% slower: whole rows of the pages then cannot be copied
+// by neighbouring threads without bank conflicts). A K-major tile's rows are M/N rows
+// running along K (the reduced dimension); an MN-major tile's rows are K rows running along
+// M/N.
 //
 // Accumulators: a 64 x N fp32 product is N / 2 floats a thread; warp w of the warpgroup
 // holds rows 16w..16w+15 as mma.sync m16n8's accumulator does, repeated over the N / 8
@@ -24,8 +24,7 @@
 
 namespace strata::kernels::internal::wgmma {
 
-// The descriptor of a no-swizzle tile starting at `smem` (16-byte aligned), LBO and SBO in
-// bytes (multiples of 16).
+// A descriptor's address and byte offsets (multiples of 16), no swizzle bits.
 __device__ __forceinline__ uint64_t Desc(const void* smem, uint32_t lbo, uint32_t sbo) {
   const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   return static_cast<uint64_t>((at & 0x3ffffu) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |

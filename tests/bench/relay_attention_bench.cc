@@ -15,8 +15,10 @@
 // captured in a CUDA graph and replayed (as the decode graphs run it), and the two forms
 // the launch chooses between given a side stream (the "relay" column: the model's choice):
 // the fused launch on one stream, and the three launches with the system part on the side
-// stream beside the decode. L2 is
-// flushed before each timed run. K and V are random bf16 (a 64 MiB random block repeated
+// stream beside the decode; then the three launches with the system part on Hopper's
+// warp-specialised wgmma form, beside the decode and after it, the best of all these forms
+// (bytes read over its time, and as a share of the copy rate), and the system part alone in
+// each form as TFLOP/s. L2 is flushed before each timed run. K and V are random bf16 (a 64 MiB random block repeated
 // through the pool).
 //
 //   build/tests/bench/relay_attention_bench           (needs a CUDA device; says so otherwise)
@@ -164,11 +166,9 @@ int main(int argc, char** argv) {
       "| batch | S | ctx | plain, shared pages (ms) | plain, a copy each (ms) | relay (ms) | relay vs shared pages | "
       "relay vs a copy each | paper's bound | relay GB/s read | vs copy | same-size copy GB/s | "
       "vs same-size copy | rule takes relay | three launches (ms) | relay, graph (ms) | fused, one stream (ms) | "
-      "three, system part beside (ms) | beside, system on wgmma (ms) | beside, system on wgmma x2 (ms) | "
-      "beside, system warp-specialised (ms) | beside, warp-specialised + overlap (ms) | "
-      "three on one stream, warp-specialised + overlap (ms) | "
-      "system part alone: mma.sync / wgmma / wgmma x2 / warp-specialised / + overlap (TFLOP/s) |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "three, system part beside (ms) | beside, system part on wgmma (ms) | three, system part on wgmma (ms) | "
+      "best form: GB/s read, vs copy | system part alone: mma.sync / wgmma (TFLOP/s) |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const int kv_heads = 8, heads = 32, head_dim = 128, page = 16;
   const float scale = 0.088f;
   const double token_bytes = 2.0 * kv_heads * head_dim * 2;  // K and V, bf16
@@ -284,19 +284,12 @@ int main(int argc, char** argv) {
         beside.three_launches = beside.beside = true;
         const float beside_ms = MedianMs(stream, 20, [&] { relay(beside); }, flush);
         using Form = strata::kernels::internal::RelaySystemForm;
-        strata::kernels::internal::RelayTuning beside_wgmma = beside, beside_wgmma2 = beside;
-        beside_wgmma.system_form = Form::kWgmma1;
-        beside_wgmma2.system_form = Form::kWgmma2;
-        const float beside_wgmma_ms = MedianMs(stream, 20, [&] { relay(beside_wgmma); }, flush);
-        const float beside_wgmma2_ms = MedianMs(stream, 20, [&] { relay(beside_wgmma2); }, flush);
-        strata::kernels::internal::RelayTuning beside_ws = beside, beside_ws_overlap = beside, three_ws_overlap;
-        beside_ws.system_form = Form::kWgmmaWs;
-        beside_ws_overlap.system_form = Form::kWgmmaWsOverlap;
-        three_ws_overlap.three_launches = true;
-        three_ws_overlap.system_form = Form::kWgmmaWsOverlap;
+        // The system part on Hopper's warp-specialised form: beside the decode, and after it.
+        strata::kernels::internal::RelayTuning beside_ws = beside, three_ws;
+        beside_ws.system_form = three_ws.system_form = Form::kWgmmaWs;
+        three_ws.three_launches = true;
         const float beside_ws_ms = MedianMs(stream, 20, [&] { relay(beside_ws); }, flush);
-        const float beside_ws_overlap_ms = MedianMs(stream, 20, [&] { relay(beside_ws_overlap); }, flush);
-        const float three_ws_overlap_ms = MedianMs(stream, 20, [&] { relay(three_ws_overlap); }, flush);
+        const float three_ws_ms = MedianMs(stream, 20, [&] { relay(three_ws); }, flush);
         // The system part alone (the group's rows against the prompt, split along it as the
         // launch splits it: two 64-row blocks an SM), in each form: its arithmetic rate.
         strata::kernels::PrefillAttentionTcParams sys_params{q,     prefixes, d_group_rows, 1,       batch, heads,
@@ -304,7 +297,7 @@ int main(int argc, char** argv) {
         sys_params.all_keys = true;
         strata::kernels::internal::PrefillTcParams sys = strata::kernels::internal::ToTcParams(sys_params);
         int most_splits = 1;
-        for (Form form : {Form::kMmaSync, Form::kWgmma2, Form::kWgmmaWs}) {
+        for (Form form : {Form::kMmaSync, Form::kWgmmaWs}) {
           most_splits = std::max(most_splits, strata::kernels::internal::RelaySystemSplits(shape, form));
         }
         sys.ws_o = Floats(int64_t{batch} * most_splits * heads * head_dim);
@@ -316,28 +309,15 @@ int main(int argc, char** argv) {
           const float ms = MedianMs(
               stream, 20,
               [&] {
-                switch (form) {
-                  case Form::kMmaSync:
-                    CHECK_CUDA(in::PagedPrefillAttentionTcAsync(sys, in::PrefillTcTiles::k64Rows4Warps, stream));
-                    break;
-                  case Form::kWgmma1:
-                  case Form::kWgmma2:
-                    CHECK_CUDA(in::PagedPrefillAttentionWgmmaAsync(sys, form == Form::kWgmma2 ? 2 : 1, stream));
-                    break;
-                  case Form::kWgmmaWs:
-                  case Form::kWgmmaWsOverlap:
-                    CHECK_CUDA(in::PagedPrefillAttentionWgmmaWsAsync(sys, form == Form::kWgmmaWsOverlap, stream));
-                    break;
-                }
+                CHECK_CUDA(form == Form::kMmaSync
+                               ? in::PagedPrefillAttentionTcAsync(sys, in::PrefillTcTiles::k64Rows4Warps, stream)
+                               : in::PagedPrefillAttentionWgmmaWsAsync(sys, stream));
               },
               flush);
           return sys_flop / (ms * 1e-3) / 1e12;
         };
         const bool wgmma = strata::kernels::internal::PrefillWgmmaSupported(head_dim);
-        auto hopper_tflops = [&](Form form) { return wgmma ? sys_tflops(form) : 0.0; };
-        const double mma_tflops = sys_tflops(Form::kMmaSync), wgmma_tflops = hopper_tflops(Form::kWgmma1),
-                     wgmma2_tflops = hopper_tflops(Form::kWgmma2), ws_tflops = hopper_tflops(Form::kWgmmaWs),
-                     ws_overlap_tflops = hopper_tflops(Form::kWgmmaWsOverlap);
+        const double mma_tflops = sys_tflops(Form::kMmaSync), ws_tflops = wgmma ? sys_tflops(Form::kWgmmaWs) : 0.0;
         CHECK_CUDA(cudaFree(sys.ws_o));
         CHECK_CUDA(cudaFree(sys.ws_lse));
         const double relay_bytes = token_bytes * (prompt + batch * ctx);
@@ -345,15 +325,16 @@ int main(int argc, char** argv) {
         const double s = static_cast<double>(prompt), c = static_cast<double>(ctx);
         const double bound = (s + c + 2) / (s / batch + c + 7);
         const double read_gbps = relay_bytes / (relay_ms * 1e-3) / 1e9;
+        const double best_ms = std::min({relay_ms, graph_ms, three_ms, fused_ms, beside_ms, beside_ws_ms, three_ws_ms});
+        const double best_gbps = relay_bytes / (best_ms * 1e-3) / 1e9;
         const bool rule = batch >= 2 && (batch - 1) * prompt >= defaults.relay_min_saved_tokens;
         std::printf(
             "| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.2f | %.0f | %.2f | %s | %.3f | "
-            "%.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f / %.0f / %.0f / %.0f / %.0f |\n",
+            "%.3f | %.3f | %.3f | %.3f | %.3f | %.0f, %.2f | %.0f / %.0f |\n",
             batch, static_cast<long long>(prompt), static_cast<long long>(ctx), shared_ms, copy_each_ms, relay_ms,
             shared_ms / relay_ms, copy_each_ms / relay_ms, bound, read_gbps, read_gbps / copy_gbps, same_size_gbps,
-            read_gbps / same_size_gbps, rule ? "yes" : "no", three_ms, graph_ms, fused_ms, beside_ms, beside_wgmma_ms,
-            beside_wgmma2_ms, beside_ws_ms, beside_ws_overlap_ms, three_ws_overlap_ms, mma_tflops, wgmma_tflops,
-            wgmma2_tflops, ws_tflops, ws_overlap_tflops);
+            read_gbps / same_size_gbps, rule ? "yes" : "no", three_ms, graph_ms, fused_ms, beside_ms, beside_ws_ms,
+            three_ws_ms, best_gbps, best_gbps / copy_gbps, mma_tflops, ws_tflops);
         std::fflush(stdout);
         for (void* p :
              {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(d_shared_indptr),

@@ -231,7 +231,7 @@ run_bench_ssd() {
 # attention (relay; warm: the prompt computed before the run, as a registered prompt is),
 # shared pages read by each session (pages: --cuda_relay_attention=false), not shared
 # (none), and relay with its system part beside the decode from 32K of the rows' own tokens
-# (beside: --cuda_relay_beside_min_tokens=32768). Env PROMPT_S and PROMPT_MODES narrow it.
+# (beside: --cuda_relay_beside_min_tokens=32768). Env PROMPT_S and PROMPT_MODES narrow it; PROMPT_OWN sets the own tokens (128).
 run_prompts() {
   for S in ${PROMPT_S:-0 2048 4096}; do
     for mode in ${PROMPT_MODES:-relay warm pages none}; do
@@ -244,7 +244,7 @@ run_prompts() {
         none) flags="$flags --min_shared_prompt_tokens=0" ;;
         beside) flags="$flags --cuda_relay_beside_min_tokens=32768" ;;
       esac
-      "$B/strata" bench --sessions=64 --rate=1000 --turns=1 --prompt_tokens=128 --output_tokens=128 \
+      "$B/strata" bench --sessions=64 --rate=1000 --turns=1 --prompt_tokens="${PROMPT_OWN:-128}" --output_tokens=128 \
         --max_output_tokens=128 --max_context_tokens=16384 $sys --serve_flags="$flags" --json="$OUT/bench-prompts-$S-$mode.json" \
         >"$OUT/bench-prompts-$S-$mode.txt" 2>"$OUT/bench-prompts-$S-$mode.err"
       local rc=$?
