@@ -101,6 +101,13 @@ absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& param
   const PrefillSplitShape shape{batch, rows, max_new_tokens, num_heads, kv.kv_heads, kv.head_dim, params.max_keys};
   const int splits = params.workspace != nullptr ? PrefillKeySplits(shape) : 1;
   if (splits <= 1) {
+    // On Hopper the warp-specialised wgmma form: 1.4-1.8x the mma.sync forms' rate on 2K-8K
+    // prompts (docs/BENCHMARKS.md). Split launches keep the 64-row mma.sync blocks their
+    // split rule is measured for.
+    if (internal::PrefillWgmmaSupported(kv.head_dim)) {
+      STRATA_CUDA_RETURN_IF_ERROR(internal::PagedPrefillAttentionWgmmaWsAsync(p, stream));
+      return absl::OkStatus();
+    }
     STRATA_CUDA_RETURN_IF_ERROR(internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::kAuto, stream));
     return absl::OkStatus();
   }

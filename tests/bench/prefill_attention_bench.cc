@@ -86,8 +86,8 @@ int main() {
               gemm_tflops);
   std::printf(
       "| sequences x new (cached) | GFLOP | TC ms | TC TFLOP/s | vs cuBLAS | 64/4/64 ms | 128/8/64 ms | 128/4/32 ms | "
-      "128/4/64 ms | CUDA-core ms | TC speedup | TC vs CUDA-core |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "128/4/64 ms | wgmma, warp-specialised: ms, TFLOP/s | CUDA-core ms | TC speedup | TC vs CUDA-core |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 
   struct Shape {
     int sequences, new_tokens, cached;
@@ -143,6 +143,14 @@ int main() {
         CHECK_CUDA(sk::internal::PagedPrefillAttentionTcAsync(p, forms[t], stream));
       });
     }
+    // The Hopper form (sm_90a: prefill_wgmma_ws.cu), where the device has it.
+    float ws_ms = 0.0f;
+    if (sk::internal::PrefillWgmmaSupported(head_dim)) {
+      const sk::internal::PrefillTcParams p{q,     k,        v,     indptr,     indices, last,    qo,
+                                            page,  kv_heads, head_dim, heads, shape.sequences, shape.new_tokens,
+                                            scale, out_tc,   lse};
+      ws_ms = MedianMs(stream, 20, [&] { CHECK_CUDA(sk::internal::PagedPrefillAttentionWgmmaWsAsync(p, stream)); });
+    }
     const float cc_ms = MedianMs(stream, 3, [&] {
       CheckOk(sk::LaunchPagedPrefillAttention({q, kv, qo, shape.sequences, rows, heads, scale, len, ws, out_cc,
                                               nullptr}, stream));
@@ -156,9 +164,11 @@ int main() {
     CHECK_CUDA(cudaMemcpy(a.data(), out_tc, a.size() * sizeof(float), cudaMemcpyDeviceToHost));
     CHECK_CUDA(cudaMemcpy(b.data(), out_cc, b.size() * sizeof(float), cudaMemcpyDeviceToHost));
     const double tflops = flops / (tc_ms * 1e-3) / 1e12;
-    std::printf("| %d x %d (%d) | %.1f | %.3f | %.0f | %.2f | %.3f | %.3f | %.3f | %.3f | %.2f | %.0fx | %.1e |\n",
-                shape.sequences, shape.new_tokens, shape.cached, flops / 1e9, tc_ms, tflops, tflops / gemm_tflops,
-                tile_ms[0], tile_ms[1], tile_ms[2], tile_ms[3], cc_ms, cc_ms / tc_ms, RelativeDistance(a, b));
+    std::printf(
+        "| %d x %d (%d) | %.1f | %.3f | %.0f | %.2f | %.3f | %.3f | %.3f | %.3f | %.3f, %.0f | %.2f | %.0fx | %.1e |\n",
+        shape.sequences, shape.new_tokens, shape.cached, flops / 1e9, tc_ms, tflops, tflops / gemm_tflops, tile_ms[0],
+        tile_ms[1], tile_ms[2], tile_ms[3], ws_ms, ws_ms > 0 ? flops / (ws_ms * 1e-3) / 1e12 : 0.0, cc_ms,
+        cc_ms / tc_ms, RelativeDistance(a, b));
     for (void* ptr : {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(indptr),
                       static_cast<void*>(indices), static_cast<void*>(last), static_cast<void*>(qo),
                       static_cast<void*>(q), static_cast<void*>(out_tc), static_cast<void*>(out_cc),
