@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "kernels/attention/merge_launch.h"
 #include "kernels/attention/prefill_launch.h"
@@ -43,6 +44,31 @@ int PrefillKeySplits(const PrefillSplitShape& s) {
   const int64_t most = std::min<int64_t>(kPrefillMaxKeySplits, s.max_keys / kPrefillMinSplitKeys);
   return static_cast<int>(std::clamp<int64_t>(want, 1, std::max<int64_t>(1, most)));
 }
+
+namespace {
+
+// Parts along the keys for the wgmma form (128-row tiles, one block an SM), at most `most`
+// (PrefillKeySplits', which the workspace is sized for): the count that finishes soonest,
+// counting its 64-key tiles a block times the rounds its blocks take on the device, the
+// fewest parts among equals.
+int WgmmaKeySplits(const PrefillSplitShape& s, int most) {
+  if (most <= 1) return 1;
+  const int group = s.num_heads / s.kv_heads, subgroup = GqaSubgroupSize(group);
+  const int64_t blocks = (int64_t{s.max_new_tokens} * subgroup + 127) / 128 * s.kv_heads * (group / subgroup) * s.batch;
+  const int64_t slots = CurrentDeviceSmCount(), key_tiles = std::max<int64_t>(1, (s.max_keys + 63) / 64);
+  int best = 1;
+  int64_t best_cost = std::numeric_limits<int64_t>::max();
+  for (int parts = 1; parts <= most; ++parts) {
+    const int64_t cost = (blocks * parts + slots - 1) / slots * ((key_tiles + parts - 1) / parts);
+    if (cost < best_cost) {
+      best = parts;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+}  // namespace
 
 int64_t PrefillAttentionWorkspaceFloats(const PrefillSplitShape& s) {
   const int splits = PrefillKeySplits(s);
@@ -99,16 +125,15 @@ absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& param
   if (batch == 0 || rows == 0 || max_new_tokens == 0) return absl::OkStatus();
   internal::PrefillTcParams p = internal::ToTcParams(params);
   const PrefillSplitShape shape{batch, rows, max_new_tokens, num_heads, kv.kv_heads, kv.head_dim, params.max_keys};
-  const int splits = params.workspace != nullptr ? PrefillKeySplits(shape) : 1;
+  // On Hopper the warp-specialised wgmma form: 1.3-1.7x the mma.sync forms' rate
+  // (docs/BENCHMARKS.md), split by its own rule within the workspace's parts.
+  const bool hopper = internal::PrefillWgmmaSupported(kv.head_dim);
+  int splits = params.workspace != nullptr ? PrefillKeySplits(shape) : 1;
+  if (hopper) splits = WgmmaKeySplits(shape, splits);
   if (splits <= 1) {
-    // On Hopper the warp-specialised wgmma form: 1.4-1.8x the mma.sync forms' rate on 2K-8K
-    // prompts (docs/BENCHMARKS.md). Split launches keep the 64-row mma.sync blocks their
-    // split rule is measured for.
-    if (internal::PrefillWgmmaSupported(kv.head_dim)) {
-      STRATA_CUDA_RETURN_IF_ERROR(internal::PagedPrefillAttentionWgmmaWsAsync(p, stream));
-      return absl::OkStatus();
-    }
-    STRATA_CUDA_RETURN_IF_ERROR(internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::kAuto, stream));
+    STRATA_CUDA_RETURN_IF_ERROR(hopper ? internal::PagedPrefillAttentionWgmmaWsAsync(p, stream)
+                                       : internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::kAuto,
+                                                                                stream));
     return absl::OkStatus();
   }
   if (!AlignedTo(params.workspace, 16)) {
@@ -117,8 +142,9 @@ absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& param
   p.key_splits = splits;
   p.ws_o = params.workspace;
   p.ws_lse = params.workspace + PartFloats(shape, splits);
-  STRATA_CUDA_RETURN_IF_ERROR(
-      internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::k64Rows4Warps, stream));
+  STRATA_CUDA_RETURN_IF_ERROR(hopper ? internal::PagedPrefillAttentionWgmmaWsAsync(p, stream)
+                                     : internal::PagedPrefillAttentionTcAsync(
+                                           p, internal::PrefillTcTiles::k64Rows4Warps, stream));
   STRATA_CUDA_RETURN_IF_ERROR(
       internal::MergeStatesAsync(p.ws_o, p.ws_lse, splits, rows, num_heads, kv.head_dim, out, params.lse, stream));
   return absl::OkStatus();
