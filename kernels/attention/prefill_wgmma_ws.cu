@@ -32,14 +32,14 @@ namespace prefill_wgmma_ws {
 constexpr int kConsumers = 2;  // consumer warpgroups, 64 query rows each
 constexpr int kTileRows = 64 * kConsumers;
 constexpr int kThreads = 128 * (kConsumers + 1);
+constexpr int kKeyTile = 64;          // keys a K/V tile
+constexpr int kStages = 4;            // K/V tiles in flight or in use
 constexpr int kMaxSmem = 227 * 1024;  // a block's shared memory on sm_90
 
 // Bytes of shared memory: 1 KB to align the base, the Q tile, the K and V stages, the barriers.
-constexpr int SmemBytes(int head_dim, int key_tile, int stages) {
-  return 1024 + (kTileRows + 2 * stages * key_tile) * head_dim * 2 + 2 * stages * 8;
+constexpr int SmemBytes(int head_dim) {
+  return 1024 + (kTileRows + 2 * kStages * kKeyTile) * head_dim * 2 + 2 * kStages * 8;
 }
-constexpr int kKeyTile = 64;  // keys a K/V tile
-constexpr int kStages = 4;
 
 // Where element (row, col) of a tile of `rows` rows sits, in bytes from the tile's start: the
 // 128-byte swizzle layout (wgmma.cuh), one region of rows x 128 bytes for each 64 columns.
@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillWgmmaWsKernel(const P
 
 template <int kHeadDim, int kGroup>
 cudaError_t Launch(const PrefillTcParams& p, cudaStream_t stream) {
-  constexpr int kSmem = SmemBytes(kHeadDim, kKeyTile, kStages);
+  constexpr int kSmem = SmemBytes(kHeadDim);
   static_assert(kSmem <= kMaxSmem);
   auto* kernel = PagedPrefillWgmmaWsKernel<kHeadDim, kGroup>;
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
