@@ -1,0 +1,163 @@
+// relay_step_bench: relay attention's forms inside whole decode steps of the CUDA backend,
+// where relay_attention_bench times the attention alone (L2 flushed, eager launches). A
+// random-weight model of Llama-3-8B shapes runs `rows` sequences on one shared prefix of
+// `prefix` tokens, each with `own` tokens after it, and times decode steps (CUDA graphs, as
+// the server runs them, and eager) in each form, one model per form:
+//   - relay, fused: the system and context parts in one grid (the model's default);
+//   - relay, system part beside the decode on the model's second stream;
+//   - shared pages, no relay: each sequence reads the prefix's pages itself.
+// The step's floor beside them: every weight and the KV the step must read (the prefix once
+// plus every sequence's own tokens) at the copy rate measured in the same run.
+//
+//   relay_step_bench [--shape=ROWS,PREFIX,OWN] (default 64,4096,1024) [--steps=N]
+// Without a GPU it says so and exits 0.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/cuda/cuda_model.h"
+
+namespace strata::model {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Device-to-device copy rate of 1 GiB, bytes read plus written per second.
+double CopyBandwidth() {
+  const size_t bytes = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return 0;
+  std::vector<double> t;
+  for (int i = 0; i < 5; ++i) {
+    const double t0 = Now();
+    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaDeviceSynchronize();
+    t.push_back(Now() - t0);
+  }
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * static_cast<double>(bytes) / Median(t);
+}
+
+struct Form {
+  const char* name;
+  bool relay;
+  int64_t beside_min_tokens;  // CudaModelOptions::relay_beside_min_tokens
+};
+
+// The median decode step (seconds) of `rows` sequences on one prefix in `form`; -1 on failure.
+double TimeForm(const ModelConfig& c, const Form& form, bool graphs, int rows, int prefix, int own, int steps) {
+  CudaModelOptions o;
+  o.cuda_graphs = graphs;
+  o.kv_memory_fraction = 0.9;
+  o.share_prefixes = true;
+  o.relay_attention = form.relay;
+  o.relay_min_saved_tokens = 0;
+  o.relay_beside_min_tokens = form.beside_min_tokens;
+  auto made = CudaModel::CreateRandom(c, 1234, o);
+  if (!made.ok()) {
+    std::printf("%s: %s\n", form.name, std::string(made.status().message()).c_str());
+    return -1;
+  }
+  CudaModel& m = **made;
+  auto fail = [&](const absl::Status& s) {
+    std::printf("%s: %s\n", form.name, std::string(s.message()).c_str());
+    return -1.0;
+  };
+  std::vector<int32_t> system(static_cast<size_t>(prefix));
+  for (int i = 0; i < prefix; ++i) system[i] = (i * 7919 + 13) % c.vocab_size;
+  auto p = m.NewSequence(prefix);
+  if (!p.ok()) return fail(p.status());
+  std::shared_ptr<SequenceState> shared(std::move(*p));
+  ForwardEntry pe{shared.get(), 0, system};
+  if (absl::Status s = m.Forward({&pe, 1}); !s.ok()) return fail(s);
+  std::vector<std::unique_ptr<SequenceState>> seqs;
+  std::vector<int32_t> tokens(static_cast<size_t>(own));
+  for (int r = 0; r < rows; ++r) {
+    auto sq = m.NewSequenceOnPrefix(shared, prefix, own + steps + 4);
+    if (!sq.ok()) return fail(sq.status());
+    seqs.push_back(std::move(*sq));
+    for (int i = 0; i < own; ++i) tokens[i] = (i * 31 + r * 977) % c.vocab_size;
+    ForwardEntry e{seqs.back().get(), prefix, tokens};
+    if (absl::Status s = m.Forward({&e, 1}); !s.ok()) return fail(s);
+  }
+  std::vector<int32_t> step_tokens(static_cast<size_t>(rows)), next(static_cast<size_t>(rows));
+  std::vector<double> times;
+  for (int s = 0; s < steps + 3; ++s) {
+    std::vector<ForwardEntry> batch;
+    for (int r = 0; r < rows; ++r) {
+      step_tokens[r] = (s * 131 + r * 7) % c.vocab_size;
+      batch.push_back(ForwardEntry{seqs[r].get(), prefix + own + s, absl::Span<const int32_t>(&step_tokens[r], 1),
+                                   nullptr, &next[r]});
+    }
+    const double t0 = Now();
+    if (absl::Status st = m.Forward(batch); !st.ok()) return fail(st);
+    if (s >= 3) times.push_back(Now() - t0);  // past the graph captures
+  }
+  return Median(times);
+}
+
+}  // namespace
+}  // namespace strata::model
+
+int main(int argc, char** argv) {
+  using namespace strata::model;
+  int rows = 64, prefix = 4096, own = 1024, steps = 20;
+  for (int i = 1; i < argc; ++i) {
+    if (std::sscanf(argv[i], "--shape=%d,%d,%d", &rows, &prefix, &own) == 3) continue;
+    if (std::sscanf(argv[i], "--steps=%d", &steps) == 1) continue;
+    std::fprintf(stderr, "usage: relay_step_bench [--shape=ROWS,PREFIX,OWN] [--steps=N]\n");
+    return 2;
+  }
+  if (CudaModel::DeviceCount() == 0) {
+    std::printf("relay_step_bench: no CUDA device, nothing measured\n");
+    return 0;
+  }
+  auto named = ModelConfig::Named("llama3-8b");
+  if (!named.ok()) return 1;
+  ModelConfig c = *named;
+  c.max_context = prefix + own + steps + 256;
+  const double copy_bw = CopyBandwidth();
+  // The bytes a step must read: the weights (the embedding table for the batch's rows only),
+  // the prefix's KV once, every sequence's own KV.
+  const double embed_bytes = 2.0 * c.vocab_size * c.hidden_size;
+  const double weights = 2.0 * (c.num_layers * (c.hidden_size * (c.q_dim() + 2.0 * c.kv_dim()) +
+                                                c.q_dim() * c.hidden_size + 3.0 * c.hidden_size * c.intermediate_size)) +
+                         embed_bytes;
+  const double kv_token_bytes = 2.0 * c.num_layers * c.kv_dim() * 2;
+  const double floor_s = (weights + kv_token_bytes * (prefix + static_cast<double>(rows) * own)) / copy_bw;
+  std::printf("relay_step_bench: llama3-8b shapes, %d rows on one %d-token prefix, %d own tokens each; copy %.0f "
+              "GB/s; the step's floor %.3f ms\n\n",
+              rows, prefix, own, copy_bw / 1e9, floor_s * 1e3);
+  std::printf("| form | graphs: step ms | vs fused | floor / step | eager: step ms | vs fused |\n|---|---|---|---|---|---|\n");
+  const Form forms[] = {{"relay, fused (default)", true, -1},
+                        {"relay, system part beside the decode", true, 0},
+                        {"shared pages, no relay", false, -1}};
+  double fused[2] = {0, 0};
+  for (const Form& f : forms) {
+    double t[2];
+    for (int graphs = 1; graphs >= 0; --graphs) {
+      t[graphs] = TimeForm(c, f, graphs == 1, rows, prefix, own, steps);
+      if (t[graphs] < 0) return 1;
+      if (&f == &forms[0]) fused[graphs] = t[graphs];
+    }
+    std::printf("| %s | %.3f | %.3f | %.2f | %.3f | %.3f |\n", f.name, t[1] * 1e3, t[1] / fused[1], floor_s / t[1],
+                t[0] * 1e3, t[0] / fused[0]);
+    std::fflush(stdout);
+  }
+  return 0;
+}
