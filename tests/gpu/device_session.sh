@@ -57,6 +57,8 @@
 #   relay     relay attention's GPU tests, relay_attention_bench, PyTorch on the same shapes
 #             (then `sanitize` with SAN_TESTS=cuda_prefill_attention_test and a SAN_FILTER
 #             puts the relay and wgmma kernels under compute-sanitizer)
+#   relay-step  relay's forms inside whole decode steps, graphs and eager (relay_step_bench;
+#             RELAY_STEP_SHAPES, default "64,4096,1024")
 #   batch     batch_bench on random:llama3-8b: token saving of the plans, then one batch as
 #             Chat calls, first-level prefix reuse and the global plan (BATCH_ARGS adds flags)
 #   rate      the sustainable session rate with a 4K system prompt (p99 TTFT <= 1 s): relay,
@@ -373,6 +375,10 @@ for phase in "$@"; do
     nosplit) COMPARE= run_bench_history bench-hbm-nosplit --cuda_prefill_key_splits=false
              COMPARE= run_bench_history bench-host-nosplit "--hbm_cache_bytes=0 --cuda_prefill_key_splits=false" ;;
     prompts-many) run_prompts_many ;;
+    relay-step) for shape in ${RELAY_STEP_SHAPES:-64,4096,1024}; do
+        timeout 280 "$B/relay_step_bench" --shape="$shape" >"$OUT/relay_step_bench-${shape//,/x}.txt" 2>&1
+        note "relay_step_bench $shape: rc=$?"; grep -E '^\|' "$OUT/relay_step_bench-${shape//,/x}.txt" >>"$summary"
+      done ;;
     prompts) run_prompts ;; relay) run_relay ;; rate) run_rate ;; ppl) run_ppl ;; batch) run_batch ;;
     *) note "unknown phase $phase" ;;
   esac
