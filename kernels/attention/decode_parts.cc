@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace strata::kernels {
 
@@ -64,6 +65,22 @@ bool TensorCoreDecodeFourWarps(const TensorCoreDecodeShape& shape, int64_t four_
   const int64_t blocks = shape.blocks_per_part, sms = shape.sm_count;
   if (blocks <= 0 || sms <= 0 || four_warp_slots <= 0 || blocks > four_warp_slots) return false;
   return 4 * blocks > 3 * sms || (8 * blocks > 3 * sms && shape.max_tokens <= kFourWarpShortTokens);
+}
+
+int WholeRoundParts(int64_t blocks, int64_t slots, int64_t key_tiles, int most) {
+  blocks = std::max<int64_t>(1, blocks);
+  slots = std::max<int64_t>(1, slots);
+  key_tiles = std::max<int64_t>(1, key_tiles);
+  int best = 1;
+  int64_t best_cost = std::numeric_limits<int64_t>::max();
+  for (int parts = 1; parts <= most; ++parts) {
+    const int64_t cost = (blocks * parts + slots - 1) / slots * ((key_tiles + parts - 1) / parts);
+    if (cost < best_cost) {
+      best = parts;
+      best_cost = cost;
+    }
+  }
+  return best;
 }
 
 }  // namespace strata::kernels

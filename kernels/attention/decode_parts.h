@@ -1,7 +1,9 @@
-// How many parts along the sequence the tensor-core decode splits each sequence's keys
-// into: a cost model of the one-warp decode form, fitted to its measured times on the H100
-// (docs/BENCHMARKS.md, "The tensor-core decode's parts, by a cost model"). Host code only,
-// free of CUDA, so the CPU suite checks its choices.
+// How many parts along the keys the attention kernels split their work into: for the
+// tensor-core decode, a cost model of the one-warp decode form, fitted to its measured times
+// on the H100 (docs/BENCHMARKS.md, "The tensor-core decode's parts, by a cost model"); for
+// the prefill forms with a block an SM's worth of work (relay's system part, the Hopper
+// prefill), the split that fills whole rounds of the SMs. Host code only, free of CUDA, so
+// the CPU suite checks its choices.
 #ifndef STRATA_KERNELS_ATTENTION_DECODE_PARTS_H_
 #define STRATA_KERNELS_ATTENTION_DECODE_PARTS_H_
 
@@ -40,6 +42,13 @@ int TensorCoreDecodeParts(const TensorCoreDecodeShape& shape, int max_parts);
 // warps a block"): 2-16% faster there than the picked parts, slower with more blocks.
 inline constexpr int64_t kFourWarpShortTokens = 2048;
 bool TensorCoreDecodeFourWarps(const TensorCoreDecodeShape& shape, int64_t four_warp_slots);
+
+// Parts along the keys for a launch of `blocks` blocks a part, `slots` of them resident at
+// once, over `key_tiles` key tiles: the count among 1..most that finishes soonest, counting
+// a block's key tiles times the rounds its blocks take on the device (a split that leaves a
+// second round of a few blocks takes twice the time of one that does not), the fewest parts
+// among equals.
+int WholeRoundParts(int64_t blocks, int64_t slots, int64_t key_tiles, int most);
 
 }  // namespace strata::kernels
 

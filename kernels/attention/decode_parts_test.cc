@@ -269,5 +269,28 @@ TEST(TensorCoreDecodePartsTest, FourWarpBlocksWhereTheSweepFoundThemFaster) {
   EXPECT_FALSE(TensorCoreDecodeFourWarps({128, 1024, 128, 0, 0}, 132));
 }
 
+// Whole rounds of the SMs: relay's system part at Llama-3-8B shapes (8 KV heads, 4 query
+// heads each, 132 SMs) over an 8K prefix (128 key tiles of 64), at most 32 parts.
+TEST(WholeRoundPartsTest, FillsOneRoundOfTheSmsWithTheFewestParts) {
+  // 64 rows in 128-row blocks, one an SM: 16 blocks a part. 8 parts fill one round with 16
+  // key tiles a block; 16 parts take two rounds of 8 tiles, as long, so the fewer.
+  EXPECT_EQ(WholeRoundParts(16, 132, 128, 32), 8);
+  // 64 rows in 64-row blocks, two an SM: 32 blocks a part; 9 parts would leave a second round.
+  EXPECT_EQ(WholeRoundParts(32, 264, 128, 32), 8);
+  // 8 rows: 8 blocks a part, 16 parts of 8 tiles in one round.
+  EXPECT_EQ(WholeRoundParts(8, 132, 128, 32), 16);
+  // A whole round of blocks already: each split adds as many rounds as it divides the tiles.
+  EXPECT_EQ(WholeRoundParts(132, 132, 128, 32), 1);
+  // 100 blocks leave a third of the SMs idle: 13 parts (10 rounds of 10 tiles) beat one.
+  EXPECT_EQ(WholeRoundParts(100, 132, 128, 32), 13);
+}
+
+TEST(WholeRoundPartsTest, RespectsItsBounds) {
+  EXPECT_EQ(WholeRoundParts(16, 132, 128, 1), 1);
+  EXPECT_EQ(WholeRoundParts(16, 132, 128, 4), 4);
+  EXPECT_EQ(WholeRoundParts(1, 132, 3, 32), 3) << "no more parts than key tiles pay";
+  EXPECT_EQ(WholeRoundParts(0, 0, 0, 8), 1) << "an empty launch";
+}
+
 }  // namespace
 }  // namespace strata::kernels

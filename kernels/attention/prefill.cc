@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 
+#include "kernels/attention/decode_parts.h"
 #include "kernels/attention/merge_launch.h"
 #include "kernels/attention/prefill_launch.h"
 #include "kernels/cuda_check.h"
@@ -47,25 +47,14 @@ int PrefillKeySplits(const PrefillSplitShape& s) {
 
 namespace {
 
-// Parts along the keys for the wgmma form (128-row tiles, one block an SM), at most `most`
-// (PrefillKeySplits', which the workspace is sized for): the count that finishes soonest,
-// counting its 64-key tiles a block times the rounds its blocks take on the device, the
-// fewest parts among equals.
+// Parts along the keys for the Hopper form (128-row tiles, 64-key tiles, one block an SM):
+// whole rounds of the SMs (decode_parts.h), at most `most` (PrefillKeySplits', which the
+// workspace is sized for).
 int WgmmaKeySplits(const PrefillSplitShape& s, int most) {
   if (most <= 1) return 1;
   const int group = s.num_heads / s.kv_heads, subgroup = GqaSubgroupSize(group);
   const int64_t blocks = (int64_t{s.max_new_tokens} * subgroup + 127) / 128 * s.kv_heads * (group / subgroup) * s.batch;
-  const int64_t slots = CurrentDeviceSmCount(), key_tiles = std::max<int64_t>(1, (s.max_keys + 63) / 64);
-  int best = 1;
-  int64_t best_cost = std::numeric_limits<int64_t>::max();
-  for (int parts = 1; parts <= most; ++parts) {
-    const int64_t cost = (blocks * parts + slots - 1) / slots * ((key_tiles + parts - 1) / parts);
-    if (cost < best_cost) {
-      best = parts;
-      best_cost = cost;
-    }
-  }
-  return best;
+  return WholeRoundParts(blocks, CurrentDeviceSmCount(), (s.max_keys + 63) / 64, most);
 }
 
 }  // namespace
@@ -130,10 +119,14 @@ absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& param
   const bool hopper = internal::PrefillWgmmaSupported(kv.head_dim);
   int splits = params.workspace != nullptr ? PrefillKeySplits(shape) : 1;
   if (hopper) splits = WgmmaKeySplits(shape, splits);
+  // The mma.sync forms: the entry point's own choice unsplit, the 64-row blocks its split
+  // rule was measured for when split.
+  auto launch = [&](internal::PrefillTcTiles tiles) {
+    return hopper ? internal::PagedPrefillAttentionWgmmaWsAsync(p, stream)
+                  : internal::PagedPrefillAttentionTcAsync(p, tiles, stream);
+  };
   if (splits <= 1) {
-    STRATA_CUDA_RETURN_IF_ERROR(hopper ? internal::PagedPrefillAttentionWgmmaWsAsync(p, stream)
-                                       : internal::PagedPrefillAttentionTcAsync(p, internal::PrefillTcTiles::kAuto,
-                                                                                stream));
+    STRATA_CUDA_RETURN_IF_ERROR(launch(internal::PrefillTcTiles::kAuto));
     return absl::OkStatus();
   }
   if (!AlignedTo(params.workspace, 16)) {
@@ -142,9 +135,7 @@ absl::Status LaunchPagedPrefillAttentionTc(const PrefillAttentionTcParams& param
   p.key_splits = splits;
   p.ws_o = params.workspace;
   p.ws_lse = params.workspace + PartFloats(shape, splits);
-  STRATA_CUDA_RETURN_IF_ERROR(hopper ? internal::PagedPrefillAttentionWgmmaWsAsync(p, stream)
-                                     : internal::PagedPrefillAttentionTcAsync(
-                                           p, internal::PrefillTcTiles::k64Rows4Warps, stream));
+  STRATA_CUDA_RETURN_IF_ERROR(launch(internal::PrefillTcTiles::k64Rows4Warps));
   STRATA_CUDA_RETURN_IF_ERROR(
       internal::MergeStatesAsync(p.ws_o, p.ws_lse, splits, rows, num_heads, kv.head_dim, out, params.lse, stream));
   return absl::OkStatus();

@@ -4,8 +4,8 @@
 // (fp32 accuracy), LaunchPagedPrefillAttentionTc is the engine's prefill on Hopper/Ampere
 // tensor cores (mma.sync m16n8k16, bf16 operands, fp32 accumulation and softmax),
 // FlashAttention-2 style, split along the keys when given a workspace and few query tiles;
-// unsplit on an sm_90 device at head_dim 64 or 128 it takes the warp-specialised wgmma form
-// (prefill_launch.h) instead, the same outputs within bf16 rounding.
+// on an sm_90 device at head_dim 64 or 128 it takes the warp-specialised wgmma form
+// (prefill_launch.h) instead, split by its own rule, the same outputs within bf16 rounding.
 #ifndef STRATA_KERNELS_ATTENTION_PREFILL_H_
 #define STRATA_KERNELS_ATTENTION_PREFILL_H_
 

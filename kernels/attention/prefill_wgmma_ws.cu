@@ -16,7 +16,6 @@
 // specialisation in core-matrix (unswizzled) layout (110-130 TFLOP/s against this one's 276).
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "kernels/attention/mbarrier.cuh"
@@ -330,22 +329,15 @@ cudaError_t LaunchHeadDim(const PrefillTcParams& p, cudaStream_t stream) {
 
 bool PrefillWgmmaSupported(int head_dim) {
   if (head_dim != 64 && head_dim != 128) return false;
-  // Whether each device is sm_90, looked up once (a launch asks on every call).
-  constexpr int kDevices = 64;
-  static std::atomic<int8_t> is_sm90[kDevices];  // 0 unknown, 1 yes, -1 no
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  if (device >= 0 && device < kDevices && is_sm90[device].load(std::memory_order_relaxed) != 0) {
-    return is_sm90[device].load(std::memory_order_relaxed) > 0;
-  }
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+  // As CurrentDeviceSmCount: the runtime keeps the attributes, so a launch may ask each time.
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    (void)cudaGetLastError();  // not left for the next launch's check
     return false;
   }
-  const bool yes = major == 9 && minor == 0;
-  if (device >= 0 && device < kDevices) is_sm90[device].store(yes ? 1 : -1, std::memory_order_relaxed);
-  return yes;
+  return major == 9 && minor == 0;
 }
 
 cudaError_t PagedPrefillAttentionWgmmaWsAsync(const PrefillTcParams& p, cudaStream_t stream) {

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "kernels/attention/decode.h"
+#include "kernels/attention/decode_parts.h"
 #include "kernels/attention/prefill.h"
 #include "kernels/alignment.h"
 #include "kernels/launch_checks.h"
@@ -55,27 +56,14 @@ int SystemSplits(const RelayShape& s, int blocks_per_sm = kSysBlocksPerSm) {
   return static_cast<int>(std::clamp<int64_t>(want, 1, std::max<int64_t>(1, s.max_prefix_tokens / kMinSplitKeys)));
 }
 
-// Parts along the prefix for the three launches' system part (64-key tiles, two blocks an
-// SM in every form): the count that finishes soonest, counting its key tiles a block times
-// the rounds its blocks take on the device (a split that leaves a second round of a few
-// blocks takes twice the time of one that does not), the fewest parts among equals.
-// tile_rows: the form's query rows a block (64, or 128 for two warpgroups); blocks_per_sm:
+// Parts along the prefix for the three launches' system part (64-key tiles): whole rounds
+// of the SMs (WholeRoundParts, decode_parts.h), parts of at least kMinSplitKeys. tile_rows: the form's query rows a block (64, or 128 for two warpgroups); blocks_per_sm:
 // how many of its blocks an SM holds.
 int ThreeLaunchSplits(const RelayShape& s, int tile_rows, int blocks_per_sm) {
   if (s.groups <= 0 || s.kv_heads <= 0) return 1;
-  const int64_t blocks = SystemBlocks(s, tile_rows);
-  const int64_t slots = int64_t{blocks_per_sm} * CurrentDeviceSmCount();
-  const int64_t key_tiles = std::max<int64_t>(1, (s.max_prefix_tokens + 63) / 64);
-  const int64_t most = std::clamp<int64_t>(s.max_prefix_tokens / kMinSplitKeys, 1, 64);
-  int64_t best = 1, best_cost = std::numeric_limits<int64_t>::max();
-  for (int64_t parts = 1; parts <= most; ++parts) {
-    const int64_t cost = (blocks * parts + slots - 1) / slots * ((key_tiles + parts - 1) / parts);
-    if (cost < best_cost) {
-      best = parts;
-      best_cost = cost;
-    }
-  }
-  return static_cast<int>(best);
+  const int most = static_cast<int>(std::clamp<int64_t>(s.max_prefix_tokens / kMinSplitKeys, 1, 64));
+  return WholeRoundParts(SystemBlocks(s, tile_rows), int64_t{blocks_per_sm} * CurrentDeviceSmCount(),
+                         (s.max_prefix_tokens + 63) / 64, most);
 }
 int ThreeLaunchSplits(const RelayShape& s, internal::RelaySystemForm form) {
   if (form == internal::RelaySystemForm::kWgmmaWs) return ThreeLaunchSplits(s, 128, 1);

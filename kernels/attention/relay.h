@@ -48,9 +48,10 @@ namespace strata::kernels {
 // `min_context_tokens` (0: always, as tests ask), and the fused launch below it. The
 // default, kRelayBesideMinContextTokens, is the kernel's measured rule (relay_attention_bench
 // on the H100, docs/BENCHMARKS.md): beside the decode the attention is 6-10% faster from 32
-// rows of 1K tokens, and ties or loses at 8 rows of 1K. End to end (a decode step's 32
-// layers, in a graph) the side stream measured 3-8% slower, so the model passes it only
-// when asked (CudaModelOptions::relay_beside_min_tokens).
+// rows of 1K tokens, and ties or loses at 8 rows of 1K. Inside a decode step's graph it
+// loses (relay_step_bench: the graph launches the fork's branches in its own order, so the
+// system part's blocks may queue behind the decode's), so the model passes it only when
+// asked (CudaModelOptions::relay_beside_min_tokens).
 inline constexpr int64_t kRelayBesideMinContextTokens = 32 * 1024;
 struct RelaySide {
   cudaStream_t stream = nullptr;
@@ -89,8 +90,8 @@ namespace internal {
 // The three launches' system part: the mma.sync kernel's 64-row tiles (the launch's), or
 // Hopper's warp-specialised wgmma form (prefill_launch.h; 128-row tiles, one block an SM;
 // mma.sync on a device without it). The Hopper form is 1.5x mma.sync's rate at 64 rows of
-// an 8K prompt, but beside the decode in the server it lost (docs/BENCHMARKS.md), so only
-// relay_attention_bench and the tests take it.
+// an 8K prompt, but it takes the three launches, which lose in a graph (above), so only
+// relay_attention_bench and the tests take it (docs/BENCHMARKS.md).
 enum class RelaySystemForm { kMmaSync, kWgmmaWs };
 
 // The fused launch's balance, for relay_attention_bench's comparison of forms: blocks per

@@ -24,20 +24,15 @@
 
 namespace strata::kernels::internal::wgmma {
 
-// A descriptor's address and byte offsets (multiples of 16), no swizzle bits.
-__device__ __forceinline__ uint64_t Desc(const void* smem, uint32_t lbo, uint32_t sbo) {
-  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  return static_cast<uint64_t>((at & 0x3ffffu) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
-         (static_cast<uint64_t>(sbo >> 4) << 32);
-}
-
 // The descriptor of a tile in the 128-byte swizzle layout: rows of 128 bytes (64 bf16) whose
 // 16-byte chunk c sits at c ^ (row % 8), in atoms of 8 rows (1024 bytes, 1024-byte
 // aligned). K-major: start at the atom's row 0 plus the k-step's byte offset in the row, SBO
 // the step between 8-row groups (LBO unused); MN-major: LBO the step between 64-element
-// column blocks, SBO between 8-row groups along K.
+// column blocks, SBO between 8-row groups along K. Offsets in bytes, multiples of 16.
 __device__ __forceinline__ uint64_t DescSw128(const void* smem, uint32_t lbo, uint32_t sbo) {
-  return Desc(smem, lbo, sbo) | (uint64_t{1} << 62);
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  return static_cast<uint64_t>((at & 0x3ffffu) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+         (static_cast<uint64_t>(sbo >> 4) << 32) | (uint64_t{1} << 62);
 }
 
 // Before a product reads registers or shared memory written since the last one.

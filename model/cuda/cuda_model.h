@@ -59,9 +59,9 @@ struct CudaModelOptions {
   // A relay decode whose rows' own tokens (rows x the longest context) reach this many runs
   // its system part on a second stream beside the rows' decode (relay.h, RelaySide); else
   // both parts in one fused launch. Negative (the default): never. The side stream is
-  // 6-10% faster at the kernel from 32K tokens (relay.h's kRelayBesideMinContextTokens) but
-  // measured 3-8% slower end to end (docs/BENCHMARKS.md), so it is opt-in; 0: always
-  // (tests).
+  // 6-10% faster at the kernel from 32K tokens (relay.h's kRelayBesideMinContextTokens) and
+  // in eager steps, but slower in the decode graphs (relay_step_bench, docs/BENCHMARKS.md),
+  // so it is opt-in; 0: always (tests).
   int64_t relay_beside_min_tokens = -1;
   // Prefill steps with few query tiles over long histories (a returning turn's new tokens)
   // split each tile's keys across the SMs and merge the parts (kernels/attention/prefill.h).

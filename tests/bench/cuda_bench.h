@@ -1,14 +1,17 @@
 // Helpers shared by the GPU benchmarks: a fatal check of CUDA calls (a benchmark has
-// nothing to recover), device copies of host vectors, and event-timed medians.
+// nothing to recover), device copies of host vectors, event-timed medians, and the clock
+// and median of work timed from the host (a model's whole step).
 #ifndef STRATA_TESTS_BENCH_CUDA_BENCH_H_
 #define STRATA_TESTS_BENCH_CUDA_BENCH_H_
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention/paged_kv.h"
@@ -23,6 +26,18 @@
   } while (0)
 
 namespace strata::bench {
+
+// Seconds on the steady clock, for work timed from the host.
+inline double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The median of `v` (the upper middle of an even count); v is not empty.
+template <typename T>
+T Median(std::vector<T> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 // A device copy of `v` (cudaMalloc'd; the benchmark frees it or lets the process end).
 template <typename T>
@@ -54,8 +69,7 @@ float MedianMs(cudaStream_t stream, int reps, Fn fn, Flush flush) {
   }
   CHECK_CUDA(cudaEventDestroy(a));
   CHECK_CUDA(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return Median(std::move(ms));
 }
 
 template <typename Fn>

@@ -25,24 +25,15 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "model/cuda/cuda_model.h"
+#include "tests/bench/cuda_bench.h"
 
 namespace strata::model {
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Host memory of `bytes`, touched (so page faults are not timed).
 std::byte* HostBuffer(int64_t bytes) {
@@ -87,7 +78,7 @@ int Run(bool quick) {
   auto copy_time = [&](cudaMemcpyKind kind) {
     std::vector<double> t;
     for (int r = 0; r < reps + 1; ++r) {
-      const double t0 = Now();
+      const double t0 = bench::NowSeconds();
       for (int i = 0; i < chunks; ++i) {
         auto* h = static_cast<std::byte*>(pinned) + i * payload;
         auto* d = static_cast<std::byte*>(device) + i * payload;
@@ -96,9 +87,9 @@ int Run(bool quick) {
                         nullptr);
       }
       cudaStreamSynchronize(nullptr);
-      if (r > 0) t.push_back(Now() - t0);
+      if (r > 0) t.push_back(bench::NowSeconds() - t0);
     }
-    return Median(t);
+    return bench::Median(t);
   };
   const double h2d = copy_time(cudaMemcpyHostToDevice), d2h = copy_time(cudaMemcpyDeviceToHost);
 
@@ -106,7 +97,7 @@ int Run(bool quick) {
   auto kv_time = [&](std::byte* host, bool load) {
     std::vector<double> t;
     for (int r = 0; r < reps + 1; ++r) {
-      const double t0 = Now();
+      const double t0 = bench::NowSeconds();
       for (int i = 0; i < chunks; ++i) {
         absl::Span<std::byte> p(host + i * payload, static_cast<size_t>(payload));
         absl::Status s = load ? m.LoadKv(*seq, int64_t{i} * chunk_tokens, chunk_tokens, p, layout)
@@ -120,9 +111,9 @@ int Run(bool quick) {
         std::printf("waiting for the transfers: %s\n", std::string(s.message()).c_str());
         return -1.0;
       }
-      if (r > 0) t.push_back(Now() - t0);
+      if (r > 0) t.push_back(bench::NowSeconds() - t0);
     }
-    return Median(t);
+    return bench::Median(t);
   };
   std::byte* pageable = HostBuffer(total);
   std::byte* arena = HostBuffer(total);
@@ -174,7 +165,7 @@ int Run(bool quick) {
       auto vseq = *vm.NewSequence(int64_t{chunks} * chunk_tokens);
       std::vector<double> t;
       for (int r = 0; r < reps + 1; ++r) {
-        const double t0 = Now();
+        const double t0 = bench::NowSeconds();
         for (int i = 0; i < chunks; ++i) {
           absl::Span<std::byte> p(arena + i * payload, static_cast<size_t>(payload));
           if (absl::Status s = vm.LoadKv(*vseq, int64_t{i} * chunk_tokens, chunk_tokens, p, layout); !s.ok()) {
@@ -183,9 +174,9 @@ int Run(bool quick) {
           }
         }
         if (absl::Status s = vm.FinishKvTransfers(); !s.ok()) return 1;
-        if (r > 0) t.push_back(Now() - t0);
+        if (r > 0) t.push_back(bench::NowSeconds() - t0);
       }
-      const double v = Median(t);
+      const double v = bench::Median(t);
       char label[64];
       std::snprintf(label, sizeof label, "  %lld MiB DMAs", static_cast<long long>(mib));
       std::printf("%-40s %10.2f %10.1f %12.2f\n", label, v * 1e3, gbs(v), h2d / v);
@@ -214,9 +205,9 @@ int RunWriteBack(bool quick, int direct_blocks) {
   const int64_t payload = layout.PayloadBytes(), total = payload * chunks;
   std::byte* arena = HostBuffer(total);
   if (arena == nullptr || !m.RegisterHostMemory(absl::Span<std::byte>(arena, static_cast<size_t>(total))).ok()) return 1;
-  const double p0 = Now();
+  const double p0 = bench::NowSeconds();
   if (!m.PrepareKvSaves(layout).ok()) return 1;  // as the engine does at start
-  const double prepare = Now() - p0;
+  const double prepare = bench::NowSeconds() - p0;
   std::vector<std::unique_ptr<SequenceState>> seqs;
   for (int b = 0; b < batch; ++b) seqs.push_back(*m.NewSequence(context + 256));
   auto saved = *m.NewSequence(int64_t{chunks} * chunk_tokens);
@@ -227,10 +218,10 @@ int RunWriteBack(bool quick, int direct_blocks) {
     for (int b = 0; b < batch; ++b) {
       entries.push_back(ForwardEntry{seqs[b].get(), pos, absl::Span<const int32_t>(&tokens[b], 1), nullptr, &next[b]});
     }
-    const double t0 = Now();
+    const double t0 = bench::NowSeconds();
     if (!m.Forward(entries).ok()) return -1.0;
     ++pos;
-    return Now() - t0;
+    return bench::NowSeconds() - t0;
   };
   auto save_all = [&]() {
     for (int i = 0; i < chunks; ++i) {
@@ -241,30 +232,30 @@ int RunWriteBack(bool quick, int direct_blocks) {
   };
   for (int i = 0; i < 10; ++i) step();  // graphs captured, clocks up
   // One write-back first (steady state: the pages and the arena touched once).
-  const double w0 = Now();
+  const double w0 = bench::NowSeconds();
   if (!save_all() || !m.FinishKvSaves().ok()) return 1;
-  const double first_save = Now() - w0;
+  const double first_save = bench::NowSeconds() - w0;
   std::vector<double> quiet;
   for (int i = 0; i < 40; ++i) quiet.push_back(step());
   // Asynchronous: steps run while the copy is in flight, polled as the engine polls.
   std::vector<double> beside;
-  const double t0 = Now();
+  const double t0 = bench::NowSeconds();
   if (!save_all()) return 1;
   absl::StatusOr<uint64_t> ticket = m.MarkKvSaves();
   if (!ticket.ok()) return 1;
-  const double enqueue = Now() - t0;
+  const double enqueue = bench::NowSeconds() - t0;
   for (;;) {
     beside.push_back(step());
     absl::StatusOr<bool> done = m.KvSavesDone(*ticket);
     if (!done.ok()) return 1;
     if (*done) break;
   }
-  const double copy_window = Now() - t0;
+  const double copy_window = bench::NowSeconds() - t0;
   // Synchronous (before this issue): the save waited on the host, then the step.
-  const double s0 = Now();
+  const double s0 = bench::NowSeconds();
   if (!save_all() || !m.FinishKvSaves().ok()) return 1;
-  const double sync_step = (Now() - s0) + step();
-  const double q = Median(quiet);
+  const double sync_step = (bench::NowSeconds() - s0) + step();
+  const double q = bench::Median(quiet);
   double worst = 0, sum = 0;
   for (double t : beside) {
     worst = std::max(worst, t);

@@ -24,7 +24,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -36,13 +35,10 @@
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/rope/rope_cpu.h"
+#include "tests/bench/cuda_bench.h"
 
 namespace strata::model {
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // The named shape (ModelConfig::Named; an unknown name is llama3-1b's) with a 30K window.
 ModelConfig Shape(const std::string& name) {
@@ -91,10 +87,10 @@ double GemmPeak() {
   cudaDeviceSynchronize();
   std::vector<double> t;
   for (int i = 0; i < 8; ++i) {
-    const double t0 = Now();
+    const double t0 = bench::NowSeconds();
     (void)kernels::LaunchMatMulBf16({x, w, out, n, n, n}, nullptr);
     cudaDeviceSynchronize();
-    if (i >= 2) t.push_back(Now() - t0);
+    if (i >= 2) t.push_back(bench::NowSeconds() - t0);
   }
   std::sort(t.begin(), t.end());
   cudaFree(x);
@@ -103,10 +99,6 @@ double GemmPeak() {
   return 2.0 * n * n * double{n} / t[t.size() / 2];
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // One decode step of `batch` sequences at `context` tokens inside a profiler range.
 int Profile(const std::string& name, int batch, int context) {
@@ -157,16 +149,16 @@ double TimeDecodeSteps(CudaModel& m, const ModelConfig& c, const std::vector<std
       entries.push_back(ForwardEntry{seqs[b].get(), ctx + s, absl::Span<const int32_t>(&tokens[b], 1), nullptr,
                                      &greedy[b]});
     }
-    const double t0 = Now();
+    const double t0 = bench::NowSeconds();
     absl::Status st = m.Forward(entries);
-    const double t = Now() - t0;
+    const double t = bench::NowSeconds() - t0;
     if (!st.ok()) {
       std::printf("forward: %s\n", std::string(st.message()).c_str());
       return -1;
     }
     if (s >= 2) times.push_back(t);
   }
-  return Median(times);
+  return bench::Median(times);
 }
 
 // Bytes a decode step of `batch` sequences at `ctx` tokens must read: every weight once (the
@@ -269,11 +261,11 @@ void Run(const std::string& name, const RunOptions& ro, double copy_bw, double p
           if (sampled) e.sampling = TokenSampling{0.8f, 0.9f, (s * 0.37 + b * 0.11) - static_cast<int>(s * 0.37 + b * 0.11)};
           entries.push_back(e);
         }
-        const double t0 = Now();
+        const double t0 = bench::NowSeconds();
         if (!m.Forward(entries).ok()) return;
-        if (s >= 2) times.push_back(Now() - t0);
+        if (s >= 2) times.push_back(bench::NowSeconds() - t0);
       }
-      ms[sampled] = Median(times) * 1e3;
+      ms[sampled] = bench::Median(times) * 1e3;
     }
     std::printf("sampling (T 0.8, top-p 0.9) at batch %d x 1K: %.3f ms a step vs %.3f greedy (+%.3f ms)\n", batch,
                 ms[1], ms[0], ms[1] - ms[0]);
@@ -297,9 +289,9 @@ void Run(const std::string& name, const RunOptions& ro, double copy_bw, double p
       }
       int32_t greedy = -1;
       ForwardEntry e{seq->get(), 0, absl::Span<const int32_t>(prompt), nullptr, &greedy};
-      const double t0 = Now();
+      const double t0 = bench::NowSeconds();
       absl::Status st = m.Forward({&e, 1});
-      const double t = Now() - t0;
+      const double t = bench::NowSeconds() - t0;
       if (!st.ok()) {
         std::printf("forward: %s\n", std::string(st.message()).c_str());
         return;
@@ -307,7 +299,7 @@ void Run(const std::string& name, const RunOptions& ro, double copy_bw, double p
       if (rep >= 1) times.push_back(t);
     }
     if (times.empty()) continue;
-    const double t = Median(times);
+    const double t = bench::Median(times);
     const double attn_flops = 2.0 * static_cast<double>(n) * (n + 1) * c.q_dim() * c.num_layers;  // causal QK^T + PV
     const double flops = 2.0 * n * layer_params * c.num_layers + 2.0 * h * v + attn_flops;
     std::printf("%-8d %12.2f %12.0f %12.1f %10.2f %10.2f\n", n, t * 1e3, n / t, flops / t / 1e12, flops / t / peak,
@@ -338,14 +330,14 @@ void Run(const std::string& name, const RunOptions& ro, double copy_bw, double p
       for (int rep = 0; rep < (quick ? 3 : 8); ++rep) {
         int32_t greedy = -1;
         ForwardEntry e{seq->get(), history, absl::Span<const int32_t>(tokens), nullptr, &greedy};
-        const double t0 = Now();
+        const double t0 = bench::NowSeconds();
         if (absl::Status st = m.Forward({&e, 1}); !st.ok()) {
           std::printf("forward: %s\n", std::string(st.message()).c_str());
           return;
         }
-        if (rep >= 2) times.push_back(Now() - t0);
+        if (rep >= 2) times.push_back(bench::NowSeconds() - t0);
       }
-      ms[split] = Median(times) * 1e3;
+      ms[split] = bench::Median(times) * 1e3;
     }
     m.set_prefill_key_splits(true);
     const double attn_flops = 4.0 * turn * (history + turn / 2.0) * c.q_dim() * c.num_layers;
@@ -403,7 +395,7 @@ void RunPair(const std::string& a_name, const std::string& b_name, int rounds, d
         }
         ratios.push_back((floor[0] / t[0]) / (floor[1] / t[1]));
       }
-      const double ta = Median(times[0]), tb = Median(times[1]);
+      const double ta = bench::Median(times[0]), tb = bench::Median(times[1]);
       std::sort(ratios.begin(), ratios.end());
       std::printf("| %d | %d | %.3f | %.3f | %.3f | %.3f | **%.3f** | %.3f-%.3f |\n", batch, ctx, ta * 1e3, tb * 1e3,
                   floor[0] / ta, floor[1] / tb, (floor[0] / ta) / (floor[1] / tb), ratios.front(), ratios.back());

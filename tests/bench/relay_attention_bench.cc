@@ -18,8 +18,8 @@
 // stream beside the decode; then the three launches with the system part on Hopper's
 // warp-specialised wgmma form, beside the decode and after it, the best of all these forms
 // (bytes read over its time, and as a share of the copy rate), and the system part alone in
-// each form as TFLOP/s. L2 is flushed before each timed run. K and V are random bf16 (a 64 MiB random block repeated
-// through the pool).
+// each form as TFLOP/s. L2 is flushed before each timed run. K and V are random bf16 (a
+// 64 MiB random block repeated through the pool).
 //
 //   build/tests/bench/relay_attention_bench           (needs a CUDA device; says so otherwise)
 //   build/tests/bench/relay_attention_bench --sweep   and after the table, the fused launch's
@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
         const float beside_ws_ms = MedianMs(stream, 20, [&] { relay(beside_ws); }, flush);
         const float three_ws_ms = MedianMs(stream, 20, [&] { relay(three_ws); }, flush);
         // The system part alone (the group's rows against the prompt, split along it as the
-        // launch splits it: two 64-row blocks an SM), in each form: its arithmetic rate.
+        // launch splits it for the form), in each form: its arithmetic rate.
         strata::kernels::PrefillAttentionTcParams sys_params{q,     prefixes, d_group_rows, 1,       batch, heads,
                                                              scale, batch,    nullptr,      nullptr};
         sys_params.all_keys = true;

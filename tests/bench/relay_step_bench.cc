@@ -7,14 +7,14 @@
 //   - relay, system part beside the decode on the model's second stream;
 //   - shared pages, no relay: each sequence reads the prefix's pages itself.
 // The step's floor beside them: every weight and the KV the step must read (the prefix once
-// plus every sequence's own tokens) at the copy rate measured in the same run.
+// plus every sequence's own tokens) at the copy rate measured in the same run (cuda_bench.h's
+// CopyCeiling, L2 flushed).
 //
 //   relay_step_bench [--shape=ROWS,PREFIX,OWN] (default 64,4096,1024) [--steps=N]
 // Without a GPU it says so and exits 0.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,35 +23,10 @@
 #include <vector>
 
 #include "model/cuda/cuda_model.h"
+#include "tests/bench/cuda_bench.h"
 
 namespace strata::model {
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Device-to-device copy rate of 1 GiB, bytes read plus written per second.
-double CopyBandwidth() {
-  const size_t bytes = size_t{1} << 30;
-  void *a = nullptr, *b = nullptr;
-  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return 0;
-  std::vector<double> t;
-  for (int i = 0; i < 5; ++i) {
-    const double t0 = Now();
-    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-    cudaDeviceSynchronize();
-    t.push_back(Now() - t0);
-  }
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * static_cast<double>(bytes) / Median(t);
-}
 
 struct Form {
   const char* name;
@@ -60,7 +35,10 @@ struct Form {
 };
 
 // The median decode step (seconds) of `rows` sequences on one prefix in `form`; -1 on failure.
-double TimeForm(const ModelConfig& c, const Form& form, bool graphs, int rows, int prefix, int own, int steps) {
+// weight_bytes: the weights a step reads (the embedding table only for its rows, unless it is
+// also the LM head), set from the model.
+double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bool graphs, int rows, int prefix,
+                int own, int steps) {
   CudaModelOptions o;
   o.cuda_graphs = graphs;
   o.kv_memory_fraction = 0.9;
@@ -74,6 +52,8 @@ double TimeForm(const ModelConfig& c, const Form& form, bool graphs, int rows, i
     return -1;
   }
   CudaModel& m = **made;
+  const double embed_bytes = 2.0 * c.vocab_size * c.hidden_size;
+  *weight_bytes = static_cast<double>(m.weight_bytes()) - (c.tie_embeddings ? 0.0 : embed_bytes);
   auto fail = [&](const absl::Status& s) {
     std::printf("%s: %s\n", form.name, std::string(s.message()).c_str());
     return -1.0;
@@ -104,11 +84,11 @@ double TimeForm(const ModelConfig& c, const Form& form, bool graphs, int rows, i
       batch.push_back(ForwardEntry{seqs[r].get(), prefix + own + s, absl::Span<const int32_t>(&step_tokens[r], 1),
                                    nullptr, &next[r]});
     }
-    const double t0 = Now();
+    const double t0 = bench::NowSeconds();
     if (absl::Status st = m.Forward(batch); !st.ok()) return fail(st);
-    if (s >= 3) times.push_back(Now() - t0);  // past the graph captures
+    if (s >= 3) times.push_back(bench::NowSeconds() - t0);  // past the graph captures
   }
-  return Median(times);
+  return bench::Median(times);
 }
 
 }  // namespace
@@ -131,32 +111,33 @@ int main(int argc, char** argv) {
   if (!named.ok()) return 1;
   ModelConfig c = *named;
   c.max_context = prefix + own + steps + 256;
-  const double copy_bw = CopyBandwidth();
-  // The bytes a step must read: the weights (the embedding table for the batch's rows only),
-  // the prefix's KV once, every sequence's own KV.
-  const double embed_bytes = 2.0 * c.vocab_size * c.hidden_size;
-  const double weights = 2.0 * (c.num_layers * (c.hidden_size * (c.q_dim() + 2.0 * c.kv_dim()) +
-                                                c.q_dim() * c.hidden_size + 3.0 * c.hidden_size * c.intermediate_size)) +
-                         embed_bytes;
+  cudaStream_t stream = nullptr;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  const double copy_bw = strata::bench::CopyCeiling(stream).Gbps() * 1e9;  // read + written, bytes/s
+  CHECK_CUDA(cudaStreamDestroy(stream));
   const double kv_token_bytes = 2.0 * c.num_layers * c.kv_dim() * 2;
-  const double floor_s = (weights + kv_token_bytes * (prefix + static_cast<double>(rows) * own)) / copy_bw;
+  // The step's floor: the weights, the prefix's KV once, every sequence's own KV, at the copy rate.
+  auto floor_s = [&](double weight_bytes) {
+    return (weight_bytes + kv_token_bytes * (prefix + static_cast<double>(rows) * own)) / copy_bw;
+  };
   std::printf("relay_step_bench: llama3-8b shapes, %d rows on one %d-token prefix, %d own tokens each; copy %.0f "
-              "GB/s; the step's floor %.3f ms\n\n",
-              rows, prefix, own, copy_bw / 1e9, floor_s * 1e3);
-  std::printf("| form | graphs: step ms | vs fused | floor / step | eager: step ms | vs fused |\n|---|---|---|---|---|---|\n");
+              "GB/s\n\n",
+              rows, prefix, own, copy_bw / 1e9);
+  std::printf(
+      "| form | graphs: step ms | vs fused | floor / step | eager: step ms | vs fused |\n|---|---|---|---|---|---|\n");
   const Form forms[] = {{"relay, fused (default)", true, -1},
                         {"relay, system part beside the decode", true, 0},
                         {"shared pages, no relay", false, -1}};
-  double fused[2] = {0, 0};
+  double fused[2] = {0, 0}, weight_bytes = 0;
   for (const Form& f : forms) {
     double t[2];
     for (int graphs = 1; graphs >= 0; --graphs) {
-      t[graphs] = TimeForm(c, f, graphs == 1, rows, prefix, own, steps);
+      t[graphs] = TimeForm(&weight_bytes, c, f, graphs == 1, rows, prefix, own, steps);
       if (t[graphs] < 0) return 1;
       if (&f == &forms[0]) fused[graphs] = t[graphs];
     }
-    std::printf("| %s | %.3f | %.3f | %.2f | %.3f | %.3f |\n", f.name, t[1] * 1e3, t[1] / fused[1], floor_s / t[1],
-                t[0] * 1e3, t[0] / fused[0]);
+    std::printf("| %s | %.3f | %.3f | %.2f | %.3f | %.3f |\n", f.name, t[1] * 1e3, t[1] / fused[1],
+                floor_s(weight_bytes) / t[1], t[0] * 1e3, t[0] / fused[0]);
     std::fflush(stdout);
   }
   return 0;
