@@ -21,4 +21,14 @@ int CurrentDeviceSmCount() {
   return sms;
 }
 
+bool CurrentDeviceHasDependentLaunch() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major >= 9;
+}
+
 }  // namespace strata::kernels

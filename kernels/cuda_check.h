@@ -20,6 +20,10 @@ absl::Status CudaStatus(cudaError_t error, const char* call, const char* file, i
 // cannot be read: the launch that follows reports the error). Thread-safe.
 int CurrentDeviceSmCount();
 
+// Whether the current device runs programmatic dependent launches (compute capability 9.0
+// or later: kernels/dependent_launch.cuh); false when it cannot be read. Thread-safe.
+bool CurrentDeviceHasDependentLaunch();
+
 }  // namespace strata::kernels
 
 // Evaluates expr (a cudaError_t) once; if it is not cudaSuccess, returns the CudaStatus of

@@ -8,6 +8,7 @@
 #include "kernels/attention/decode_kernel.cuh"
 #include "kernels/attention/decode_launch.h"
 #include "kernels/attention/merge_launch.h"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.h"
 
 namespace strata::kernels::internal {
@@ -29,8 +30,7 @@ cudaError_t PagedDecodeAttentionAsync(const SplitKvArgs& a, cudaStream_t stream)
   cudaError_t e = cudaErrorInvalidValue;
   STRATA_DISPATCH_HEAD_DIM(a.head_dim, kHeadDim, {
     STRATA_DISPATCH_GQA_GROUP_SIZE(subgroup, kGroup, {
-      PagedDecodeKernel<kHeadDim, kGroup><<<grid, kDecodeThreads, 0, stream>>>(a);
-      e = cudaGetLastError();
+      e = LaunchKernel(PagedDecodeKernel<kHeadDim, kGroup>, grid, dim3(kDecodeThreads), 0, stream, a.dependent, a);
     })
   })
   if (e != cudaSuccess || a.splits == 1) return e;

@@ -81,6 +81,12 @@ struct DecodeAttentionParams {
   // and a split decode's merge store bf16 directly, the tensor-core kernel's lone part is
   // written to `out` and cast. 8-byte aligned.
   uint16_t* out_bf16 = nullptr;
+  // Launched as a programmatic dependent of the stream's previous kernel (Hopper's PDL,
+  // kernels/dependent_launch.cuh): the attention's first kernel may start while that kernel's
+  // last blocks run, on the SMs they leave, so it must not read what that kernel writes; the
+  // work after the decode on the stream still waits for both. Relay attention's decode of
+  // the rows' own tokens behind its system part (relay.h).
+  bool dependent = false;
 };
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream);
 

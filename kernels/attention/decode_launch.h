@@ -35,6 +35,9 @@ struct SplitKvArgs {
   // When set, the rows go here as bf16 instead of to out: the merge's, or a lone part's
   // (decode only: the relay's parts and the prefill's rows take out).
   uint16_t* out_bf16 = nullptr;
+  // The parts' kernel launched as a programmatic dependent of the stream's previous kernel
+  // (dependent_launch.cuh); the merge after it launches ordinarily.
+  bool dependent = false;
 };
 
 // The parts' attention, then (with more than one part) their merge (merge_launch.h), into

@@ -13,6 +13,7 @@
 #include "kernels/attention/prefill_launch.h"
 #include "kernels/attention/prefill_tc_kernel.cuh"
 #include "kernels/cuda_device.cuh"
+#include "kernels/dependent_launch.cuh"
 
 namespace strata::kernels::internal {
 namespace decode_tc {
@@ -298,9 +299,8 @@ cudaError_t LaunchDecodeTc(const PrefillTcParams& p, cudaStream_t stream) {
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(p.resident_blocks_out, kernel, kKeyWarps * 32, kSmem);
   }
   const int subgroups = p.num_heads / p.kv_heads / kGroup;
-  kernel<<<dim3(static_cast<unsigned>(p.key_splits), p.kv_heads * subgroups, p.batch), kKeyWarps * 32, kSmem, stream>>>(
-      p);
-  return cudaGetLastError();
+  return LaunchKernel(kernel, dim3(static_cast<unsigned>(p.key_splits), p.kv_heads * subgroups, p.batch),
+                      dim3(kKeyWarps * 32), kSmem, stream, p.dependent, p);
 }
 
 }  // namespace decode_tc

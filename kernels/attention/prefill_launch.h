@@ -42,6 +42,9 @@ struct PrefillTcParams {
   // When set, nothing is launched: the chosen form's resident blocks per SM (the occupancy
   // calculator's) are written here.
   int* resident_blocks_out = nullptr;
+  // Launched as a programmatic dependent of the stream's previous kernel
+  // (dependent_launch.cuh): the mma.sync forms (the decode's among them) only.
+  bool dependent = false;
 };
 
 // The kernel's query tile: rows per block and warps (each warp takes 16 or 32 rows), with

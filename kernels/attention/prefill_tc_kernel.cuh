@@ -11,6 +11,7 @@
 
 #include "kernels/attention/prefill_launch.h"
 #include "kernels/cuda_device.cuh"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.h"
 
 namespace strata::kernels::internal {
@@ -410,6 +411,7 @@ __device__ __forceinline__ void PrefillTcBlock(const PrefillTcParams& p, int bx,
 template <int kHeadDim, int kGroup, int kWarps, int kMTiles, int kKeyTile, int kStages>
 __global__ void __launch_bounds__(kWarps * 32) PagedPrefillTcKernel(const PrefillTcParams p) {
   extern __shared__ __align__(16) uint16_t smem[];
+  AllowDependentLaunch();
   PrefillTcBlock<kHeadDim, kGroup, kWarps, kMTiles, kKeyTile, kStages>(p, blockIdx.x, blockIdx.y, blockIdx.z,
                                                                        gridDim.x, smem);
 }
@@ -428,9 +430,8 @@ cudaError_t LaunchTiles(const PrefillTcParams& p, cudaStream_t stream) {
   }
   const int64_t tiles = (int64_t{p.max_new_tokens} * kGroup + kTileRows - 1) / kTileRows;
   const int subgroups = p.num_heads / p.kv_heads / kGroup;
-  kernel<<<dim3(static_cast<unsigned>(tiles * p.key_splits), p.kv_heads * subgroups, p.batch), kWarps * 32, kSmem,
-           stream>>>(p);
-  return cudaGetLastError();
+  return LaunchKernel(kernel, dim3(static_cast<unsigned>(tiles * p.key_splits), p.kv_heads * subgroups, p.batch),
+                      dim3(kWarps * 32), kSmem, stream, p.dependent, p);
 }
 
 // The compiled forms: all four at head_dim 64 and 128 (the benchmark compares them); one

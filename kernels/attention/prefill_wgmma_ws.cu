@@ -23,6 +23,7 @@
 #include "kernels/attention/prefill_tc_kernel.cuh"
 #include "kernels/attention/wgmma.cuh"
 #include "kernels/cuda_device.cuh"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.h"
 
 namespace strata::kernels::internal {
@@ -104,6 +105,7 @@ template <int kHeadDim, int kGroup>
 __global__ void __launch_bounds__(kThreads, 1) PagedPrefillWgmmaWsKernel(const PrefillTcParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
+  AllowDependentLaunch();
   constexpr int kChunks = kHeadDim / 8;
   constexpr int kTileBytes = kKeyTile * kHeadDim * 2;
   constexpr int kDimSteps = kHeadDim / 16;

@@ -123,15 +123,22 @@ bool HasSide(const RelaySide& side) {
   return side.stream != nullptr && side.fork != nullptr && side.join != nullptr;
 }
 
-// The form and balance the public launch takes for a shape: given a second stream, the
-// three launches with the system part beside the decode where the rows' own tokens reach
-// side.min_context_tokens; else the fused launch, its context part twice the blocks from
-// kManyContextTokens.
-internal::RelayTuning DefaultTuning(const RelayShape& s, const RelaySide& side) {
+// The form and balance the public launch takes for a shape: on a device with programmatic
+// dependent launch, the three launches chained, the system part on the wgmma form, where the
+// rows' own tokens reach chained_min_context_tokens; given a second stream, the three
+// launches with the system part beside the decode where they reach side.min_context_tokens;
+// else the fused launch, its context part twice the blocks from kManyContextTokens.
+internal::RelayTuning DefaultTuning(const RelayShape& s, const RelayDecodeParams& p) {
   internal::RelayTuning t;
   const int64_t context_tokens = int64_t{s.rows} * s.max_context_tokens;
   if (context_tokens >= kManyContextTokens) t.context_blocks_per_sm = kManyContextBlocksPerSm;
-  if (HasSide(side) && context_tokens >= side.min_context_tokens) t.three_launches = t.beside = true;
+  if (p.chained_min_context_tokens >= 0 && context_tokens >= p.chained_min_context_tokens &&
+      CurrentDeviceHasDependentLaunch()) {
+    t.three_launches = t.chained = true;
+    t.system_form = internal::RelaySystemForm::kWgmmaWs;
+  } else if (HasSide(p.side) && context_tokens >= p.side.min_context_tokens) {
+    t.three_launches = t.beside = true;
+  }
   return t;
 }
 
@@ -212,8 +219,11 @@ cudaError_t LaunchSystemPart(const internal::PrefillTcParams& sys, internal::Rel
 // The context part (paged decode with its lse), the system part (the tensor-core prefill
 // kernel, split along the prefix), and one merge of both. With `beside`, the system part
 // runs on p.side.stream from the fork, launched first so that its blocks take their SMs
-// before the decode's fill the rest, and the merge waits for the join.
-absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, bool beside,
+// before the decode's fill the rest, and the merge waits for the join. With `chained`, the
+// same order on `stream`: the system part, then the decode as its programmatic dependent
+// (it reads nothing the system part writes), then the merge, which the stream orders after
+// both.
+absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, bool beside, bool chained,
                          internal::RelaySystemForm form, cudaStream_t stream) {
   const PagedKv& kv = p.context;
   const int64_t head_floats = int64_t{p.num_heads} * kv.head_dim;
@@ -223,7 +233,8 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, bo
   const DecodeAttentionParams context_part{p.q,       kv,    p.rows, p.num_heads, p.scale, p.max_context_tokens,
                                            p.workspace, p.out, ctx_lse};
   beside = beside && p.groups > 0;
-  if (!beside) {
+  chained = chained && !beside && p.groups > 0;
+  if (!beside && !chained) {
     // The context part (it validates the shapes the system part shares).
     if (absl::Status s = LaunchPagedDecodeAttention(context_part, stream); !s.ok()) return s;
     if (p.groups == 0) return absl::OkStatus();
@@ -251,6 +262,11 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, bo
     STRATA_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, side.join, 0));
     STRATA_CUDA_RETURN_IF_ERROR(sys_error);
     if (!context_status.ok()) return context_status;
+  } else if (chained) {
+    STRATA_CUDA_RETURN_IF_ERROR(LaunchSystemPart(sys, form, stream));
+    DecodeAttentionParams dependent = context_part;
+    dependent.dependent = true;
+    if (absl::Status s = LaunchPagedDecodeAttention(dependent, stream); !s.ok()) return s;
   } else {
     STRATA_CUDA_RETURN_IF_ERROR(LaunchSystemPart(sys, form, stream));
   }
@@ -265,7 +281,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, bo
 int64_t RelayDecodeWorkspaceFloats(const RelayShape& s) {
   if (s.rows <= 0 || s.num_heads <= 0 || s.head_dim <= 0) return 0;
   const int64_t three = ThreeLaunchWorkspaceFloats(s);
-  return FusedShape(s) ? std::max(three, FusedWorkspaceFloats(s, DefaultTuning(s, RelaySide{}))) : three;
+  return FusedShape(s) ? std::max(three, FusedWorkspaceFloats(s, DefaultTuning(s, RelayDecodeParams{}))) : three;
 }
 
 int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTuning& t) {
@@ -277,7 +293,7 @@ int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTun
 int internal::RelaySystemSplits(const RelayShape& s, RelaySystemForm form) { return ThreeLaunchSplits(s, form); }
 
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t stream) {
-  return internal::LaunchRelayDecodeAttention(p, DefaultTuning(ShapeOf(p), p.side), stream);
+  return internal::LaunchRelayDecodeAttention(p, DefaultTuning(ShapeOf(p), p), stream);
 }
 
 absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t,
@@ -306,7 +322,7 @@ absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, co
     if (absl::Status s = CheckContextPart(p); !s.ok()) return s;
     return LaunchFused(p, shape, t, stream);
   }
-  return LaunchThree(p, shape, t.beside && HasSide(side), t.system_form, stream);
+  return LaunchThree(p, shape, t.beside && HasSide(side), t.chained, t.system_form, stream);
 }
 
 #else  // !STRATA_WITH_CUDA

@@ -22,7 +22,9 @@
 // the merge (one grid holding both parts gives every context block the system part's
 // shared memory and registers, and reads the contexts slower than the decode alone).
 // Nothing depends on host state beyond the params, so the launches may be captured in a
-// graph and replayed (the fork and the join become the graph's edges).
+// graph and replayed (the fork and the join become the graph's edges). On Hopper the three
+// launches may also run chained on one stream (chained_min_context_tokens), the decode a
+// programmatic dependent of the system part: the beside form's order without a fork.
 //
 // Rows [0, group_rows[groups]) belong to groups (group g: rows [group_rows[g],
 // group_rows[g+1])); the rows after them have no shared prefix (their context is all
@@ -74,6 +76,18 @@ struct RelayDecodeParams {
   float* workspace;            // RelayDecodeWorkspaceFloats(...) floats
   float* out;                  // [rows][num_heads][head_dim]
   RelaySide side = {};         // optional (see RelaySide)
+  // Where the rows' own tokens (rows x max_context_tokens) reach this many, on a device
+  // with programmatic dependent launch (compute capability 9.0 or later), the three launches
+  // run chained on the launch's stream: the system part first (on Hopper's wgmma form where
+  // it takes the head_dim), then the decode as its programmatic dependent
+  // (kernels/dependent_launch.cuh), which starts once every system block has started and
+  // fills the SMs they leave, then the merge. The beside form's order on one stream, so a
+  // graph keeps it. Negative: never (taken before the side stream where both would be). At
+  // the kernel it ties the three launches on one stream (a wgmma block takes a whole SM,
+  // so the decode starts only on the SMs the system part leaves idle: up to 10% faster at
+  // 128-token contexts, up to 5% slower at 1K); inside whole decode steps it beats the fused
+  // launch (relay_step_bench), but the server measured it slower (docs/BENCHMARKS.md).
+  int64_t chained_min_context_tokens = -1;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t stream);
 
@@ -97,13 +111,15 @@ enum class RelaySystemForm { kMmaSync, kWgmmaWs };
 // The fused launch's balance, for relay_attention_bench's comparison of forms: blocks per
 // SM each part is split to give on its own, which part's blocks come first in the grid, or
 // the three launches instead, with the system part on p.side beside the decode (`beside`,
-// where p.side is set) or after it, in `system_form`.
+// where p.side is set), chained before it on the launch's stream (`chained`: the decode a
+// programmatic dependent of it, on a device that has them) or after it, in `system_form`.
 struct RelayTuning {
   int system_blocks_per_sm = 2;
   int context_blocks_per_sm = 2;
   bool three_launches = false;
   bool context_first = false;
   bool beside = false;
+  bool chained = false;
   RelaySystemForm system_form = RelaySystemForm::kMmaSync;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t, cudaStream_t stream);

@@ -10,7 +10,8 @@
 // Outputs and workspaces are poisoned with NaN first, so an unwritten element fails. Each
 // case runs every form (the fused launch where the shape takes it, the three launches, and
 // the three with the system part on a side stream, with either stream slowed on purpose
-// and as a graph, which must give the one-stream three's bits), and the default form again
+// and as a graph, and chained on one stream with the decode a programmatic dependent of the
+// system part, which must give the one-stream three's bits), and the default form again
 // as a CUDA graph, replayed twice (the second time on new queries written into the same
 // buffer), which must give the eager launch's bits.
 #include "kernels/attention/relay.h"
@@ -189,8 +190,14 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
       pf.out = out_form.get();
       ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pf, t, stream_).ok()) << what;
       Sync();
-      test_support::ExpectAttentionNear(out_form.ToHost(), want, rows, heads, d,
-                                        what + " (system part on wgmma vs CPU)");
+      const std::vector<float> got_form = out_form.ToHost();
+      test_support::ExpectAttentionNear(got_form, want, rows, heads, d, what + " (system part on wgmma vs CPU)");
+      // Chained (below): the decode behind the wgmma system part gives its bits.
+      t.chained = true;
+      ASSERT_EQ(cudaMemset(out_form.get(), 0xff, out_form.size() * sizeof(float)), cudaSuccess);
+      ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pf, t, stream_).ok()) << what;
+      Sync();
+      EXPECT_TRUE(out_form.ToHost() == got_form) << what << ": chained on the wgmma system part differs";
     }
 
     // The three launches with the system part on a side stream: the same kernels on the same
@@ -236,6 +243,43 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
       ASSERT_EQ(cudaGraphLaunch(e, stream_), cudaSuccess);
       Sync();
       EXPECT_TRUE(out_three.ToHost() == got_three) << what << ": a graph of the system part beside the decode differs";
+      cudaGraphExecDestroy(e);
+      cudaGraphDestroy(g);
+    }
+
+    // Chained on one stream, the decode a programmatic dependent of the system part (an
+    // ordinary launch before Hopper): the same kernels, so the same bits, with the queries
+    // written late on the stream (the system part must wait for them, and the decode with
+    // it), and as a graph replayed twice. The cases' long prefixes beside one-token contexts
+    // keep the system part running long after the decode: the merge must wait for both.
+    internal::RelayTuning chained = three_launches;
+    chained.chained = true;
+    RelayDecodeParams chained_p = three;
+    chained_p.q = late_q.get();
+    poison();
+    ASSERT_EQ(cudaMemset(late_q.get(), 0xff, late_q.size() * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(testing::LaunchDelay(stream_, 500), cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(late_q.get(), dq.get(), q.size() * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+              cudaSuccess);
+    ASSERT_TRUE(internal::LaunchRelayDecodeAttention(chained_p, chained, stream_).ok()) << what;
+    Sync();
+    EXPECT_TRUE(out_three.ToHost() == got_three)
+        << what << ": the three launches chained, queries written late, differ from the three launches";
+    {
+      cudaGraph_t g = nullptr;
+      cudaGraphExec_t e = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      const absl::Status captured = internal::LaunchRelayDecodeAttention(chained_p, chained, stream_);
+      ASSERT_EQ(cudaStreamEndCapture(stream_, &g), cudaSuccess) << what;
+      ASSERT_TRUE(captured.ok()) << what << ": " << captured;
+      ASSERT_EQ(cudaGraphInstantiate(&e, g, 0), cudaSuccess);
+      for (int replay = 0; replay < 2; ++replay) {
+        poison();
+        ASSERT_EQ(cudaGraphLaunch(e, stream_), cudaSuccess);
+        Sync();
+        EXPECT_TRUE(out_three.ToHost() == got_three)
+            << what << ": replay " << replay << " of the three launches chained in a graph differs";
+      }
       cudaGraphExecDestroy(e);
       cudaGraphDestroy(g);
     }
@@ -311,6 +355,10 @@ TEST_F(CudaRelayAttentionTest, LargeGroupsAndLongPromptsAtLlamaShapes) {
     longest.contexts.back() = 2048;
     Check(longest, 13 + static_cast<uint32_t>(head_dim));
   }
+  // A long prompt beside one-token contexts: the system part runs long after the decode
+  // (the merge of the forms that overlap them must wait for it).
+  RelayCase lopsided{{8192}, {64}, std::vector<int64_t>(64, 1), 8, 4, 128, 16, 1.0f};
+  Check(lopsided, 17);
   // Many small groups, groups of one, and a sharp softmax.
   RelayCase many{{}, {}, {}, 2, 8, 64, 16, 8.0f};
   for (int g = 0; g < 12; ++g) {

@@ -63,6 +63,15 @@ struct CudaModelOptions {
   // in eager steps, but slower in the decode graphs (relay_step_bench, docs/BENCHMARKS.md),
   // so it is opt-in; 0: always (tests).
   int64_t relay_beside_min_tokens = -1;
+  // A relay decode whose rows' own tokens reach this many runs its three launches chained on
+  // the step's stream, on a device with programmatic dependent launch (Hopper): the system
+  // part first on the wgmma form, the decode a programmatic dependent of it (relay.h,
+  // RelayDecodeParams::chained_min_context_tokens). Taken before the side stream; kept in
+  // the decode graphs. Negative (the default): never; 0: always (tests). Opt-in: in
+  // relay_step_bench's steps (64 rows, 4K prompt, 1K own) it is 0.94x the fused step in
+  // graphs and 0.97x in mixed steps, but the server's A/B measured its inter-token time 25%
+  // longer, for a reason not yet found (docs/BENCHMARKS.md).
+  int64_t relay_chained_min_tokens = -1;
   // Prefill steps with few query tiles over long histories (a returning turn's new tokens)
   // split each tile's keys across the SMs and merge the parts (kernels/attention/prefill.h).
   // Off: one block per tile walks every key (kept for the benchmark's comparison).

@@ -310,14 +310,16 @@ TEST_F(CudaModelTest, SequencesOnASharedPrefixGiveTheInlineLogits) {
 // batched with sequences on a second prefix, a group of one and a plain sequence, each
 // decode's logits equal the prompt computed inline within bf16; and decode steps with
 // relay groups give the same tokens as graphs (captured, replayed across a context
-// bucket) as eagerly. Both forms: one fused launch, and the system part on the model's
-// second stream beside the decode (relay_beside_min_tokens 0).
+// bucket) as eagerly. Every form: one fused launch, the system part on the model's second
+// stream beside the decode (relay_beside_min_tokens 0), and the three launches chained on
+// the step's stream (relay_chained_min_tokens 0: the decode a programmatic dependent of the
+// system part on Hopper, ordinary launches elsewhere).
 TEST_F(CudaModelTest, RelayDecodeGroupsGiveTheInlineLogitsAndGraphsEqualEager) {
   ModelConfig c = Config();
   ModelWeights weights = ModelWeights::Random(c, 31, {});
   CpuModel cpu(ModelWeights::Random(c, 31, {}));
-  auto relay_form = [&](int64_t beside_min) {
-    const std::string form = beside_min == 0 ? "system part beside" : "fused";
+  auto relay_form = [&](int64_t beside_min, int64_t chained_min) {
+    const std::string form = chained_min == 0 ? "chained" : beside_min == 0 ? "system part beside" : "fused";
     std::vector<int32_t> tokens_of[2];
     for (int graphs = 0; graphs < 2; ++graphs) {
       CudaModelOptions o = SmallPool();
@@ -325,6 +327,7 @@ TEST_F(CudaModelTest, RelayDecodeGroupsGiveTheInlineLogitsAndGraphsEqualEager) {
       o.relay_attention = true;
       o.relay_min_saved_tokens = 0;  // every group of two or more
       o.relay_beside_min_tokens = beside_min;
+      o.relay_chained_min_tokens = chained_min;
       o.cuda_graphs = graphs;
       auto model = CudaModel::Create(weights, o);
       ASSERT_TRUE(model.ok()) << model.status();
@@ -393,7 +396,9 @@ TEST_F(CudaModelTest, RelayDecodeGroupsGiveTheInlineLogitsAndGraphsEqualEager) {
     }
     EXPECT_EQ(tokens_of[0], tokens_of[1]) << form << ": relay decode steps as graphs differ from eager ones";
   };
-  for (const int64_t beside_min : {int64_t{1} << 40, int64_t{0}}) relay_form(beside_min);
+  relay_form(-1, -1);
+  relay_form(0, -1);
+  relay_form(-1, 0);
 }
 
 }  // namespace

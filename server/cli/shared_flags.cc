@@ -28,6 +28,11 @@ ABSL_FLAG(int64_t, cuda_relay_beside_min_tokens, -1,
           "serve: on the GPU, relay attention's system part runs on a second stream beside the rows' decode where "
           "the rows' own tokens (rows x longest context) reach this many (32768: the kernel's measured rule, "
           "kernels/attention/relay.h); -1 never: end to end it measured slower (docs/BENCHMARKS.md)");
+ABSL_FLAG(int64_t, cuda_relay_chained_min_tokens, -1,
+          "serve: on a Hopper GPU, relay attention's system part runs first on the wgmma form and the rows' decode "
+          "as its programmatic dependent on the same stream, where the rows' own tokens (rows x longest context) "
+          "reach this many (kernels/attention/relay.h); -1 never: end to end it measured slower "
+          "(docs/BENCHMARKS.md)");
 
 ABSL_FLAG(bool, cuda_prefill_key_splits, true,
           "serve: on the GPU, prompt chunks with few new tokens over a long history (a returning turn) split "
@@ -70,6 +75,7 @@ engine::ServedModelOptions ServedModelFromFlags() {
   o.backend.cuda.share_prefixes = absl::GetFlag(FLAGS_cuda_share_prefixes);
   o.backend.cuda.relay_attention = absl::GetFlag(FLAGS_cuda_relay_attention);
   o.backend.cuda.relay_beside_min_tokens = absl::GetFlag(FLAGS_cuda_relay_beside_min_tokens);
+  o.backend.cuda.relay_chained_min_tokens = absl::GetFlag(FLAGS_cuda_relay_chained_min_tokens);
   o.backend.cuda.prefill_key_splits = absl::GetFlag(FLAGS_cuda_prefill_key_splits);
   o.backend.cuda.kv_read_buffer_layers = absl::GetFlag(FLAGS_cuda_kv_read_buffer_layers);
   o.backend.cuda.kv_read_group_tokens = absl::GetFlag(FLAGS_cuda_kv_read_group_tokens);

@@ -5,12 +5,16 @@
 // the server runs them, and eager) in each form, one model per form:
 //   - relay, fused: the system and context parts in one grid (the model's default);
 //   - relay, system part beside the decode on the model's second stream;
+//   - relay, chained: the system part (wgmma form) then the decode as its programmatic
+//     dependent, on the step's stream (Hopper; ordinary launches elsewhere);
 //   - shared pages, no relay: each sequence reads the prefix's pages itself.
 // The step's floor beside them: every weight and the KV the step must read (the prefix once
 // plus every sequence's own tokens) at the copy rate measured in the same run (cuda_bench.h's
 // CopyCeiling, L2 flushed).
 //
-//   relay_step_bench [--shape=ROWS,PREFIX,OWN] (default 64,4096,1024) [--steps=N]
+//   relay_step_bench [--shape=ROWS,PREFIX,OWN] (default 64,4096,1024) [--steps=N] [--chunk=N]
+// --chunk=N: every step also prefills N tokens of a new sequence on the prefix (mixed steps;
+// the server's default step budget is 512 tokens, so 64 decodes leave 448).
 // Without a GPU it says so and exits 0.
 #include <cuda_runtime_api.h>
 
@@ -31,14 +35,17 @@ namespace {
 struct Form {
   const char* name;
   bool relay;
-  int64_t beside_min_tokens;  // CudaModelOptions::relay_beside_min_tokens
+  int64_t beside_min_tokens;   // CudaModelOptions::relay_beside_min_tokens
+  int64_t chained_min_tokens;  // CudaModelOptions::relay_chained_min_tokens
 };
 
 // The median decode step (seconds) of `rows` sequences on one prefix in `form`; -1 on failure.
 // weight_bytes: the weights a step reads (the embedding table only for its rows, unless it is
-// also the LM head), set from the model.
+// also the LM head), set from the model. With `chunk` > 0 every step also prefills `chunk`
+// tokens of a new sequence on the prefix (a mixed step, as the server's while sessions
+// arrive: eager, graphs or not).
 double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bool graphs, int rows, int prefix,
-                int own, int steps) {
+                int own, int steps, int chunk) {
   CudaModelOptions o;
   o.cuda_graphs = graphs;
   o.kv_memory_fraction = 0.9;
@@ -46,6 +53,7 @@ double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bo
   o.relay_attention = form.relay;
   o.relay_min_saved_tokens = 0;
   o.relay_beside_min_tokens = form.beside_min_tokens;
+  o.relay_chained_min_tokens = form.chained_min_tokens;
   auto made = CudaModel::CreateRandom(c, 1234, o);
   if (!made.ok()) {
     std::printf("%s: %s\n", form.name, std::string(made.status().message()).c_str());
@@ -76,6 +84,8 @@ double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bo
     if (absl::Status s = m.Forward({&e, 1}); !s.ok()) return fail(s);
   }
   std::vector<int32_t> step_tokens(static_cast<size_t>(rows)), next(static_cast<size_t>(rows));
+  std::vector<int32_t> chunk_tokens(static_cast<size_t>(chunk));
+  for (int i = 0; i < chunk; ++i) chunk_tokens[i] = (i * 17 + 5) % c.vocab_size;
   std::vector<double> times;
   for (int s = 0; s < steps + 3; ++s) {
     std::vector<ForwardEntry> batch;
@@ -83,6 +93,13 @@ double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bo
       step_tokens[r] = (s * 131 + r * 7) % c.vocab_size;
       batch.push_back(ForwardEntry{seqs[r].get(), prefix + own + s, absl::Span<const int32_t>(&step_tokens[r], 1),
                                    nullptr, &next[r]});
+    }
+    std::unique_ptr<SequenceState> arriving;
+    if (chunk > 0) {
+      auto sq = m.NewSequenceOnPrefix(shared, prefix, chunk);
+      if (!sq.ok()) return fail(sq.status());
+      arriving = std::move(*sq);
+      batch.push_back(ForwardEntry{arriving.get(), prefix, chunk_tokens});
     }
     const double t0 = bench::NowSeconds();
     if (absl::Status st = m.Forward(batch); !st.ok()) return fail(st);
@@ -96,11 +113,12 @@ double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bo
 
 int main(int argc, char** argv) {
   using namespace strata::model;
-  int rows = 64, prefix = 4096, own = 1024, steps = 20;
+  int rows = 64, prefix = 4096, own = 1024, steps = 20, chunk = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::sscanf(argv[i], "--shape=%d,%d,%d", &rows, &prefix, &own) == 3) continue;
     if (std::sscanf(argv[i], "--steps=%d", &steps) == 1) continue;
-    std::fprintf(stderr, "usage: relay_step_bench [--shape=ROWS,PREFIX,OWN] [--steps=N]\n");
+    if (std::sscanf(argv[i], "--chunk=%d", &chunk) == 1) continue;
+    std::fprintf(stderr, "usage: relay_step_bench [--shape=ROWS,PREFIX,OWN] [--steps=N] [--chunk=N]\n");
     return 2;
   }
   if (CudaModel::DeviceCount() == 0) {
@@ -121,18 +139,25 @@ int main(int argc, char** argv) {
     return (weight_bytes + kv_token_bytes * (prefix + static_cast<double>(rows) * own)) / copy_bw;
   };
   std::printf("relay_step_bench: llama3-8b shapes, %d rows on one %d-token prefix, %d own tokens each; copy %.0f "
-              "GB/s\n\n",
+              "GB/s\n",
               rows, prefix, own, copy_bw / 1e9);
+  if (chunk > 0) {
+    std::printf("mixed steps: each also prefills %d tokens of a new sequence on the prefix (eager in both columns; "
+                "the floor counts the decodes only)\n",
+                chunk);
+  }
+  std::printf("\n");
   std::printf(
       "| form | graphs: step ms | vs fused | floor / step | eager: step ms | vs fused |\n|---|---|---|---|---|---|\n");
-  const Form forms[] = {{"relay, fused (default)", true, -1},
-                        {"relay, system part beside the decode", true, 0},
-                        {"shared pages, no relay", false, -1}};
+  const Form forms[] = {{"relay, fused (default)", true, -1, -1},
+                        {"relay, system part beside the decode", true, 0, -1},
+                        {"relay, chained (system part on wgmma, decode its dependent)", true, -1, 0},
+                        {"shared pages, no relay", false, -1, -1}};
   double fused[2] = {0, 0}, weight_bytes = 0;
   for (const Form& f : forms) {
     double t[2];
     for (int graphs = 1; graphs >= 0; --graphs) {
-      t[graphs] = TimeForm(&weight_bytes, c, f, graphs == 1, rows, prefix, own, steps);
+      t[graphs] = TimeForm(&weight_bytes, c, f, graphs == 1, rows, prefix, own, steps, chunk);
       if (t[graphs] < 0) return 1;
       if (&f == &forms[0]) fused[graphs] = t[graphs];
     }

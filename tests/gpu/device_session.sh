@@ -49,7 +49,8 @@
 #             decode batch holds 32K+ of the rows' own tokens), two turns, against a
 #             cache-off server: answers compared (PROMPTS_MANY_MAX_DIFFER: most turns
 #             allowed to differ, bf16 near-ties); PROMPTS_MANY_MODES: relay (default),
-#             beside (relay's system part on the second stream), pages (relay off), none
+#             beside (relay's system part on the second stream), chained (the decode
+#             a programmatic dependent of the system part), pages (relay off), none
 #             (not shared)
 #   ppl       strata ppl of the built-in model on its held-out text: the whole file on the
 #             GPU, and its first 20 KB on the GPU and on the CPU (the two must agree); then
@@ -88,7 +89,7 @@ note() { echo "$*" | tee -a "$summary"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$summary"
 
 run_tests() {
-  for t in cuda_kernels_test cuda_prefill_attention_test cuda_model_kernels_test cuda_model_test cuda_engine_test \
+  for t in cuda_dependent_launch_test cuda_kernels_test cuda_prefill_attention_test cuda_model_kernels_test cuda_model_test cuda_engine_test \
            engine_test model_test chat_e2e_test chat_session_e2e_test bench_e2e_test; do
     timeout 900 "$B/$t" --gtest_brief=1 >"$OUT/test-$t.log" 2>&1
     note "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test-$t.log" | tr '\n' ' ')"
@@ -233,7 +234,8 @@ run_bench_ssd() {
 # attention (relay; warm: the prompt computed before the run, as a registered prompt is),
 # shared pages read by each session (pages: --cuda_relay_attention=false), not shared
 # (none), and relay with its system part beside the decode from 32K of the rows' own tokens
-# (beside: --cuda_relay_beside_min_tokens=32768). Env PROMPT_S and PROMPT_MODES narrow it; PROMPT_OWN sets the own tokens (128).
+# (beside: --cuda_relay_beside_min_tokens=32768), or chained before it on one stream (chained:
+# --cuda_relay_chained_min_tokens=32768). Env PROMPT_S and PROMPT_MODES narrow it; PROMPT_OWN sets the own tokens (128).
 run_prompts() {
   for S in ${PROMPT_S:-0 2048 4096}; do
     for mode in ${PROMPT_MODES:-relay warm pages none}; do
@@ -245,6 +247,7 @@ run_prompts() {
         pages) flags="$flags --cuda_relay_attention=false" ;;
         none) flags="$flags --min_shared_prompt_tokens=0" ;;
         beside) flags="$flags --cuda_relay_beside_min_tokens=32768" ;;
+        chained) flags="$flags --cuda_relay_chained_min_tokens=32768" ;;
       esac
       "$B/strata" bench --sessions=64 --rate=1000 --turns=1 --prompt_tokens="${PROMPT_OWN:-128}" --output_tokens=128 \
         --max_output_tokens=128 --max_context_tokens=16384 $sys --serve_flags="$flags" --json="$OUT/bench-prompts-$S-$mode.json" \
@@ -295,6 +298,7 @@ run_prompts_many() {
       pages) flags="$flags --cuda_relay_attention=false" ;;
       none) flags="$flags --min_shared_prompt_tokens=0" ;;
       beside) flags="$flags --cuda_relay_beside_min_tokens=32768" ;;
+      chained) flags="$flags --cuda_relay_chained_min_tokens=32768" ;;
     esac
     "$B/strata" bench --sessions=64 --rate=1000 --turns=2 --think_s=0.2 --prompt_tokens=640 --output_tokens=64 \
       --max_output_tokens=64 --max_context_tokens=16384 --system_prompts=3 --system_prompt_tokens=4096 \
@@ -326,7 +330,7 @@ run_step() {
 
 for phase in "$@"; do
   case $phase in
-    tests) run_tests ;; hf) run_hf ;; sanitize) run_sanitize ;; kernels) run_gpu_tests cuda_kernels_test cuda_prefill_attention_test ;;
+    tests) run_tests ;; hf) run_hf ;; sanitize) run_sanitize ;; kernels) run_gpu_tests cuda_dependent_launch_test cuda_kernels_test cuda_prefill_attention_test ;;
     decode-bench) run_decode_bench ;;
     gemm) "$B/gemm_bench" >"$OUT/gemm_bench.txt" 2>&1
       note "gemm_bench: rc=$?"; grep -E '^\|' "$OUT/gemm_bench.txt" >>"$summary" ;;

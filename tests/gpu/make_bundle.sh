@@ -7,7 +7,7 @@
 # the working tree included: phases that need only strata, e.g. hf and ppl, fit easily).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-targets=(strata cuda_kernels_test cuda_prefill_attention_test cuda_model_kernels_test cuda_model_test
+targets=(strata cuda_dependent_launch_test cuda_kernels_test cuda_prefill_attention_test cuda_model_kernels_test cuda_model_test
   cuda_engine_test engine_test model_test chat_e2e_test chat_session_e2e_test bench_e2e_test model_bench kv_load_bench
   relay_attention_bench relay_step_bench)
 if [ -n "${BUNDLE_TARGETS:-}" ]; then read -r -a targets <<<"$BUNDLE_TARGETS"; fi
