@@ -310,9 +310,13 @@ void Engine::Step() {
       in_batch.push_back(&r);
     }
   }
-  int64_t prefill_tokens = 0;
+  int64_t prefill_tokens = 0, decodes = 0;
   for (Running* r : in_batch) {
-    if (r->computed < static_cast<int64_t>(r->request.prompt.size())) prefill_tokens += r->step_tokens;
+    if (r->computed < static_cast<int64_t>(r->request.prompt.size())) {
+      prefill_tokens += r->step_tokens;
+    } else {
+      ++decodes;
+    }
   }
   const absl::Time step_start = absl::Now();
   if (absl::Status s = model_->Forward(batch); !s.ok()) {
@@ -340,7 +344,12 @@ void Engine::Step() {
     }
     stats_.max_batch_turns = std::max<int64_t>(stats_.max_batch_turns, static_cast<int64_t>(batch.size()));
   }
-  if (metrics_) metrics_->batch_size.Observe(static_cast<double>(batch.size()));
+  if (metrics_) {
+    metrics_->batch_size.Observe(static_cast<double>(batch.size()));
+    const bool all_decodes = decodes == static_cast<int64_t>(in_batch.size());
+    const char* kind = decodes == 0 ? "prefill" : all_decodes ? "decode" : "mixed";
+    metrics_->step_seconds->WithLabels({{"kind", kind}}).Observe(step_seconds);
+  }
   for (Running* r : in_batch) {
     r->computed += r->step_tokens;
     if (r->computed != static_cast<int64_t>(r->tokens.size())) continue;

@@ -1,7 +1,8 @@
 // The engine's per-turn metrics (strata_e2e_request_seconds, strata_queue_seconds, strata_admit_seconds,
 // strata_prefill_seconds, strata_decode_seconds, strata_prompt_tokens,
 // strata_generation_tokens, strata_finished_turns_total{reason}): what each turn adds to
-// them, by how it ended, read from the registry's exposition as a scrape would.
+// them, by how it ended, read from the registry's exposition as a scrape would; and the
+// steps' times by what they held (strata_step_seconds{kind}).
 #include <atomic>
 #include <memory>
 #include <string>
@@ -142,6 +143,30 @@ TEST_F(EngineMetricsTest, ATurnEndedByItsEndOfTurnTokenCountsAsStop) {
   EXPECT_EQ(Finished("length"), 1) << "the free run";
   EXPECT_EQ(Value("strata_generation_tokens_count"), 2);
   EXPECT_EQ(Value("strata_generation_tokens_sum"), static_cast<double>(12 + ends_at));
+}
+
+// Each step counted once, by what it held: a turn's prompt alone (prefill), then a second
+// turn's prompt beside the first's decode (mixed), then decodes only.
+TEST_F(EngineMetricsTest, StepsAreTimedByWhatTheyHeld) {
+  auto backend = std::make_unique<testing::GatedBackend>(Model());
+  testing::GatedBackend* gate = backend.get();
+  Build(std::move(backend));
+  for (const char* kind : {"decode", "prefill", "mixed"}) {
+    EXPECT_EQ(Value(std::string("strata_step_seconds_count{kind=\"") + kind + "\"}"), 0) << kind << " from the start";
+  }
+  auto first = *engine_->Submit(Turn("first", 8));
+  gate->entered.WaitForNotification();  // its prefill step holds the engine loop
+  auto second = *engine_->Submit(Turn("second", 4));
+  gate->open.Notify();
+  ASSERT_TRUE(Collect(first).status.ok());
+  ASSERT_TRUE(Collect(second).status.ok());
+  // Step 1: first's prompt. Step 2: first's second token beside second's prompt. Steps 3-8:
+  // first's tokens 3-8, with second's 2-4 in steps 3-5.
+  EXPECT_EQ(Value("strata_step_seconds_count{kind=\"prefill\"}"), 1);
+  EXPECT_EQ(Value("strata_step_seconds_count{kind=\"mixed\"}"), 1);
+  EXPECT_EQ(Value("strata_step_seconds_count{kind=\"decode\"}"), 6);
+  EXPECT_EQ(engine_->Stats().steps, 8);
+  EXPECT_GT(Value("strata_step_seconds_sum{kind=\"decode\"}"), 0);
 }
 
 // A turn cancelled while it runs because its call's deadline passed, and one its client

@@ -41,6 +41,9 @@ struct ServerCounters {
   double kv_loads = 0;               // strata_kv_loads_total
   double kv_load_device_s = 0;       // strata_kv_load_device_seconds_total
   double kv_load_stall_s = 0;        // strata_kv_load_stall_seconds_total
+  // The server's forward steps by what they held (strata_step_seconds{kind}: decode, prefill,
+  // mixed): how many, and their summed time.
+  std::map<std::string, double> steps_by_kind, step_seconds_by_kind;
   double system_prompt_hits = 0;      // strata_system_prompt_hits_total
   double system_prompts_computed = 0; // strata_system_prompt_loads_total{source="computed"}
   // Gauges at the end of the run (not deltas): what the host tier holds.

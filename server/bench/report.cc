@@ -159,6 +159,16 @@ void PrintSummary(std::FILE* out, const RunSummary& s) {
                    1000 * c.queue_sum_s / c.ttft_count, 1000 * c.prefill_sum_s / c.ttft_count,
                    1000 * c.admit_sum_s / c.ttft_count);
     }
+    std::string steps;
+    for (const char* kind : {"decode", "mixed", "prefill"}) {
+      auto n = c.steps_by_kind.find(kind);
+      if (n == c.steps_by_kind.end() || n->second <= 0) continue;
+      auto t = c.step_seconds_by_kind.find(kind);
+      const double ms = t == c.step_seconds_by_kind.end() ? 0.0 : 1000 * t->second / n->second;
+      absl::StrAppend(&steps, steps.empty() ? "" : ", ", kind, " ", n->second, " x ", absl::StrFormat("%.2f", ms),
+                      " ms");
+    }
+    if (!steps.empty()) std::fprintf(out, "  server steps (mean time): %s\n", steps.c_str());
     if (c.kv_load_bytes > 0 || c.kv_save_bytes > 0) {
       std::fprintf(out, "  cached KV moved: %.1f MiB loaded, %.1f MiB saved", c.kv_load_bytes / (1 << 20),
                    c.kv_save_bytes / (1 << 20));
@@ -227,7 +237,9 @@ nlohmann::json SummaryToJson(const RunSummary& s) {
                     {"kv_load_device_s", c.kv_load_device_s},
                     {"kv_load_stall_s", c.kv_load_stall_s},
                     {"host_bytes", c.host_bytes},
-                    {"host_sessions", c.host_sessions}};
+                    {"host_sessions", c.host_sessions},
+                    {"steps_by_kind", c.steps_by_kind},
+                    {"step_seconds_by_kind", c.step_seconds_by_kind}};
   }
   return j;
 }

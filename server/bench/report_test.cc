@@ -1,5 +1,9 @@
 #include "server/bench/report.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 #include "gtest/gtest.h"
 
 namespace strata::server::bench {
@@ -69,11 +73,16 @@ TEST(CountersBetweenTest, SubtractsAndSplitsLabels) {
                          {"strata_kv_load_stall_seconds_total", 0.25},
                          {"strata_queue_seconds_sum", 1.5},
                          {"strata_tier_bytes{tier=\"host\"}", 4096},
-                         {"strata_sessions{tier=\"host\"}", 2}};
+                         {"strata_sessions{tier=\"host\"}", 2},
+                         {"strata_step_seconds_count{kind=\"decode\"}", 30},
+                         {"strata_step_seconds_sum{kind=\"decode\"}", 0.6},
+                         {"strata_step_seconds_count{kind=\"mixed\"}", 4}};
   before["strata_system_prompt_hits_total"] = 2;
   before["strata_kv_transfer_bytes_total{direction=\"load\"}"] = 1000;
   before["strata_queue_seconds_sum"] = 0.5;
   before["strata_tier_bytes{tier=\"host\"}"] = 1024;
+  before["strata_step_seconds_count{kind=\"decode\"}"] = 10;
+  before["strata_step_seconds_sum{kind=\"decode\"}"] = 0.2;
   ServerCounters c = CountersBetween(before, after);
   EXPECT_EQ(c.system_prompt_hits, 10);
   EXPECT_EQ(c.kv_load_bytes, 2000);
@@ -88,6 +97,34 @@ TEST(CountersBetweenTest, SubtractsAndSplitsLabels) {
   EXPECT_EQ(c.hits_by_tier.at("ssd"), 0);
   EXPECT_EQ(c.requests_by_code.at("ok"), 5) << "only the Chat calls count";
   EXPECT_EQ(c.requests_by_code.count("not_found"), 0u) << "codes that did not move are left out";
+  EXPECT_EQ(c.steps_by_kind.at("decode"), 20);
+  EXPECT_NEAR(c.step_seconds_by_kind.at("decode"), 0.4, 1e-12);
+  EXPECT_EQ(c.steps_by_kind.at("mixed"), 4);
+}
+
+// The server's steps by kind, as the summary prints them (mean milliseconds a step) and the
+// JSON keeps them; kinds without steps are left out.
+TEST(PrintSummaryTest, PrintsTheServersStepsByKind) {
+  RunSummary s;
+  s.label = "strata";
+  ServerCounters c;
+  c.steps_by_kind = {{"decode", 20}, {"mixed", 4}, {"prefill", 0}};
+  c.step_seconds_by_kind = {{"decode", 0.4}, {"mixed", 0.1}};
+  s.server = c;
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* out = open_memstream(&text, &size);
+  ASSERT_NE(out, nullptr);
+  PrintSummary(out, s);
+  std::fclose(out);
+  const std::string printed(text, size);
+  std::free(text);
+  EXPECT_NE(printed.find("server steps (mean time): decode 20 x 20.00 ms, mixed 4 x 25.00 ms\n"), std::string::npos)
+      << printed;
+  EXPECT_EQ(printed.find("prefill 0 x"), std::string::npos) << printed;
+  const nlohmann::json j = SummaryToJson(s);
+  EXPECT_EQ(j["metrics"]["steps_by_kind"]["decode"], 20);
+  EXPECT_EQ(j["metrics"]["step_seconds_by_kind"]["mixed"], 0.1);
 }
 
 }  // namespace

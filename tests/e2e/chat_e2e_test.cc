@@ -230,6 +230,15 @@ TEST_F(ChatE2eTest, MetricsShowTheReuse) {
   EXPECT_GT(value("strata_tier_bytes{tier=\"host\"}"), 0);
   EXPECT_GE(value("strata_sessions{tier=\"host\"}"), 1);
   EXPECT_GE(value("strata_batch_size_count"), 1);
+  // Every step timed once, by what it held: the turns so far each had a prompt step and
+  // decode steps.
+  EXPECT_GE(value("strata_step_seconds_count{kind=\"prefill\"}"), 1);
+  EXPECT_GE(value("strata_step_seconds_count{kind=\"decode\"}"), 1);
+  EXPECT_GE(value("strata_step_seconds_count{kind=\"mixed\"}"), 0) << "exported before any such step";
+  EXPECT_EQ(value("strata_step_seconds_count{kind=\"prefill\"}") + value("strata_step_seconds_count{kind=\"decode\"}") +
+                value("strata_step_seconds_count{kind=\"mixed\"}"),
+            value("strata_batch_size_count"))
+      << "one step, one batch";
   // Each turn's life: every finish reason is exported, and the turns so far each ended
   // by their stop token or length, after a queue, a prefill and a decode.
   double finished = 0;
