@@ -21,6 +21,23 @@ __global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const SplitK
   DecodePartBlock<kHeadDim, kGroup>(a, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, smem);
 }
 
+// The same block in at most 80 registers a thread (SplitKvArgs::lean): 6 x 128 threads of
+// an SM's 65,536 registers, so one fits beside a Hopper wgmma block of 384 x 144.
+template <int kHeadDim, int kGroup>
+__global__ void __launch_bounds__(kDecodeThreads, 6) PagedDecodeLeanKernel(const SplitKvArgs a) {
+  __shared__ __align__(16) unsigned char smem[DecodeBlockShape<kHeadDim, kGroup>::kSmemBytes];
+  DecodePartBlock<kHeadDim, kGroup>(a, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, smem);
+}
+
+// The kernel of a launch: the lean form only where it is compiled (head_dim 64 and 128).
+template <int kHeadDim, int kGroup>
+void (*KernelFor(bool lean))(SplitKvArgs) {
+  if constexpr (kHeadDim == 64 || kHeadDim == 128) {
+    if (lean) return PagedDecodeLeanKernel<kHeadDim, kGroup>;
+  }
+  return PagedDecodeKernel<kHeadDim, kGroup>;
+}
+
 }  // namespace
 
 cudaError_t PagedDecodeAttentionAsync(const SplitKvArgs& a, cudaStream_t stream) {
@@ -30,7 +47,7 @@ cudaError_t PagedDecodeAttentionAsync(const SplitKvArgs& a, cudaStream_t stream)
   cudaError_t e = cudaErrorInvalidValue;
   STRATA_DISPATCH_HEAD_DIM(a.head_dim, kHeadDim, {
     STRATA_DISPATCH_GQA_GROUP_SIZE(subgroup, kGroup, {
-      e = LaunchKernel(PagedDecodeKernel<kHeadDim, kGroup>, grid, dim3(kDecodeThreads), 0, stream, a.dependent, a);
+      e = LaunchKernel(KernelFor<kHeadDim, kGroup>(a.lean), grid, dim3(kDecodeThreads), 0, stream, a.dependent, a);
     })
   })
   if (e != cudaSuccess || a.splits == 1) return e;

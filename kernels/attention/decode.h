@@ -63,6 +63,19 @@ constexpr int kDecodePartAlign = 32;
 // tensor-core decode rounds q to bf16: its results are within bf16 tolerance of the
 // CUDA-core kernel's, not bit-equal.
 enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };
+// How a decode's first kernel is launched, for relay attention's context part beside its
+// system part (relay.h):
+//   dependent: as a programmatic dependent of the stream's previous kernel (Hopper's PDL,
+//              kernels/dependent_launch.cuh): it may start while that kernel's last blocks
+//              run, on the SMs they leave, so it must not read what that kernel writes; the
+//              work after the decode on the stream still waits for both;
+//   lean:      the CUDA-core kernel in at most 80 registers a thread (head_dim 64 and 128;
+//              elsewhere, and on the tensor cores, ignored), so that a block fits on an SM
+//              beside a Hopper wgmma block; the same results, some registers spilled.
+struct DecodeLaunch {
+  bool dependent = false;
+  bool lean = false;
+};
 constexpr int kTensorCoreDecodeMinGroup = 5;
 constexpr int kTensorCoreDecodeMinBatchAt80 = 8;
 
@@ -81,12 +94,7 @@ struct DecodeAttentionParams {
   // and a split decode's merge store bf16 directly, the tensor-core kernel's lone part is
   // written to `out` and cast. 8-byte aligned.
   uint16_t* out_bf16 = nullptr;
-  // Launched as a programmatic dependent of the stream's previous kernel (Hopper's PDL,
-  // kernels/dependent_launch.cuh): the attention's first kernel may start while that kernel's
-  // last blocks run, on the SMs they leave, so it must not read what that kernel writes; the
-  // work after the decode on the stream still waits for both. Relay attention's decode of
-  // the rows' own tokens behind its system part (relay.h).
-  bool dependent = false;
+  DecodeLaunch launch = {};
 };
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream);
 

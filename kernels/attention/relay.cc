@@ -222,16 +222,19 @@ cudaError_t LaunchSystemPart(const internal::PrefillTcParams& sys, internal::Rel
 // before the decode's fill the rest, and the merge waits for the join. With `chained`, the
 // same order on `stream`: the system part, then the decode as its programmatic dependent
 // (it reads nothing the system part writes), then the merge, which the stream orders after
-// both.
-absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, bool beside, bool chained,
-                         internal::RelaySystemForm form, cudaStream_t stream) {
+// both. With t.lean_context, the decode's blocks are the lean ones (decode.h).
+absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, const internal::RelayTuning& t,
+                         cudaStream_t stream) {
+  const internal::RelaySystemForm form = t.system_form;
+  bool beside = t.beside && HasSide(p.side), chained = t.chained;
   const PagedKv& kv = p.context;
   const int64_t head_floats = int64_t{p.num_heads} * kv.head_dim;
   float* ctx_lse =
       p.workspace + Align4Floats(DecodeWorkspaceFloats(p.rows, p.num_heads, kv.head_dim, p.max_context_tokens));
   float* parts_o = ctx_lse + Align4Floats(int64_t{p.rows} * p.num_heads);
-  const DecodeAttentionParams context_part{p.q,       kv,    p.rows, p.num_heads, p.scale, p.max_context_tokens,
-                                           p.workspace, p.out, ctx_lse};
+  DecodeAttentionParams context_part{p.q,         kv,    p.rows, p.num_heads, p.scale, p.max_context_tokens,
+                                     p.workspace, p.out, ctx_lse};
+  context_part.launch.lean = t.lean_context;
   beside = beside && p.groups > 0;
   chained = chained && !beside && p.groups > 0;
   if (!beside && !chained) {
@@ -265,7 +268,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, bo
   } else if (chained) {
     STRATA_CUDA_RETURN_IF_ERROR(LaunchSystemPart(sys, form, stream));
     DecodeAttentionParams dependent = context_part;
-    dependent.dependent = true;
+    dependent.launch.dependent = true;
     if (absl::Status s = LaunchPagedDecodeAttention(dependent, stream); !s.ok()) return s;
   } else {
     STRATA_CUDA_RETURN_IF_ERROR(LaunchSystemPart(sys, form, stream));
@@ -322,7 +325,7 @@ absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, co
     if (absl::Status s = CheckContextPart(p); !s.ok()) return s;
     return LaunchFused(p, shape, t, stream);
   }
-  return LaunchThree(p, shape, t.beside && HasSide(side), t.chained, t.system_form, stream);
+  return LaunchThree(p, shape, t, stream);
 }
 
 #else  // !STRATA_WITH_CUDA

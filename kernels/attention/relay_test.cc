@@ -198,6 +198,12 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
       ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pf, t, stream_).ok()) << what;
       Sync();
       EXPECT_TRUE(out_form.ToHost() == got_form) << what << ": chained on the wgmma system part differs";
+      // ... and so does the decode in its lean blocks (the same arithmetic in fewer registers).
+      t.lean_context = true;
+      ASSERT_EQ(cudaMemset(out_form.get(), 0xff, out_form.size() * sizeof(float)), cudaSuccess);
+      ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pf, t, stream_).ok()) << what;
+      Sync();
+      EXPECT_TRUE(out_form.ToHost() == got_form) << what << ": chained with the lean decode differs";
     }
 
     // The three launches with the system part on a side stream: the same kernels on the same
@@ -252,6 +258,16 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
     // written late on the stream (the system part must wait for them, and the decode with
     // it), and as a graph replayed twice. The cases' long prefixes beside one-token contexts
     // keep the system part running long after the decode: the merge must wait for both.
+    {  // The decode in its lean blocks, beside the system part on the side stream: the same bits.
+      internal::RelayTuning lean = three_launches;
+      lean.beside = lean.lean_context = true;
+      RelayDecodeParams lean_p = three;
+      lean_p.side = {side_, fork_, join_};
+      poison();
+      ASSERT_TRUE(internal::LaunchRelayDecodeAttention(lean_p, lean, stream_).ok()) << what;
+      Sync();
+      EXPECT_TRUE(out_three.ToHost() == got_three) << what << ": the lean decode beside the system part differs";
+    }
     internal::RelayTuning chained = three_launches;
     chained.chained = true;
     RelayDecodeParams chained_p = three;

@@ -113,7 +113,7 @@ std::atomic<KeyWarps> key_warps_mode{KeyWarps::kAuto};  // SetTensorCoreDecodeKe
 // (part, KV head and subgroup, sequence).
 absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch, int num_heads, float scale,
                                     int64_t max_tokens, float* workspace, float* out, float* lse,
-                                    uint16_t* out_bf16, bool dependent, cudaStream_t stream) {
+                                    uint16_t* out_bf16, DecodeLaunch launch, cudaStream_t stream) {
   const int group = num_heads / kv.kv_heads, subgroups = group / GqaSubgroupSize(group);
   internal::PrefillTcParams p{q,         kv.k_pages,  kv.v_pages, kv.indptr, kv.indices, kv.last_page_len,
                               nullptr,   kv.page_size, kv.kv_heads, kv.head_dim, num_heads, batch,
@@ -144,7 +144,7 @@ absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch
     p.ws_lse = workspace + int64_t{p.key_splits} * batch * num_heads * kv.head_dim;
   }
   if (multi_warp && p.key_splits == 1) p.out_bf16 = out_bf16;  // the multi-warp kernel stores the cast itself
-  p.dependent = dependent;
+  p.dependent = launch.dependent;
   STRATA_CUDA_RETURN_IF_ERROR(multi_warp ? internal::PagedDecodeTcKeyWarpsAsync(p, block_warps, stream)
                                         : internal::PagedPrefillAttentionTcAsync(
                                               p, internal::PrefillTcTiles::k16Rows1Warp, stream));
@@ -162,7 +162,7 @@ absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch
 absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32_t* qo_indptr, int batch, int rows,
                                   int num_heads, float scale, int64_t max_tokens, float* workspace, float* out,
                                   float* lse, cudaStream_t stream, DecodeKernel kernel = DecodeKernel::kCudaCores,
-                                  uint16_t* out_bf16 = nullptr, bool dependent = false) {
+                                  uint16_t* out_bf16 = nullptr, DecodeLaunch launch = {}) {
   if (absl::Status s = CheckSizes(batch, rows, max_tokens); !s.ok()) return s;
   if (!IsDispatchedHeadDim(kv.head_dim)) {
     return absl::InvalidArgumentError("paged attention takes head_dim 64, 80, 96, 128 or 256");
@@ -185,7 +185,7 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
     if (!(scale > 0.0f) || std::isinf(scale)) {  // the tensor-core kernel's running max is of unscaled scores
       return absl::InvalidArgumentError("tensor-core decode needs 0 < scale < inf");
     }
-    return LaunchTensorCoreDecode(q, kv, batch, num_heads, scale, max_tokens, workspace, out, lse, out_bf16, dependent,
+    return LaunchTensorCoreDecode(q, kv, batch, num_heads, scale, max_tokens, workspace, out, lse, out_bf16, launch,
                                   stream);
   }
   const DecodeSplit split = ChooseDecodeSplit(int64_t{rows} * kv.kv_heads, max_tokens, CurrentDeviceSmCount());
@@ -196,7 +196,8 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
                                    batch,       rows,        num_heads,     scale,        split.parts,
                                    split.part_tokens, ws_o, ws_lse,         out,          lse};
   args.out_bf16 = out_bf16;  // the kernel or its merge stores bf16 (null for the prefill)
-  args.dependent = dependent;
+  args.dependent = launch.dependent;
+  args.lean = launch.lean;
   STRATA_CUDA_RETURN_IF_ERROR(internal::PagedDecodeAttentionAsync(args, stream));
   return absl::OkStatus();
 }
@@ -227,7 +228,7 @@ bool DecodeRunsOnTensorCores(DecodeKernel kernel, int head_dim, int num_heads, i
 
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream) {
   return LaunchPagedAttention(p.q, p.kv, nullptr, p.batch, p.batch, p.num_heads, p.scale, p.max_tokens, p.workspace,
-                              p.out, p.lse, stream, p.kernel, p.out_bf16, p.dependent);
+                              p.out, p.lse, stream, p.kernel, p.out_bf16, p.launch);
 }
 
 absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
