@@ -104,8 +104,8 @@ namespace internal {
 // The three launches' system part: the mma.sync kernel's 64-row tiles (the launch's), or
 // Hopper's warp-specialised wgmma form (prefill_launch.h; 128-row tiles, one block an SM;
 // mma.sync on a device without it). The Hopper form is 1.5x mma.sync's rate at 64 rows of
-// an 8K prompt, but it takes the three launches, which lose in a graph (above), so only
-// relay_attention_bench and the tests take it (docs/BENCHMARKS.md).
+// an 8K prompt, but it takes the three launches, which lose end to end (above), so only the
+// chained form (opt-in), relay_attention_bench and the tests take it (docs/BENCHMARKS.md).
 enum class RelaySystemForm { kMmaSync, kWgmmaWs };
 
 // The fused launch's balance, for relay_attention_bench's comparison of forms: blocks per
