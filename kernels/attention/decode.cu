@@ -21,10 +21,11 @@ __global__ void __launch_bounds__(kDecodeThreads) PagedDecodeKernel(const SplitK
   DecodePartBlock<kHeadDim, kGroup>(a, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, smem);
 }
 
-// The same block in at most 80 registers a thread (SplitKvArgs::lean): 6 x 128 threads of
-// an SM's 65,536 registers, so one fits beside a Hopper wgmma block of 384 x 144.
+// The same block in at most 96 registers a thread (SplitKvArgs::lean; ptxas spills 12 bytes
+// at head_dim 128): 128 x 96 fit on an SM beside the wgmma system part's lean block, 384 x
+// 136 (prefill_launch.h), 64,512 of its 65,536 registers.
 template <int kHeadDim, int kGroup>
-__global__ void __launch_bounds__(kDecodeThreads, 6) PagedDecodeLeanKernel(const SplitKvArgs a) {
+__global__ void __launch_bounds__(kDecodeThreads, 5) PagedDecodeLeanKernel(const SplitKvArgs a) {
   __shared__ __align__(16) unsigned char smem[DecodeBlockShape<kHeadDim, kGroup>::kSmemBytes];
   DecodePartBlock<kHeadDim, kGroup>(a, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, smem);
 }

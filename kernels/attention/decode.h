@@ -69,9 +69,10 @@ enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };
 //              kernels/dependent_launch.cuh): it may start while that kernel's last blocks
 //              run, on the SMs they leave, so it must not read what that kernel writes; the
 //              work after the decode on the stream still waits for both;
-//   lean:      the CUDA-core kernel in at most 80 registers a thread (head_dim 64 and 128;
+//   lean:      the CUDA-core kernel in at most 96 registers a thread (head_dim 64 and 128;
 //              elsewhere, and on the tensor cores, ignored), so that a block fits on an SM
-//              beside a Hopper wgmma block; the same results, some registers spilled.
+//              beside the lean Hopper wgmma block (prefill_launch.h's PrefillTcParams::lean);
+//              the same results, 12 bytes a thread spilled.
 struct DecodeLaunch {
   bool dependent = false;
   bool lean = false;

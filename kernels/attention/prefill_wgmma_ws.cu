@@ -101,8 +101,13 @@ __device__ __forceinline__ void Rescale(float (&o)[kOFloats], const float (&alph
 // proxy fence: the products read through the async proxy), empty[s] when the consumers'
 // eight warps are done reading it (their products waited). Tile i is in phase i / kStages
 // of its stage's barriers.
-template <int kHeadDim, int kGroup>
-__global__ void __launch_bounds__(kThreads, 1) PagedPrefillWgmmaWsKernel(const PrefillTcParams p) {
+//
+// kMaxRegisters a thread: kRegisters (as many as an SM has for 384 threads), or
+// kLeanRegisters (PrefillTcParams::lean: 384 x 136 of an SM's 65,536 leave 12,288, a lean
+// decode block's (decode.h), for one beside it; ptxas spills nothing at either).
+constexpr int kRegisters = 65536 / kThreads / 8 * 8, kLeanRegisters = 136;
+template <int kHeadDim, int kGroup, int kMaxRegisters>
+__global__ void __maxnreg__(kMaxRegisters) PagedPrefillWgmmaWsKernel(const PrefillTcParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   AllowDependentLaunch();
@@ -305,7 +310,8 @@ template <int kHeadDim, int kGroup>
 cudaError_t Launch(const PrefillTcParams& p, cudaStream_t stream) {
   constexpr int kSmem = SmemBytes(kHeadDim);
   static_assert(kSmem <= kMaxSmem);
-  auto* kernel = PagedPrefillWgmmaWsKernel<kHeadDim, kGroup>;
+  auto* kernel = p.lean ? PagedPrefillWgmmaWsKernel<kHeadDim, kGroup, kLeanRegisters>
+                       : PagedPrefillWgmmaWsKernel<kHeadDim, kGroup, kRegisters>;
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       e != cudaSuccess) {
     return e;

@@ -222,7 +222,7 @@ cudaError_t LaunchSystemPart(const internal::PrefillTcParams& sys, internal::Rel
 // before the decode's fill the rest, and the merge waits for the join. With `chained`, the
 // same order on `stream`: the system part, then the decode as its programmatic dependent
 // (it reads nothing the system part writes), then the merge, which the stream orders after
-// both. With t.lean_context, the decode's blocks are the lean ones (decode.h).
+// both. With t.lean_context, both parts run their lean blocks (decode.h, prefill_launch.h).
 absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, const internal::RelayTuning& t,
                          cudaStream_t stream) {
   const internal::RelaySystemForm form = t.system_form;
@@ -253,6 +253,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, co
   sys.key_splits = splits;
   sys.ws_o = parts_o;
   sys.ws_lse = parts_lse;
+  sys.lean = t.lean_context;
   if (beside) {
     const RelaySide& side = p.side;
     STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.fork, stream));

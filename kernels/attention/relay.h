@@ -113,8 +113,8 @@ enum class RelaySystemForm { kMmaSync, kWgmmaWs };
 // the three launches instead, with the system part on p.side beside the decode (`beside`,
 // where p.side is set), chained before it on the launch's stream (`chained`: the decode a
 // programmatic dependent of it, on a device that has them) or after it, in `system_form`;
-// `lean_context`: the decode in blocks of at most 80 registers a thread, so that one shares
-// an SM with a wgmma block of the system part.
+// `lean_context`: the decode in blocks of at most 96 registers a thread and the wgmma system
+// part in 136, so that a decode block shares an SM with a system block.
 struct RelayTuning {
   int system_blocks_per_sm = 2;
   int context_blocks_per_sm = 2;
@@ -122,7 +122,7 @@ struct RelayTuning {
   bool context_first = false;
   bool beside = false;
   bool chained = false;
-  bool lean_context = false;  // the decode in its lean blocks (decode.h's DecodeLaunch)
+  bool lean_context = false;  // both parts' lean blocks (decode.h's DecodeLaunch, PrefillTcParams::lean)
   RelaySystemForm system_form = RelaySystemForm::kMmaSync;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t, cudaStream_t stream);

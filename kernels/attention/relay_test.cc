@@ -198,7 +198,7 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
       ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pf, t, stream_).ok()) << what;
       Sync();
       EXPECT_TRUE(out_form.ToHost() == got_form) << what << ": chained on the wgmma system part differs";
-      // ... and so does the decode in its lean blocks (the same arithmetic in fewer registers).
+      // ... and so do both parts in their lean blocks (the same arithmetic in fewer registers).
       t.lean_context = true;
       ASSERT_EQ(cudaMemset(out_form.get(), 0xff, out_form.size() * sizeof(float)), cudaSuccess);
       ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pf, t, stream_).ok()) << what;
