@@ -139,6 +139,7 @@ internal::RelayTuning DefaultTuning(const RelayShape& s, const RelayDecodeParams
   } else if (HasSide(p.side) && context_tokens >= p.side.min_context_tokens) {
     t.three_launches = t.beside = true;
   }
+  t.lean_context = p.lean && (t.chained || t.beside);
   return t;
 }
 

@@ -88,6 +88,9 @@ struct RelayDecodeParams {
   // 128-token contexts, up to 5% slower at 1K); inside whole decode steps it beats the fused
   // launch (relay_step_bench), but the server measured it slower (docs/BENCHMARKS.md).
   int64_t chained_min_context_tokens = -1;
+  // Where the three launches run beside or chained: both parts in their lean blocks
+  // (RelayTuning::lean_context), so that a decode block shares an SM with a system block.
+  bool lean = false;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t stream);
 

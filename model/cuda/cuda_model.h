@@ -72,6 +72,10 @@ struct CudaModelOptions {
   // graphs and 0.97x in mixed steps, but the server's A/B measured its inter-token time 25%
   // longer, for a reason not yet found (docs/BENCHMARKS.md).
   int64_t relay_chained_min_tokens = -1;
+  // Where relay runs chained or beside: both parts in their lean blocks (relay.h's
+  // RelayDecodeParams::lean: the decode at 96 registers a thread, the wgmma system part at
+  // 136, so they share SMs). Not yet measured: off.
+  bool relay_lean_blocks = false;
   // Prefill steps with few query tiles over long histories (a returning turn's new tokens)
   // split each tile's keys across the SMs and merge the parts (kernels/attention/prefill.h).
   // Off: one block per tile walks every key (kept for the benchmark's comparison).

@@ -6,7 +6,8 @@
 //   - relay, fused: the system and context parts in one grid (the model's default);
 //   - relay, system part beside the decode on the model's second stream;
 //   - relay, chained: the system part (wgmma form) then the decode as its programmatic
-//     dependent, on the step's stream (Hopper; ordinary launches elsewhere);
+//     dependent, on the step's stream (Hopper; ordinary launches elsewhere); and the same in
+//     both parts' lean blocks (fewer registers, so they share SMs);
 //   - shared pages, no relay: each sequence reads the prefix's pages itself.
 // The step's floor beside them: every weight and the KV the step must read (the prefix once
 // plus every sequence's own tokens) at the copy rate measured in the same run (cuda_bench.h's
@@ -37,6 +38,7 @@ struct Form {
   bool relay;
   int64_t beside_min_tokens;   // CudaModelOptions::relay_beside_min_tokens
   int64_t chained_min_tokens;  // CudaModelOptions::relay_chained_min_tokens
+  bool lean = false;           // CudaModelOptions::relay_lean_blocks
 };
 
 // The median decode step (seconds) of `rows` sequences on one prefix in `form`; -1 on failure.
@@ -54,6 +56,7 @@ double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bo
   o.relay_min_saved_tokens = 0;
   o.relay_beside_min_tokens = form.beside_min_tokens;
   o.relay_chained_min_tokens = form.chained_min_tokens;
+  o.relay_lean_blocks = form.lean;
   auto made = CudaModel::CreateRandom(c, 1234, o);
   if (!made.ok()) {
     std::printf("%s: %s\n", form.name, std::string(made.status().message()).c_str());
@@ -152,6 +155,7 @@ int main(int argc, char** argv) {
   const Form forms[] = {{"relay, fused (default)", true, -1, -1},
                         {"relay, system part beside the decode", true, 0, -1},
                         {"relay, chained (system part on wgmma, decode its dependent)", true, -1, 0},
+                        {"relay, chained, lean blocks (the two parts share SMs)", true, -1, 0, true},
                         {"shared pages, no relay", false, -1, -1}};
   double fused[2] = {0, 0}, weight_bytes = 0;
   for (const Form& f : forms) {

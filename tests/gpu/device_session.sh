@@ -52,7 +52,8 @@
 #             docs/BENCHMARKS.md; a garbled cache differs in most, from the first token);
 #             PROMPTS_MANY_MODES: relay (default),
 #             beside (relay's system part on the second stream), chained (the decode
-#             a programmatic dependent of the system part), pages (relay off), none
+#             a programmatic dependent of the system part), chained-lean (and both parts
+#             in their lean blocks), pages (relay off), none
 #             (not shared)
 #   ppl       strata ppl of the built-in model on its held-out text: the whole file on the
 #             GPU, and its first 20 KB on the GPU and on the CPU (the two must agree); then
@@ -250,6 +251,7 @@ run_prompts() {
         none) flags="$flags --min_shared_prompt_tokens=0" ;;
         beside) flags="$flags --cuda_relay_beside_min_tokens=32768" ;;
         chained) flags="$flags --cuda_relay_chained_min_tokens=32768" ;;
+        chained-lean) flags="$flags --cuda_relay_chained_min_tokens=32768 --cuda_relay_lean_blocks" ;;
       esac
       "$B/strata" bench --sessions=64 --rate=1000 --turns=1 --prompt_tokens="${PROMPT_OWN:-128}" --output_tokens=128 \
         --max_output_tokens=128 --max_context_tokens=16384 $sys --serve_flags="$flags" --json="$OUT/bench-prompts-$S-$mode.json" \
@@ -301,6 +303,7 @@ run_prompts_many() {
       none) flags="$flags --min_shared_prompt_tokens=0" ;;
       beside) flags="$flags --cuda_relay_beside_min_tokens=32768" ;;
       chained) flags="$flags --cuda_relay_chained_min_tokens=32768" ;;
+      chained-lean) flags="$flags --cuda_relay_chained_min_tokens=32768 --cuda_relay_lean_blocks" ;;
     esac
     "$B/strata" bench --sessions=64 --rate=1000 --turns=2 --think_s=0.2 --prompt_tokens=640 --output_tokens=64 \
       --max_output_tokens=64 --max_context_tokens=16384 --system_prompts=3 --system_prompt_tokens=4096 \
