@@ -62,7 +62,10 @@
 #             (then `sanitize` with SAN_TESTS=cuda_prefill_attention_test and a SAN_FILTER
 #             puts the relay and wgmma kernels under compute-sanitizer)
 #   relay-step  relay's forms inside whole decode steps, graphs and eager (relay_step_bench;
-#             RELAY_STEP_SHAPES, default "64,4096,1024")
+#             RELAY_STEP_SHAPES, default "64,4096,1024"; RELAY_STEP_CHUNK: mixed steps)
+#   lean      relay's lean blocks, in one call: the relay tests, relay_attention_bench at
+#             the kernel figure's shapes (64 and 32 rows x 1K/4K/8K x 1K), relay-step, and the
+#             prompts A/B of relay, chained and chained-lean (4K prompt, 1K own tokens)
 #   batch     batch_bench on random:llama3-8b: token saving of the plans, then one batch as
 #             Chat calls, first-level prefix reuse and the global plan (BATCH_ARGS adds flags)
 #   rate      the sustainable session rate with a 4K system prompt (p99 TTFT <= 1 s): relay,
@@ -384,8 +387,20 @@ for phase in "$@"; do
     nosplit) COMPARE= run_bench_history bench-hbm-nosplit --cuda_prefill_key_splits=false
              COMPARE= run_bench_history bench-host-nosplit "--hbm_cache_bytes=0 --cuda_prefill_key_splits=false" ;;
     prompts-many) run_prompts_many ;;
+    lean) timeout 120 "$B/cuda_prefill_attention_test" --gtest_brief=1 --gtest_filter='*Relay*' \
+          >"$OUT/test-relay-lean.log" 2>&1
+        note "relay tests: rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/test-relay-lean.log" | tr '\n' ' ')"
+        grep -E 'Failure|differ' "$OUT/test-relay-lean.log" | head -10 >>"$summary"
+        for shape in 64,1024,1024 64,4096,1024 64,8192,1024 32,4096,1024; do
+          timeout 60 "$B/relay_attention_bench" --shape="$shape" >"$OUT/relay-lean-${shape//,/x}.txt" 2>&1
+          note "relay_attention_bench $shape: rc=$?"; grep -E '^\| [0-9]' "$OUT/relay-lean-${shape//,/x}.txt" >>"$summary"
+        done
+        timeout 200 "$B/relay_step_bench" >"$OUT/relay_step_bench-lean.txt" 2>&1
+        note "relay_step_bench: rc=$?"; grep -E '^\|' "$OUT/relay_step_bench-lean.txt" >>"$summary"
+        PROMPT_S=4096 PROMPT_OWN=1024 PROMPT_MODES="relay chained chained-lean" run_prompts ;;
     relay-step) for shape in ${RELAY_STEP_SHAPES:-64,4096,1024}; do
-        timeout 280 "$B/relay_step_bench" --shape="$shape" >"$OUT/relay_step_bench-${shape//,/x}.txt" 2>&1
+        timeout 280 "$B/relay_step_bench" --shape="$shape" ${RELAY_STEP_CHUNK:+--chunk=$RELAY_STEP_CHUNK} \
+          >"$OUT/relay_step_bench-${shape//,/x}.txt" 2>&1
         note "relay_step_bench $shape: rc=$?"; grep -E '^\|' "$OUT/relay_step_bench-${shape//,/x}.txt" >>"$summary"
       done ;;
     prompts) run_prompts ;; relay) run_relay ;; rate) run_rate ;; ppl) run_ppl ;; batch) run_batch ;;
