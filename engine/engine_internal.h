@@ -65,11 +65,6 @@ struct Engine::Metrics {
                            "Lookups that reused a cached prefix, by the tier that served it.")),
         batch_size(r.AddHistogram("strata_batch_size", "Turns in one forward step.",
                                   metrics::ExponentialBuckets(1, 2, 8)).WithLabels({})),
-        step_seconds(&r.AddHistogram("strata_step_seconds",
-                                     "Time of one forward step, by what it held: decode (every turn a token), "
-                                     "prefill (prompt chunks only) or mixed (both).",
-                                     {0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03,
-                                      0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5})),
         ssd_decisions(&r.AddCounter("strata_ssd_fetch_decisions_total",
                                     "Turns whose history was only on SSD, by what fetch-or-recompute chose: "
                                     "load (from SSD) or recompute.")),
@@ -123,7 +118,15 @@ struct Engine::Metrics {
     for (const char* tier : {"hbm", "host", "ssd"}) hits->WithLabels({{"tier", tier}});
     for (const char* tier : {"none", "hbm", "host", "ssd"}) ttft->WithLabels({{"tier", tier}});
     for (const char* choice : {"load", "recompute"}) ssd_decisions->WithLabels({{"choice", choice}});
-    for (const char* kind : {"decode", "prefill", "mixed"}) step_seconds->WithLabels({{"kind", kind}});
+    metrics::Family<metrics::Histogram>& steps =
+        r.AddHistogram("strata_step_seconds",
+                       "Time of one forward step, by what it held: decode (every turn a token), prefill (prompt "
+                       "chunks only) or mixed (both).",
+                       {0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
+                        0.075, 0.1, 0.25, 0.5, 1, 2.5});
+    step_decode = &steps.WithLabels({{"kind", "decode"}});
+    step_prefill = &steps.WithLabels({{"kind", "prefill"}});
+    step_mixed = &steps.WithLabels({{"kind", "mixed"}});
     metrics::Family<metrics::Counter>& ended =
         r.AddCounter("strata_finished_turns_total",
                      "Turns that ended, by reason: stop, length, cancelled, deadline, error, shutdown.");
@@ -156,7 +159,7 @@ struct Engine::Metrics {
   metrics::Counter& lookups;
   metrics::Family<metrics::Counter>* hits;
   metrics::Histogram& batch_size;
-  metrics::Family<metrics::Histogram>* step_seconds;
+  metrics::Histogram *step_decode, *step_prefill, *step_mixed;  // strata_step_seconds by kind
   metrics::Family<metrics::Counter>* ssd_decisions;
   metrics::Gauge& queue_depth;
   metrics::Gauge& running;

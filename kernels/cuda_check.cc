@@ -21,14 +21,15 @@ int CurrentDeviceSmCount() {
   return sms;
 }
 
-bool CurrentDeviceHasDependentLaunch() {
-  int device = 0, major = 0;
+int CurrentDeviceComputeCapability() {
+  int device = 0, major = 0, minor = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    (void)cudaGetLastError();  // not left for the next launch's check
+    return 0;
   }
-  return major >= 9;
+  return major * 10 + minor;
 }
 
 }  // namespace strata::kernels

@@ -20,9 +20,10 @@ absl::Status CudaStatus(cudaError_t error, const char* call, const char* file, i
 // cannot be read: the launch that follows reports the error). Thread-safe.
 int CurrentDeviceSmCount();
 
-// Whether the current device runs programmatic dependent launches (compute capability 9.0
-// or later: kernels/dependent_launch.cuh); false when it cannot be read. Thread-safe.
-bool CurrentDeviceHasDependentLaunch();
+// The current device's compute capability as major * 10 + minor (90: Hopper, whose wgmma
+// and programmatic dependent launch the kernels take); 0 when it cannot be read. Like the
+// SM count, asked of the runtime at each call (it keeps the attributes). Thread-safe.
+int CurrentDeviceComputeCapability();
 
 }  // namespace strata::kernels
 

@@ -29,6 +29,10 @@ int64_t PartFloats(const PrefillSplitShape& s, int splits) {
 
 }  // namespace
 
+bool internal::PrefillWgmmaSupported(int head_dim) {
+  return (head_dim == 64 || head_dim == 128) && CurrentDeviceComputeCapability() == 90;
+}
+
 int PrefillKeySplits(const PrefillSplitShape& s) {
   if (s.batch <= 0 || s.rows <= 0 || s.max_new_tokens <= 0 || s.kv_heads <= 0 || s.num_heads % s.kv_heads != 0) {
     return 1;

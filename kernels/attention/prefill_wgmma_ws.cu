@@ -335,19 +335,6 @@ cudaError_t LaunchHeadDim(const PrefillTcParams& p, cudaStream_t stream) {
 
 }  // namespace prefill_wgmma_ws
 
-bool PrefillWgmmaSupported(int head_dim) {
-  if (head_dim != 64 && head_dim != 128) return false;
-  // As CurrentDeviceSmCount: the runtime keeps the attributes, so a launch may ask each time.
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    (void)cudaGetLastError();  // not left for the next launch's check
-    return false;
-  }
-  return major == 9 && minor == 0;
-}
-
 cudaError_t PagedPrefillAttentionWgmmaWsAsync(const PrefillTcParams& p, cudaStream_t stream) {
   if (p.head_dim == 64) return prefill_wgmma_ws::LaunchHeadDim<64>(p, stream);
   if (p.head_dim == 128) return prefill_wgmma_ws::LaunchHeadDim<128>(p, stream);

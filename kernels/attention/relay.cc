@@ -133,13 +133,13 @@ internal::RelayTuning DefaultTuning(const RelayShape& s, const RelayDecodeParams
   const int64_t context_tokens = int64_t{s.rows} * s.max_context_tokens;
   if (context_tokens >= kManyContextTokens) t.context_blocks_per_sm = kManyContextBlocksPerSm;
   if (p.chained_min_context_tokens >= 0 && context_tokens >= p.chained_min_context_tokens &&
-      CurrentDeviceHasDependentLaunch()) {
+      CurrentDeviceComputeCapability() >= 90) {
     t.three_launches = t.chained = true;
     t.system_form = internal::RelaySystemForm::kWgmmaWs;
   } else if (HasSide(p.side) && context_tokens >= p.side.min_context_tokens) {
     t.three_launches = t.beside = true;
   }
-  t.lean_context = p.lean && (t.chained || t.beside);
+  t.lean = p.lean && (t.chained || t.beside);
   return t;
 }
 
@@ -223,11 +223,12 @@ cudaError_t LaunchSystemPart(const internal::PrefillTcParams& sys, internal::Rel
 // before the decode's fill the rest, and the merge waits for the join. With `chained`, the
 // same order on `stream`: the system part, then the decode as its programmatic dependent
 // (it reads nothing the system part writes), then the merge, which the stream orders after
-// both. With t.lean_context, both parts run their lean blocks (decode.h, prefill_launch.h).
+// both. With t.lean, both parts run their lean blocks (decode.h, prefill_launch.h).
 absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, const internal::RelayTuning& t,
                          cudaStream_t stream) {
   const internal::RelaySystemForm form = t.system_form;
-  bool beside = t.beside && HasSide(p.side), chained = t.chained;
+  const bool beside = p.groups > 0 && t.beside && HasSide(p.side);
+  const bool chained = p.groups > 0 && !beside && t.chained;
   const PagedKv& kv = p.context;
   const int64_t head_floats = int64_t{p.num_heads} * kv.head_dim;
   float* ctx_lse =
@@ -235,9 +236,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, co
   float* parts_o = ctx_lse + Align4Floats(int64_t{p.rows} * p.num_heads);
   DecodeAttentionParams context_part{p.q,         kv,    p.rows, p.num_heads, p.scale, p.max_context_tokens,
                                      p.workspace, p.out, ctx_lse};
-  context_part.launch.lean = t.lean_context;
-  beside = beside && p.groups > 0;
-  chained = chained && !beside && p.groups > 0;
+  context_part.launch = {.dependent = chained, .lean = t.lean};
   if (!beside && !chained) {
     // The context part (it validates the shapes the system part shares).
     if (absl::Status s = LaunchPagedDecodeAttention(context_part, stream); !s.ok()) return s;
@@ -254,7 +253,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, co
   sys.key_splits = splits;
   sys.ws_o = parts_o;
   sys.ws_lse = parts_lse;
-  sys.lean = t.lean_context;
+  sys.lean = t.lean;
   if (beside) {
     const RelaySide& side = p.side;
     STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.fork, stream));
@@ -269,9 +268,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, co
     if (!context_status.ok()) return context_status;
   } else if (chained) {
     STRATA_CUDA_RETURN_IF_ERROR(LaunchSystemPart(sys, form, stream));
-    DecodeAttentionParams dependent = context_part;
-    dependent.launch.dependent = true;
-    if (absl::Status s = LaunchPagedDecodeAttention(dependent, stream); !s.ok()) return s;
+    if (absl::Status s = LaunchPagedDecodeAttention(context_part, stream); !s.ok()) return s;
   } else {
     STRATA_CUDA_RETURN_IF_ERROR(LaunchSystemPart(sys, form, stream));
   }

@@ -89,7 +89,7 @@ struct RelayDecodeParams {
   // launch (relay_step_bench), but the server measured it slower (docs/BENCHMARKS.md).
   int64_t chained_min_context_tokens = -1;
   // Where the three launches run beside or chained: both parts in their lean blocks
-  // (RelayTuning::lean_context), so that a decode block shares an SM with a system block.
+  // (RelayTuning::lean), so that a decode block shares an SM with a system block.
   bool lean = false;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t stream);
@@ -116,8 +116,8 @@ enum class RelaySystemForm { kMmaSync, kWgmmaWs };
 // the three launches instead, with the system part on p.side beside the decode (`beside`,
 // where p.side is set), chained before it on the launch's stream (`chained`: the decode a
 // programmatic dependent of it, on a device that has them) or after it, in `system_form`;
-// `lean_context`: the decode in blocks of at most 96 registers a thread and the wgmma system
-// part in 136, so that a decode block shares an SM with a system block.
+// `lean`: the decode in blocks of at most 96 registers a thread and the wgmma system part in
+// 136, so that a decode block shares an SM with a system block.
 struct RelayTuning {
   int system_blocks_per_sm = 2;
   int context_blocks_per_sm = 2;
@@ -125,7 +125,7 @@ struct RelayTuning {
   bool context_first = false;
   bool beside = false;
   bool chained = false;
-  bool lean_context = false;  // both parts' lean blocks (decode.h's DecodeLaunch, PrefillTcParams::lean)
+  bool lean = false;  // both parts' lean blocks (decode.h's DecodeLaunch, PrefillTcParams::lean)
   RelaySystemForm system_form = RelaySystemForm::kMmaSync;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t, cudaStream_t stream);

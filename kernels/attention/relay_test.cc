@@ -192,18 +192,17 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
       Sync();
       const std::vector<float> got_form = out_form.ToHost();
       test_support::ExpectAttentionNear(got_form, want, rows, heads, d, what + " (system part on wgmma vs CPU)");
-      // Chained (below): the decode behind the wgmma system part gives its bits.
+      // Chained (below: the decode behind the wgmma system part), and that in both parts' lean
+      // blocks (the same arithmetic in fewer registers): its bits.
       t.chained = true;
-      ASSERT_EQ(cudaMemset(out_form.get(), 0xff, out_form.size() * sizeof(float)), cudaSuccess);
-      ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pf, t, stream_).ok()) << what;
-      Sync();
-      EXPECT_TRUE(out_form.ToHost() == got_form) << what << ": chained on the wgmma system part differs";
-      // ... and so do both parts in their lean blocks (the same arithmetic in fewer registers).
-      t.lean_context = true;
-      ASSERT_EQ(cudaMemset(out_form.get(), 0xff, out_form.size() * sizeof(float)), cudaSuccess);
-      ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pf, t, stream_).ok()) << what;
-      Sync();
-      EXPECT_TRUE(out_form.ToHost() == got_form) << what << ": chained with the lean decode differs";
+      for (bool lean : {false, true}) {
+        t.lean = lean;
+        ASSERT_EQ(cudaMemset(out_form.get(), 0xff, out_form.size() * sizeof(float)), cudaSuccess);
+        ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pf, t, stream_).ok()) << what;
+        Sync();
+        EXPECT_TRUE(out_form.ToHost() == got_form)
+            << what << ": chained on the wgmma system part" << (lean ? ", in lean blocks," : "") << " differs";
+      }
     }
 
     // The three launches with the system part on a side stream: the same kernels on the same
@@ -219,85 +218,79 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
       ASSERT_EQ(cudaMemset(ws_three.get(), 0xff, ws_three.size() * sizeof(float)), cudaSuccess);
       ASSERT_EQ(cudaMemset(out_three.get(), 0xff, out_three.size() * sizeof(float)), cudaSuccess);
     };
-    auto expect_beside = [&](const std::string& how, const std::function<void()>& before) {
+    // Runs `run` (which enqueues on stream_) over poisoned outputs, and expects the one-stream
+    // three launches' bits.
+    auto expect_three = [&](const std::string& how, const std::function<void()>& run) {
       poison();
-      before();
-      ASSERT_TRUE(internal::LaunchRelayDecodeAttention(side_p, beside, stream_).ok()) << what;
+      run();
       Sync();
       EXPECT_TRUE(out_three.ToHost() == got_three)
-          << what << ": the system part beside the decode, " << how << ", differs from the three launches on one stream";
+          << what << ": " << how << ", differs from the three launches on one stream";
     };
-    expect_beside("side stream slowed", [&] { ASSERT_EQ(testing::LaunchDelay(side_, 500), cudaSuccess); });
+    auto launch = [&](const RelayDecodeParams& rp, const internal::RelayTuning& rt) {
+      ASSERT_TRUE(internal::LaunchRelayDecodeAttention(rp, rt, stream_).ok()) << what;
+    };
+    // Captures what (rp, rt) enqueues on stream_, into *exec.
+    auto instantiate = [&](const RelayDecodeParams& rp, const internal::RelayTuning& rt, cudaGraphExec_t* exec) {
+      cudaGraph_t g = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      const absl::Status captured = internal::LaunchRelayDecodeAttention(rp, rt, stream_);
+      ASSERT_EQ(cudaStreamEndCapture(stream_, &g), cudaSuccess) << what << ": the capture did not end joined";
+      ASSERT_TRUE(captured.ok()) << what << ": " << captured;
+      ASSERT_EQ(cudaGraphInstantiate(exec, g, 0), cudaSuccess);
+      cudaGraphDestroy(g);
+    };
     DeviceVector<float> late_q{std::vector<float>(q.size(), std::nanf(""))};
-    side_p.q = late_q.get();
-    expect_beside("queries written late on the launch's stream", [&] {
+    auto write_queries_late = [&] {
+      ASSERT_EQ(cudaMemset(late_q.get(), 0xff, late_q.size() * sizeof(float)), cudaSuccess);
       ASSERT_EQ(testing::LaunchDelay(stream_, 500), cudaSuccess);
       ASSERT_EQ(cudaMemcpyAsync(late_q.get(), dq.get(), q.size() * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
                 cudaSuccess);
-    });
-    side_p.q = dq.get();
-    {
-      cudaGraph_t g = nullptr;
-      cudaGraphExec_t e = nullptr;
-      ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      const absl::Status captured = internal::LaunchRelayDecodeAttention(side_p, beside, stream_);
-      ASSERT_EQ(cudaStreamEndCapture(stream_, &g), cudaSuccess) << what << ": the capture did not end joined";
-      ASSERT_TRUE(captured.ok()) << what << ": " << captured;
-      ASSERT_EQ(cudaGraphInstantiate(&e, g, 0), cudaSuccess);
-      poison();
+    };
+    expect_three("the system part beside the decode, side stream slowed", [&] {
       ASSERT_EQ(testing::LaunchDelay(side_, 500), cudaSuccess);
-      ASSERT_EQ(cudaGraphLaunch(e, stream_), cudaSuccess);
-      Sync();
-      EXPECT_TRUE(out_three.ToHost() == got_three) << what << ": a graph of the system part beside the decode differs";
+      launch(side_p, beside);
+    });
+    RelayDecodeParams side_late = side_p;
+    side_late.q = late_q.get();
+    expect_three("the system part beside the decode, queries written late on the launch's stream", [&] {
+      write_queries_late();
+      launch(side_late, beside);
+    });
+    {
+      cudaGraphExec_t e = nullptr;
+      ASSERT_NO_FATAL_FAILURE(instantiate(side_p, beside, &e));
+      expect_three("a graph of the system part beside the decode", [&] {
+        ASSERT_EQ(testing::LaunchDelay(side_, 500), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(e, stream_), cudaSuccess);
+      });
       cudaGraphExecDestroy(e);
-      cudaGraphDestroy(g);
     }
+    internal::RelayTuning lean_beside = beside;
+    lean_beside.lean = true;
+    expect_three("both parts' lean blocks, the system part beside the decode", [&] { launch(side_p, lean_beside); });
 
     // Chained on one stream, the decode a programmatic dependent of the system part (an
     // ordinary launch before Hopper): the same kernels, so the same bits, with the queries
     // written late on the stream (the system part must wait for them, and the decode with
     // it), and as a graph replayed twice. The cases' long prefixes beside one-token contexts
     // keep the system part running long after the decode: the merge must wait for both.
-    {  // The decode in its lean blocks, beside the system part on the side stream: the same bits.
-      internal::RelayTuning lean = three_launches;
-      lean.beside = lean.lean_context = true;
-      RelayDecodeParams lean_p = three;
-      lean_p.side = {side_, fork_, join_};
-      poison();
-      ASSERT_TRUE(internal::LaunchRelayDecodeAttention(lean_p, lean, stream_).ok()) << what;
-      Sync();
-      EXPECT_TRUE(out_three.ToHost() == got_three) << what << ": the lean decode beside the system part differs";
-    }
     internal::RelayTuning chained = three_launches;
     chained.chained = true;
     RelayDecodeParams chained_p = three;
     chained_p.q = late_q.get();
-    poison();
-    ASSERT_EQ(cudaMemset(late_q.get(), 0xff, late_q.size() * sizeof(float)), cudaSuccess);
-    ASSERT_EQ(testing::LaunchDelay(stream_, 500), cudaSuccess);
-    ASSERT_EQ(cudaMemcpyAsync(late_q.get(), dq.get(), q.size() * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
-              cudaSuccess);
-    ASSERT_TRUE(internal::LaunchRelayDecodeAttention(chained_p, chained, stream_).ok()) << what;
-    Sync();
-    EXPECT_TRUE(out_three.ToHost() == got_three)
-        << what << ": the three launches chained, queries written late, differ from the three launches";
+    expect_three("the three launches chained, queries written late", [&] {
+      write_queries_late();
+      launch(chained_p, chained);
+    });
     {
-      cudaGraph_t g = nullptr;
       cudaGraphExec_t e = nullptr;
-      ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      const absl::Status captured = internal::LaunchRelayDecodeAttention(chained_p, chained, stream_);
-      ASSERT_EQ(cudaStreamEndCapture(stream_, &g), cudaSuccess) << what;
-      ASSERT_TRUE(captured.ok()) << what << ": " << captured;
-      ASSERT_EQ(cudaGraphInstantiate(&e, g, 0), cudaSuccess);
+      ASSERT_NO_FATAL_FAILURE(instantiate(chained_p, chained, &e));
       for (int replay = 0; replay < 2; ++replay) {
-        poison();
-        ASSERT_EQ(cudaGraphLaunch(e, stream_), cudaSuccess);
-        Sync();
-        EXPECT_TRUE(out_three.ToHost() == got_three)
-            << what << ": replay " << replay << " of the three launches chained in a graph differs";
+        expect_three("replay " + std::to_string(replay) + " of the three launches chained in a graph",
+                     [&] { ASSERT_EQ(cudaGraphLaunch(e, stream_), cudaSuccess); });
       }
       cudaGraphExecDestroy(e);
-      cudaGraphDestroy(g);
     }
 
     // Captured in a graph and replayed: the eager launch's bits, then new queries' bits.

@@ -11,15 +11,16 @@ __device__ uint64_t GlobalTimerNs() {
   return t;
 }
 
-__global__ void DelayKernel(uint64_t ns) {
+__device__ void Spin(uint64_t ns) {
   const uint64_t start = GlobalTimerNs();
   while (GlobalTimerNs() - start < ns) __nanosleep(1000);
 }
 
+__global__ void DelayKernel(uint64_t ns) { Spin(ns); }
+
 __global__ void DelayThenWriteKernel(uint64_t ns, int* cell, int value) {
   internal::AllowDependentLaunch();
-  const uint64_t start = GlobalTimerNs();
-  while (GlobalTimerNs() - start < ns) __nanosleep(1000);
+  Spin(ns);
   *cell = value;
 }
 

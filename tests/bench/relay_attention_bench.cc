@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
       "relay vs a copy each | paper's bound | relay GB/s read | vs copy | same-size copy GB/s | "
       "vs same-size copy | rule takes relay | three launches (ms) | relay, graph (ms) | fused, one stream (ms) | "
       "three, system part beside (ms) | beside, system part on wgmma (ms) | three, system part on wgmma (ms) | "
-      "chained, wgmma (ms) | chained, wgmma, graph (ms) | lean decode: three / beside / chained (ms) | "
+      "chained, wgmma (ms) | chained, wgmma, graph (ms) | lean blocks: three / beside / chained (ms) | "
       "best form: GB/s read, vs copy | system part alone: mma.sync / wgmma (TFLOP/s) |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const int kv_heads = 8, heads = 32, head_dim = 128, page = 16;
@@ -302,7 +302,7 @@ int main(int argc, char** argv) {
         // The same three in both parts' lean blocks (96 and 136 registers a thread: a decode
         // block shares an SM with a wgmma block): after the system part, beside it, chained.
         strata::kernels::internal::RelayTuning three_lean = three_ws, beside_lean = beside_ws, chained_lean = chained_ws;
-        three_lean.lean_context = beside_lean.lean_context = chained_lean.lean_context = true;
+        three_lean.lean = beside_lean.lean = chained_lean.lean = true;
         const float three_lean_ms = MedianMs(stream, 20, [&] { relay(three_lean); }, flush);
         const float beside_lean_ms = MedianMs(stream, 20, [&] { relay(beside_lean); }, flush);
         const float chained_lean_ms = MedianMs(stream, 20, [&] { relay(chained_lean); }, flush);
