@@ -96,6 +96,11 @@ struct DecodeAttentionParams {
   // written to `out` and cast. 8-byte aligned.
   uint16_t* out_bf16 = nullptr;
   DecodeLaunch launch = {};
+  // The rows' typical length (their mean), where they differ: the split then has parts no
+  // longer than it (decode_parts.h, PartsForUnevenRows), up to DecodeMostParts. 0: the rows
+  // are taken as max_tokens long. Like max_tokens, it sets the split, so the same value
+  // gives the same bits.
+  int64_t typical_tokens = 0;
 };
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream);
 
@@ -107,6 +112,10 @@ bool DecodeRunsOnTensorCores(DecodeKernel kernel, int head_dim, int num_heads, i
 // Floats of workspace a decode (or CUDA-core prefill, with batch = its rows) of this shape
 // needs; 0 for empty shapes and without CUDA. Reads the current device's SM count.
 int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t max_tokens);
+
+// The most parts a decode of this shape splits each sequence into (what DecodeWorkspaceFloats
+// holds); 1 without CUDA.
+int DecodeMostParts(int batch, int64_t max_tokens);
 
 // For benchmarks: the parts each sequence's keys are split into on the tensor-core decode
 // (at most what the workspace holds), or 0 for the launch's own choice. Process-wide.

@@ -83,4 +83,11 @@ int WholeRoundParts(int64_t blocks, int64_t slots, int64_t key_tiles, int most) 
   return best;
 }
 
+int PartsForUnevenRows(int parts, int64_t max_tokens, int64_t typical_tokens, int most, int align) {
+  if (typical_tokens <= 0 || typical_tokens >= max_tokens || align <= 0) return parts;
+  const int64_t part_tokens = (typical_tokens + align - 1) / align * align;
+  const int64_t wanted = (max_tokens + part_tokens - 1) / part_tokens;
+  return static_cast<int>(std::max<int64_t>(parts, std::min<int64_t>(wanted, most)));
+}
+
 }  // namespace strata::kernels

@@ -50,6 +50,16 @@ bool TensorCoreDecodeFourWarps(const TensorCoreDecodeShape& shape, int64_t four_
 // among equals.
 int WholeRoundParts(int64_t blocks, int64_t slots, int64_t key_tiles, int most);
 
+// Parts along the keys for rows of unequal length: at least enough that no part is longer
+// than the rows' typical length (their mean, rounded up to `align` tokens), so one long row
+// among short ones is split as finely as they are instead of walking its keys alone, in one
+// block a head, long after the rest are done; within `most` (the parts the workspace holds).
+// `parts` is the launch's own count for rows of max_tokens; typical_tokens <= 0 or at least
+// max_tokens leaves it. (The server's first session on a system prompt computed the prompt
+// itself and reads its 5K tokens beside 63 rows of 1K on the prompt: on the H100 its lone
+// blocks made the chained relay's decode steps 13.6 ms instead of 10.8, docs/BENCHMARKS.md.)
+int PartsForUnevenRows(int parts, int64_t max_tokens, int64_t typical_tokens, int most, int align);
+
 }  // namespace strata::kernels
 
 #endif  // STRATA_KERNELS_ATTENTION_DECODE_PARTS_H_

@@ -292,5 +292,20 @@ TEST(WholeRoundPartsTest, RespectsItsBounds) {
   EXPECT_EQ(WholeRoundParts(0, 0, 0, 8), 1) << "an empty launch";
 }
 
+TEST(PartsForUnevenRowsTest, SplitsALongRowAsFinelyAsTheTypicalOne) {
+  // The server's relay steps: one row of 5.2K tokens (bucket 5632) beside 63 of ~1.1K (mean
+  // bucket 1280): five parts of at most 1280 tokens, where the launch's own count was one.
+  EXPECT_EQ(PartsForUnevenRows(1, 5632, 1280, 21, 32), 5);
+  EXPECT_EQ(PartsForUnevenRows(1, 5632, 1200, 21, 32), 5) << "the typical length rounded up to the alignment";
+  EXPECT_EQ(PartsForUnevenRows(8, 5632, 1280, 21, 32), 8) << "never fewer parts than the launch's own";
+  EXPECT_EQ(PartsForUnevenRows(1, 32768, 256, 21, 32), 21) << "within what the workspace holds";
+}
+
+TEST(PartsForUnevenRowsTest, LeavesEvenRowsAndUnknownLengthsAlone) {
+  EXPECT_EQ(PartsForUnevenRows(2, 4096, 4096, 21, 32), 2) << "every row as long as the longest";
+  EXPECT_EQ(PartsForUnevenRows(2, 4096, 0, 21, 32), 2) << "no typical length given";
+  EXPECT_EQ(PartsForUnevenRows(3, 4096, 8192, 21, 32), 3) << "a typical length past the longest";
+}
+
 }  // namespace
 }  // namespace strata::kernels

@@ -428,15 +428,19 @@ TEST_F(CudaKernelsTest, PagedDecodeAttentionLargeBatchOnePartMatchesCpu) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   PagedDecodeAttention(q.data(), pool.View(), batch, heads, scale, want.data(), want_lse.data());
   DevicePool dp(pool);
-  DeviceVector<float> dq(q), dout{std::vector<float>(q.size(), std::nanf(""))},
-      dlse{std::vector<float>(want_lse.size(), std::nanf(""))},
-      ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(batch, heads, head_dim, 2100)))};
-  ASSERT_TRUE(
-      LaunchPagedDecodeAttention({dq.get(), dp.view, batch, heads, scale, 2100, ws.get(), dout.get(), dlse.get()}, stream_)
-          .ok());
-  Sync();
-  ExpectClose(dout.ToHost(), want, "large batch out");
-  ExpectClose(dlse.ToHost(), want_lse, "large batch lse");
+  DeviceVector<float> dq(q), ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(batch, heads, head_dim, 2100)))};
+  // One part a sequence; then split by a typical length of a quarter of the longest: the
+  // long rows in four parts, the short ones' later parts empty.
+  for (int64_t typical : {0, 525}) {
+    DeviceVector<float> dout{std::vector<float>(q.size(), std::nanf(""))},
+        dlse{std::vector<float>(want_lse.size(), std::nanf(""))};
+    DecodeAttentionParams p{dq.get(), dp.view, batch, heads, scale, 2100, ws.get(), dout.get(), dlse.get()};
+    p.typical_tokens = typical;
+    ASSERT_TRUE(LaunchPagedDecodeAttention(p, stream_).ok());
+    Sync();
+    ExpectClose(dout.ToHost(), want, "large batch out, typical " + std::to_string(typical));
+    ExpectClose(dlse.ToHost(), want_lse, "large batch lse, typical " + std::to_string(typical));
+  }
 }
 
 TEST_F(CudaKernelsTest, PlaceKvPagedMatchesCpuWithinOneBf16Unit) {

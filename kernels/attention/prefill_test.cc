@@ -167,15 +167,24 @@ class CudaPrefillAttentionTest : public test_support::GpuTest {
       int64_t max_tokens = 0;
       for (int64_t n : c.lengths) max_tokens = std::max(max_tokens, n);
       DeviceVector<float> ws{std::vector<float>(static_cast<size_t>(DecodeWorkspaceFloats(batch, heads, d, max_tokens)))};
-      for (DecodeKernel kernel : {DecodeKernel::kAuto, DecodeKernel::kCudaCores, DecodeKernel::kTensorCores}) {
-        const std::string form = what + " decode kernel " + std::to_string(static_cast<int>(kernel));
-        DeviceVector<float> dout{std::vector<float>(q.size(), std::nanf(""))},
-            dlse{std::vector<float>(want_lse.size(), std::nanf(""))};
-        const absl::Status s = LaunchPagedDecodeAttention(
-            {dq.get(), dp.view, batch, heads, scale, max_tokens, ws.get(), dout.get(), dlse.get(), kernel}, stream_);
-        EXPECT_TRUE(s.ok()) << form << ": " << s;
-        EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
-        Compare(dout.ToHost(), dlse.ToHost(), want, want_lse, lse_tol, rows, heads, d, form);
+      int64_t total_tokens = 0;
+      for (int64_t n : c.lengths) total_tokens += n;
+      // Each kernel with the rows taken as max_tokens long, and split by their mean length
+      // (more parts where the rows differ: DecodeAttentionParams::typical_tokens).
+      for (int64_t typical : {int64_t{0}, (total_tokens + batch - 1) / batch}) {
+        for (DecodeKernel kernel : {DecodeKernel::kAuto, DecodeKernel::kCudaCores, DecodeKernel::kTensorCores}) {
+          const std::string form = what + " decode kernel " + std::to_string(static_cast<int>(kernel)) +
+                                   " typical " + std::to_string(typical);
+          DeviceVector<float> dout{std::vector<float>(q.size(), std::nanf(""))},
+              dlse{std::vector<float>(want_lse.size(), std::nanf(""))};
+          DecodeAttentionParams dp_params{dq.get(), dp.view, batch,      heads,      scale,
+                                          max_tokens, ws.get(), dout.get(), dlse.get(), kernel};
+          dp_params.typical_tokens = typical;
+          const absl::Status s = LaunchPagedDecodeAttention(dp_params, stream_);
+          EXPECT_TRUE(s.ok()) << form << ": " << s;
+          EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess) << form;
+          Compare(dout.ToHost(), dlse.ToHost(), want, want_lse, lse_tol, rows, heads, d, form);
+        }
       }
       // The tensor-core decode in blocks of two and of four warps that split a part's keys
       // (every launch, one part and several) and in one-warp blocks alone: the same

@@ -82,7 +82,11 @@ ContextSplit ContextSplitOf(const RelayShape& s, int blocks_per_sm = kContextBlo
       std::max<int64_t>(1, int64_t{s.rows} * s.kv_heads * (s.num_heads / std::max(1, s.kv_heads) / subgroup));
   const int64_t tokens = std::max<int64_t>(1, s.max_context_tokens);
   const int64_t want = (int64_t{blocks_per_sm} * CurrentDeviceSmCount() + blocks_per_part - 1) / blocks_per_part;
-  const int64_t parts = std::clamp<int64_t>(want, 1, (tokens + kDecodePartAlign - 1) / kDecodePartAlign);
+  int64_t parts = std::clamp<int64_t>(want, 1, (tokens + kDecodePartAlign - 1) / kDecodePartAlign);
+  // Rows of unequal length: parts no longer than the typical row (within the parts a decode's
+  // workspace holds, which FusedWorkspaceFloats sizes for).
+  parts = PartsForUnevenRows(static_cast<int>(parts), tokens, s.typical_context_tokens,
+                             std::max(static_cast<int>(parts), DecodeMostParts(s.rows, tokens)), kDecodePartAlign);
   int64_t part_tokens = (tokens + parts - 1) / parts;
   part_tokens = (part_tokens + kDecodePartAlign - 1) / kDecodePartAlign * kDecodePartAlign;
   return ContextSplit{static_cast<int>((tokens + part_tokens - 1) / part_tokens), static_cast<int>(part_tokens)};
@@ -110,13 +114,16 @@ int64_t FusedPartsFloats(const RelayShape& s, int parts) {
   return Align4Floats(int64_t{s.rows} * parts * s.num_heads * s.head_dim);
 }
 int64_t FusedWorkspaceFloats(const RelayShape& s, const internal::RelayTuning& t) {
-  const int parts = ContextSplitOf(s, t.context_blocks_per_sm).parts + SystemSplits(s, t.system_blocks_per_sm);
+  RelayShape uneven = s;  // the most parts: rows of any typical length
+  uneven.typical_context_tokens = 1;
+  const int parts = ContextSplitOf(uneven, t.context_blocks_per_sm).parts + SystemSplits(s, t.system_blocks_per_sm);
   return FusedPartsFloats(s, parts) + int64_t{s.rows} * parts * s.num_heads;
 }
 
 RelayShape ShapeOf(const RelayDecodeParams& p) {
   return RelayShape{p.rows,      p.groups,    p.grouped_rows,       p.max_group_rows,   p.num_heads,
-                    p.context.kv_heads, p.context.head_dim, p.max_context_tokens, p.max_prefix_tokens};
+                    p.context.kv_heads, p.context.head_dim, p.max_context_tokens, p.max_prefix_tokens,
+                    p.typical_context_tokens};
 }
 
 bool HasSide(const RelaySide& side) {
@@ -237,6 +244,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, co
   DecodeAttentionParams context_part{p.q,         kv,    p.rows, p.num_heads, p.scale, p.max_context_tokens,
                                      p.workspace, p.out, ctx_lse};
   context_part.launch = {.dependent = chained, .lean = t.lean};
+  context_part.typical_tokens = p.typical_context_tokens;
   if (!beside && !chained) {
     // The context part (it validates the shapes the system part shares).
     if (absl::Status s = LaunchPagedDecodeAttention(context_part, stream); !s.ok()) return s;

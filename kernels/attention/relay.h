@@ -91,6 +91,10 @@ struct RelayDecodeParams {
   // Where the three launches run beside or chained: both parts in their lean blocks
   // (RelayTuning::lean), so that a decode block shares an SM with a system block.
   bool lean = false;
+  // The rows' typical context (their mean) where they differ: the context part's split has
+  // parts no longer than it (decode.h's DecodeAttentionParams::typical_tokens). 0: every
+  // row taken as max_context_tokens long.
+  int64_t typical_context_tokens = 0;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t stream);
 
@@ -98,6 +102,7 @@ absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t
 struct RelayShape {
   int rows, groups, grouped_rows, max_group_rows, num_heads, kv_heads, head_dim;
   int64_t max_context_tokens, max_prefix_tokens;
+  int64_t typical_context_tokens = 0;  // RelayDecodeParams'
 };
 // Floats of workspace a relay decode of this shape needs (every part's (o, lse) of either
 // form). Reads the device's SM count; 0 for an empty shape and without CUDA.

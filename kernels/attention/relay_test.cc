@@ -168,6 +168,30 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
     Sync();
     const std::vector<float> got = out.ToHost();
     test_support::ExpectAttentionNear(got, want, rows, heads, d, what + " (relay vs CPU)");
+    {  // Split by the rows' mean context (RelayDecodeParams::typical_context_tokens), fused and
+       // in three launches: more parts where the rows differ (empty contexts: the most), the
+       // same answer, in the workspace the shape was given.
+      int64_t total = 0;
+      for (int64_t n : c.contexts) total += n;
+      RelayDecodeParams pt = p;
+      pt.typical_context_tokens = std::max<int64_t>(1, (total + rows - 1) / std::max(1, rows));
+      for (bool three_launches : {false, true}) {
+        DeviceVector<float> ws_t{std::vector<float>(
+            static_cast<size_t>(std::max<int64_t>(1, RelayDecodeWorkspaceFloats(shape))), std::nanf(""))};
+        DeviceVector<float> out_t{std::vector<float>(q.size(), std::nanf(""))};
+        pt.workspace = ws_t.get();
+        pt.out = out_t.get();
+        internal::RelayTuning t;
+        t.three_launches = three_launches;
+        ASSERT_TRUE(three_launches ? internal::LaunchRelayDecodeAttention(pt, t, stream_).ok()
+                                   : LaunchRelayDecodeAttention(pt, stream_).ok())
+            << what;
+        Sync();
+        test_support::ExpectAttentionNear(out_t.ToHost(), want, rows, heads, d,
+                                          what + (three_launches ? " (three launches" : " (relay") +
+                                              " split by the mean context vs CPU)");
+      }
+    }
 
     // The three-launch form on the same inputs (its workspace poisoned again).
     DeviceVector<float> ws_three{std::vector<float>(

@@ -59,6 +59,14 @@ DecodeSplit ChooseDecodeSplit(int64_t blocks_per_part, int64_t max_tokens, int s
   return DecodeSplit{static_cast<int>((tokens + part_tokens - 1) / part_tokens), static_cast<int>(part_tokens)};
 }
 
+// The split of max_tokens into `parts` parts of a multiple of kDecodePartAlign tokens.
+DecodeSplit SplitInto(int64_t max_tokens, int parts) {
+  const int64_t tokens = std::max<int64_t>(1, max_tokens);
+  int64_t part_tokens = (tokens + std::max(1, parts) - 1) / std::max(1, parts);
+  part_tokens = (part_tokens + kDecodePartAlign - 1) / kDecodePartAlign * kDecodePartAlign;
+  return DecodeSplit{static_cast<int>((tokens + part_tokens - 1) / part_tokens), static_cast<int>(part_tokens)};
+}
+
 bool UseTensorCores(DecodeKernel kernel, int head_dim, int subgroup, int batch) {
   switch (kernel) {
     case DecodeKernel::kCudaCores:
@@ -112,8 +120,8 @@ std::atomic<KeyWarps> key_warps_mode{KeyWarps::kAuto};  // SetTensorCoreDecodeKe
 // A decode on the tensor-core prefill kernel: one 16-row tile (the subgroup's heads) per
 // (part, KV head and subgroup, sequence).
 absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch, int num_heads, float scale,
-                                    int64_t max_tokens, float* workspace, float* out, float* lse,
-                                    uint16_t* out_bf16, DecodeLaunch launch, cudaStream_t stream) {
+                                    int64_t max_tokens, int64_t typical_tokens, float* workspace, float* out,
+                                    float* lse, uint16_t* out_bf16, DecodeLaunch launch, cudaStream_t stream) {
   const int group = num_heads / kv.kv_heads, subgroups = group / GqaSubgroupSize(group);
   internal::PrefillTcParams p{q,         kv.k_pages,  kv.v_pages, kv.indptr, kv.indices, kv.last_page_len,
                               nullptr,   kv.page_size, kv.kv_heads, kv.head_dim, num_heads, batch,
@@ -125,11 +133,13 @@ absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch
   const int max_parts = ChooseDecodeSplit(batch, max_tokens, sms, kTensorCoreDecodeBlocksPerSm).parts;
   const TensorCoreDecodeShape shape{int64_t{batch} * kv.kv_heads * subgroups, max_tokens, kv.head_dim, sms,
                                     int64_t{resident} * sms};
-  p.key_splits = TensorCoreDecodeParts(shape, max_parts);
+  const int picked = TensorCoreDecodeParts(shape, max_parts);
+  p.key_splits = PartsForUnevenRows(picked, max_tokens, typical_tokens, max_parts, kDecodePartAlign);
   const int forced = forced_tensor_core_parts.load(std::memory_order_relaxed);
   if (forced > 0) p.key_splits = std::min(forced, max_parts);
   const KeyWarps key_warps = key_warps_mode.load(std::memory_order_relaxed);
-  const bool own_pick = key_warps == KeyWarps::kAuto && forced == 0 && kv.head_dim <= 128;
+  // (Uneven rows keep their parts: the multi-warp forms run one part a sequence.)
+  const bool own_pick = key_warps == KeyWarps::kAuto && forced == 0 && kv.head_dim <= 128 && p.key_splits == picked;
   const bool four_pick =
       own_pick && TensorCoreDecodeFourWarps(shape, int64_t{TensorCoreDecodeResidentBlocks(p, true)} * sms);
   const bool two_pick = own_pick && !four_pick && p.key_splits == 2;
@@ -162,7 +172,7 @@ absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch
 absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32_t* qo_indptr, int batch, int rows,
                                   int num_heads, float scale, int64_t max_tokens, float* workspace, float* out,
                                   float* lse, cudaStream_t stream, DecodeKernel kernel = DecodeKernel::kCudaCores,
-                                  uint16_t* out_bf16 = nullptr, DecodeLaunch launch = {}) {
+                                  uint16_t* out_bf16 = nullptr, DecodeLaunch launch = {}, int64_t typical_tokens = 0) {
   if (absl::Status s = CheckSizes(batch, rows, max_tokens); !s.ok()) return s;
   if (!IsDispatchedHeadDim(kv.head_dim)) {
     return absl::InvalidArgumentError("paged attention takes head_dim 64, 80, 96, 128 or 256");
@@ -185,10 +195,15 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
     if (!(scale > 0.0f) || std::isinf(scale)) {  // the tensor-core kernel's running max is of unscaled scores
       return absl::InvalidArgumentError("tensor-core decode needs 0 < scale < inf");
     }
-    return LaunchTensorCoreDecode(q, kv, batch, num_heads, scale, max_tokens, workspace, out, lse, out_bf16, launch,
-                                  stream);
+    return LaunchTensorCoreDecode(q, kv, batch, num_heads, scale, max_tokens, typical_tokens, workspace, out, lse,
+                                  out_bf16, launch, stream);
   }
-  const DecodeSplit split = ChooseDecodeSplit(int64_t{rows} * kv.kv_heads, max_tokens, CurrentDeviceSmCount());
+  const int sms = CurrentDeviceSmCount();
+  DecodeSplit split = ChooseDecodeSplit(int64_t{rows} * kv.kv_heads, max_tokens, sms);
+  if (qo_indptr == nullptr && typical_tokens > 0) {  // a decode of uneven rows (the workspace: DecodeMostParts)
+    const int most = ChooseDecodeSplit(batch, max_tokens, sms, kTensorCoreDecodeBlocksPerSm).parts;
+    split = SplitInto(max_tokens, PartsForUnevenRows(split.parts, max_tokens, typical_tokens, most, kDecodePartAlign));
+  }
   float* ws_o = workspace;
   float* ws_lse = workspace + int64_t{split.parts} * rows * num_heads * kv.head_dim;
   internal::SplitKvArgs args{q,         kv.k_pages,  kv.v_pages,       kv.page_size, kv.kv_heads,
@@ -211,6 +226,11 @@ int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t ma
   return int64_t{split.parts} * batch * num_heads * (int64_t{head_dim} + 1);
 }
 
+int DecodeMostParts(int batch, int64_t max_tokens) {
+  if (batch <= 0) return 1;
+  return ChooseDecodeSplit(batch, max_tokens, CurrentDeviceSmCount(), kTensorCoreDecodeBlocksPerSm).parts;
+}
+
 void SetTensorCoreDecodePartsForBenchmarks(int parts) {
   forced_tensor_core_parts.store(std::max(0, parts), std::memory_order_relaxed);
 }
@@ -228,7 +248,7 @@ bool DecodeRunsOnTensorCores(DecodeKernel kernel, int head_dim, int num_heads, i
 
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream) {
   return LaunchPagedAttention(p.q, p.kv, nullptr, p.batch, p.batch, p.num_heads, p.scale, p.max_tokens, p.workspace,
-                              p.out, p.lse, stream, p.kernel, p.out_bf16, p.launch);
+                              p.out, p.lse, stream, p.kernel, p.out_bf16, p.launch, p.typical_tokens);
 }
 
 absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
@@ -239,6 +259,7 @@ absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams& p, cudaSt
 #else  // !STRATA_WITH_CUDA
 
 int64_t DecodeWorkspaceFloats(int, int, int, int64_t) { return 0; }
+int DecodeMostParts(int, int64_t) { return 1; }
 void SetTensorCoreDecodePartsForBenchmarks(int) {}
 void SetTensorCoreDecodeKeyWarpsForTesting(KeyWarps) {}
 bool DecodeRunsOnTensorCores(DecodeKernel, int, int, int, int, int64_t) { return false; }

@@ -330,6 +330,7 @@ absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {
       !s.ok()) {
     return s;
   }
+  if (!m.options.split_uneven_rows) plan.step.typical_tokens = 0;
   if (plan.rows == 0) return absl::OkStatus();
   const cuda_internal::Step& step = plan.step;
   const int64_t logit_rows = plan.logit_rows;

@@ -69,17 +69,24 @@ struct CudaModelOptions {
   // RelayDecodeParams::chained_min_context_tokens). Taken before the side stream; kept in
   // the decode graphs. Negative (the default): never; 0: always (tests). Opt-in: in
   // relay_step_bench's steps (64 rows, 4K prompt, 1K own) it is 0.94x the fused step in
-  // graphs and 0.97x in mixed steps, but the server's A/B measured its inter-token time 25%
-  // longer, for a reason not yet found (docs/BENCHMARKS.md).
+  // graphs and 0.97x in mixed steps; in the server's A/B, since split_uneven_rows, its
+  // decode steps are 1.05x the fused relay's and the inter-token time the same within 1%
+  // (docs/BENCHMARKS.md).
   int64_t relay_chained_min_tokens = -1;
   // Where relay runs chained or beside: both parts in their lean blocks (relay.h's
   // RelayDecodeParams::lean: the decode at 96 registers a thread, the wgmma system part at
-  // 136, so they share SMs). Not yet measured: off.
+  // 136, so they share SMs). Measured, they do not pay (relay_attention_bench: no faster
+  // than the normal blocks; relay_step_bench: 0.98-1.05x the fused step): off.
   bool relay_lean_blocks = false;
   // Prefill steps with few query tiles over long histories (a returning turn's new tokens)
   // split each tile's keys across the SMs and merge the parts (kernels/attention/prefill.h).
   // Off: one block per tile walks every key (kept for the benchmark's comparison).
   bool prefill_key_splits = true;
+  // Decode rows of unequal length split their keys into parts no longer than the rows' mean
+  // (step_plan.h's Step::typical_tokens; kernels/attention/decode_parts.h, PartsForUnevenRows),
+  // so that one long row among short ones is not read by one block a head after the rest are
+  // done. Off: parts sized for the longest row alone (kept for the benchmarks' comparison).
+  bool split_uneven_rows = true;
   // A save into registered host memory (the host tier's arena) is one gather kernel of
   // this many blocks that writes the payload through its device mapping: the KV is read
   // from HBM once, with no staging written and read back by a DMA, and the few blocks

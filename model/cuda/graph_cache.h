@@ -31,6 +31,7 @@ struct GraphShape {
   int64_t max_tokens = 0;
   int groups = 0, grouped_rows = 0, max_group_rows = 0;
   int64_t prefix_bucket = 0;
+  int64_t typical_tokens = 0;
   auto operator<=>(const GraphShape&) const = default;
 };
 

@@ -103,7 +103,7 @@ absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c
     }
   }
   // Decode rows read their own pages' tokens (all of them unless grouped).
-  int64_t total_pages = 0, max_tokens = 0;
+  int64_t total_pages = 0, max_tokens = 0, decode_tokens = 0;
   for (size_t b = 0; b < batch.size(); ++b) {
     const ForwardEntry& e = batch[b];
     const auto& s = static_cast<const CudaSequence&>(*e.seq);
@@ -113,6 +113,7 @@ absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c
     if (e.tokens.size() == 1) {
       ++step.decodes;
       max_tokens = std::max(max_tokens, len - skipped);
+      decode_tokens += len - skipped;
     } else {
       step.max_new = std::max(step.max_new, static_cast<int>(e.tokens.size()));
       step.max_prompt_keys = std::max(step.max_prompt_keys, len);
@@ -127,6 +128,10 @@ absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c
   // See ContextBucket: decodes are shaped by (batch, context bucket), graph or not.
   plan->graph = graphable && use_graphs;
   step.max_tokens = ContextBucket(max_tokens);
+  if (step.decodes > 0) {
+    const int64_t typical = ContextBucket((decode_tokens + step.decodes - 1) / step.decodes);
+    step.typical_tokens = typical < step.max_tokens ? typical : 0;
+  }
   step.prefix_bucket = step.groups > 0 ? ContextBucket(max_prefix) : 0;
   // A graph's arrays keep their addresses and sizes for the shape: room for the buckets.
   const int64_t page_capacity = plan->graph ? step.n_seq * ((step.max_tokens + page - 1) / page) : total_pages;

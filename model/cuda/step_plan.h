@@ -58,6 +58,10 @@ struct Step {
   int max_new = 0;         // most new rows of one prompt sequence
   int64_t max_prompt_keys = 0;  // most tokens (cached + new) of one prompt sequence (sets the prefill's split)
   int64_t max_tokens = 0;  // bounds every decode row's own pages' tokens (sets the decode kernel's split)
+  // The decode rows' mean own tokens, bucketed (ContextBucket), where below max_tokens; else
+  // 0. It sets the split too (parts no longer than it: one long row among short ones is
+  // split as finely as they are), so it is part of the graph key.
+  int64_t typical_tokens = 0;
   // Relay groups (none without relay attention): their number, rows, largest group, and
   // the bucket (ContextBucket) of their longest prefix.
   int groups = 0, grouped_rows = 0, max_group_rows = 0;
@@ -67,7 +71,7 @@ struct Step {
 
 // The step's graph key.
 inline GraphShape GraphShapeOf(const Step& s) {
-  return GraphShape{s.rows, s.max_tokens, s.groups, s.grouped_rows, s.max_group_rows, s.prefix_bucket};
+  return GraphShape{s.rows, s.max_tokens, s.groups, s.grouped_rows, s.max_group_rows, s.prefix_bucket, s.typical_tokens};
 }
 
 struct StepPlan {

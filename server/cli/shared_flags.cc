@@ -43,6 +43,11 @@ ABSL_FLAG(bool, cuda_prefill_key_splits, true,
           "serve: on the GPU, prompt chunks with few new tokens over a long history (a returning turn) split "
           "their keys across the SMs; off, one block per query tile reads every key");
 
+ABSL_FLAG(bool, cuda_split_uneven_rows, true,
+          "serve: on the GPU, decode rows of unequal length split their keys into parts no longer than the "
+          "rows' mean (one long row among short ones is not left to one block a head); off, parts sized for "
+          "the longest row alone");
+
 ABSL_FLAG(int, cuda_kv_read_buffer_layers, 16,
           "serve: on the GPU, layers of stored KV the read buffer holds while a cached history loads layer by "
           "layer (each up to --cuda_kv_read_group_tokens tokens)");
@@ -83,6 +88,7 @@ engine::ServedModelOptions ServedModelFromFlags() {
   o.backend.cuda.relay_chained_min_tokens = absl::GetFlag(FLAGS_cuda_relay_chained_min_tokens);
   o.backend.cuda.relay_lean_blocks = absl::GetFlag(FLAGS_cuda_relay_lean_blocks);
   o.backend.cuda.prefill_key_splits = absl::GetFlag(FLAGS_cuda_prefill_key_splits);
+  o.backend.cuda.split_uneven_rows = absl::GetFlag(FLAGS_cuda_split_uneven_rows);
   o.backend.cuda.kv_read_buffer_layers = absl::GetFlag(FLAGS_cuda_kv_read_buffer_layers);
   o.backend.cuda.kv_read_group_tokens = absl::GetFlag(FLAGS_cuda_kv_read_group_tokens);
   o.backend.cuda.kv_read_copy_bytes = absl::GetFlag(FLAGS_cuda_kv_read_copy_bytes);

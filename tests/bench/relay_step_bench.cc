@@ -14,8 +14,13 @@
 // CopyCeiling, L2 flushed).
 //
 //   relay_step_bench [--shape=ROWS,PREFIX,OWN] (default 64,4096,1024) [--steps=N] [--chunk=N]
+//                    [--long=N]
 // --chunk=N: every step also prefills N tokens of a new sequence on the prefix (mixed steps;
 // the server's default step budget is 512 tokens, so 64 decodes leave 448).
+// --long=N: one more sequence decodes in every step, not on the prefix, of N tokens (the
+// server's first session on a system prompt computes the prompt itself: prefix + own), and
+// the relay forms run again with the decode split for the longest row alone (the model's
+// split_uneven_rows off: how they ran before it).
 // Without a GPU it says so and exits 0.
 #include <cuda_runtime_api.h>
 
@@ -39,6 +44,7 @@ struct Form {
   int64_t beside_min_tokens;   // CudaModelOptions::relay_beside_min_tokens
   int64_t chained_min_tokens;  // CudaModelOptions::relay_chained_min_tokens
   bool lean = false;           // CudaModelOptions::relay_lean_blocks
+  bool split_uneven = true;    // CudaModelOptions::split_uneven_rows
 };
 
 // The median decode step (seconds) of `rows` sequences on one prefix in `form`; -1 on failure.
@@ -47,7 +53,7 @@ struct Form {
 // tokens of a new sequence on the prefix (a mixed step, as the server's while sessions
 // arrive: eager, graphs or not).
 double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bool graphs, int rows, int prefix,
-                int own, int steps, int chunk) {
+                int own, int steps, int chunk, int long_tokens) {
   CudaModelOptions o;
   o.cuda_graphs = graphs;
   o.kv_memory_fraction = 0.9;
@@ -57,6 +63,7 @@ double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bo
   o.relay_beside_min_tokens = form.beside_min_tokens;
   o.relay_chained_min_tokens = form.chained_min_tokens;
   o.relay_lean_blocks = form.lean;
+  o.split_uneven_rows = form.split_uneven;
   auto made = CudaModel::CreateRandom(c, 1234, o);
   if (!made.ok()) {
     std::printf("%s: %s\n", form.name, std::string(made.status().message()).c_str());
@@ -86,7 +93,20 @@ double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bo
     ForwardEntry e{seqs.back().get(), prefix, tokens};
     if (absl::Status s = m.Forward({&e, 1}); !s.ok()) return fail(s);
   }
-  std::vector<int32_t> step_tokens(static_cast<size_t>(rows)), next(static_cast<size_t>(rows));
+  std::unique_ptr<SequenceState> lone;  // --long: its own copy of every token
+  if (long_tokens > 0) {
+    auto sq = m.NewSequence(long_tokens + steps + 4);
+    if (!sq.ok()) return fail(sq.status());
+    lone = std::move(*sq);
+    std::vector<int32_t> all(static_cast<size_t>(long_tokens));
+    for (int i = 0; i < long_tokens; ++i) all[i] = (i * 53 + 11) % c.vocab_size;
+    for (int at = 0; at < long_tokens; at += 2048) {  // in chunks, as the server's budget does
+      const int n = std::min(2048, long_tokens - at);
+      ForwardEntry e{lone.get(), at, absl::Span<const int32_t>(all).subspan(at, n)};
+      if (absl::Status s = m.Forward({&e, 1}); !s.ok()) return fail(s);
+    }
+  }
+  std::vector<int32_t> step_tokens(static_cast<size_t>(rows) + 1), next(static_cast<size_t>(rows) + 1);
   std::vector<int32_t> chunk_tokens(static_cast<size_t>(chunk));
   for (int i = 0; i < chunk; ++i) chunk_tokens[i] = (i * 17 + 5) % c.vocab_size;
   std::vector<double> times;
@@ -96,6 +116,11 @@ double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bo
       step_tokens[r] = (s * 131 + r * 7) % c.vocab_size;
       batch.push_back(ForwardEntry{seqs[r].get(), prefix + own + s, absl::Span<const int32_t>(&step_tokens[r], 1),
                                    nullptr, &next[r]});
+    }
+    if (lone != nullptr) {
+      step_tokens[rows] = (s * 17 + 3) % c.vocab_size;
+      batch.push_back(ForwardEntry{lone.get(), long_tokens + s, absl::Span<const int32_t>(&step_tokens[rows], 1),
+                                   nullptr, &next[rows]});
     }
     std::unique_ptr<SequenceState> arriving;
     if (chunk > 0) {
@@ -116,12 +141,13 @@ double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bo
 
 int main(int argc, char** argv) {
   using namespace strata::model;
-  int rows = 64, prefix = 4096, own = 1024, steps = 20, chunk = 0;
+  int rows = 64, prefix = 4096, own = 1024, steps = 20, chunk = 0, long_tokens = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::sscanf(argv[i], "--shape=%d,%d,%d", &rows, &prefix, &own) == 3) continue;
     if (std::sscanf(argv[i], "--steps=%d", &steps) == 1) continue;
     if (std::sscanf(argv[i], "--chunk=%d", &chunk) == 1) continue;
-    std::fprintf(stderr, "usage: relay_step_bench [--shape=ROWS,PREFIX,OWN] [--steps=N] [--chunk=N]\n");
+    if (std::sscanf(argv[i], "--long=%d", &long_tokens) == 1) continue;
+    std::fprintf(stderr, "usage: relay_step_bench [--shape=ROWS,PREFIX,OWN] [--steps=N] [--chunk=N] [--long=N]\n");
     return 2;
   }
   if (CudaModel::DeviceCount() == 0) {
@@ -131,7 +157,7 @@ int main(int argc, char** argv) {
   auto named = ModelConfig::Named("llama3-8b");
   if (!named.ok()) return 1;
   ModelConfig c = *named;
-  c.max_context = prefix + own + steps + 256;
+  c.max_context = std::max(prefix + own, long_tokens) + steps + 256;
   cudaStream_t stream = nullptr;
   CHECK_CUDA(cudaStreamCreate(&stream));
   const double copy_bw = strata::bench::CopyCeiling(stream).Gbps() * 1e9;  // read + written, bytes/s
@@ -139,11 +165,14 @@ int main(int argc, char** argv) {
   const double kv_token_bytes = 2.0 * c.num_layers * c.kv_dim() * 2;
   // The step's floor: the weights, the prefix's KV once, every sequence's own KV, at the copy rate.
   auto floor_s = [&](double weight_bytes) {
-    return (weight_bytes + kv_token_bytes * (prefix + static_cast<double>(rows) * own)) / copy_bw;
+    return (weight_bytes + kv_token_bytes * (prefix + static_cast<double>(rows) * own + long_tokens)) / copy_bw;
   };
   std::printf("relay_step_bench: llama3-8b shapes, %d rows on one %d-token prefix, %d own tokens each; copy %.0f "
               "GB/s\n",
               rows, prefix, own, copy_bw / 1e9);
+  if (long_tokens > 0) {
+    std::printf("and one more row of %d tokens of its own, not on the prefix (in the floor too)\n", long_tokens);
+  }
   if (chunk > 0) {
     std::printf("mixed steps: each also prefills %d tokens of a new sequence on the prefix (eager in both columns; "
                 "the floor counts the decodes only)\n",
@@ -152,16 +181,21 @@ int main(int argc, char** argv) {
   std::printf("\n");
   std::printf(
       "| form | graphs: step ms | vs fused | floor / step | eager: step ms | vs fused |\n|---|---|---|---|---|---|\n");
-  const Form forms[] = {{"relay, fused (default)", true, -1, -1},
-                        {"relay, system part beside the decode", true, 0, -1},
-                        {"relay, chained (system part on wgmma, decode its dependent)", true, -1, 0},
-                        {"relay, chained, lean blocks (the two parts share SMs)", true, -1, 0, true},
-                        {"shared pages, no relay", false, -1, -1}};
+  std::vector<Form> forms = {{"relay, fused (default)", true, -1, -1},
+                             {"relay, system part beside the decode", true, 0, -1},
+                             {"relay, chained (system part on wgmma, decode its dependent)", true, -1, 0},
+                             {"relay, chained, lean blocks (the two parts share SMs)", true, -1, 0, true},
+                             {"shared pages, no relay", false, -1, -1}};
+  if (long_tokens > 0) {
+    forms.push_back({"relay, fused, split for the longest row", true, -1, -1, false, false});
+    forms.push_back({"relay, chained, split for the longest row", true, -1, 0, false, false});
+    forms.push_back({"shared pages, split for the longest row", false, -1, -1, false, false});
+  }
   double fused[2] = {0, 0}, weight_bytes = 0;
   for (const Form& f : forms) {
     double t[2];
     for (int graphs = 1; graphs >= 0; --graphs) {
-      t[graphs] = TimeForm(&weight_bytes, c, f, graphs == 1, rows, prefix, own, steps, chunk);
+      t[graphs] = TimeForm(&weight_bytes, c, f, graphs == 1, rows, prefix, own, steps, chunk, long_tokens);
       if (t[graphs] < 0) return 1;
       if (&f == &forms[0]) fused[graphs] = t[graphs];
     }

@@ -63,6 +63,12 @@
 #             puts the relay and wgmma kernels under compute-sanitizer)
 #   relay-step  relay's forms inside whole decode steps, graphs and eager (relay_step_bench;
 #             RELAY_STEP_SHAPES, default "64,4096,1024"; RELAY_STEP_CHUNK: mixed steps)
+#   trace     the prompts A/B of relay and chained (TRACE_MODES) with the server's kernels
+#             traced (CUPTI, tests/bench/kernel_trace.cc) and summed side by side
+#   uneven    decode rows of unequal length split by their mean (Step::typical_tokens): the
+#             kernel and model tests, relay_step_bench --long=5120 (the server's first session
+#             on a prompt, beside 64 on it), and the prompts A/B of relay and chained with the
+#             split on and off
 #   lean      relay's lean blocks, in one call: the relay tests, relay_attention_bench at
 #             the kernel figure's shapes (64 and 32 rows x 1K/4K/8K x 1K), relay-step, and the
 #             prompts A/B of relay, chained and chained-lean (4K prompt, 1K own tokens)
@@ -241,12 +247,13 @@ run_bench_ssd() {
 # shared pages read by each session (pages: --cuda_relay_attention=false), not shared
 # (none), and relay with its system part beside the decode from 32K of the rows' own tokens
 # (beside: --cuda_relay_beside_min_tokens=32768), or chained before it on one stream (chained:
-# --cuda_relay_chained_min_tokens=32768). Env PROMPT_S and PROMPT_MODES narrow it; PROMPT_OWN sets the own tokens (128).
+# --cuda_relay_chained_min_tokens=32768). Env PROMPT_S and PROMPT_MODES narrow it; PROMPT_OWN sets the own tokens (128);
+# PROMPT_FLAGS adds serve flags to every mode.
 run_prompts() {
   for S in ${PROMPT_S:-0 2048 4096}; do
     for mode in ${PROMPT_MODES:-relay warm pages none}; do
       [ "$S" = 0 ] && [ "$mode" != relay ] && continue
-      local flags="$SERVE8B --host_cache_bytes=$((64 << 30)) --max_batch=64"
+      local flags="$SERVE8B --host_cache_bytes=$((64 << 30)) --max_batch=64 ${PROMPT_FLAGS:-}"
       local sys="--system_prompts=1 --system_prompt_tokens=$S"; [ "$S" = 0 ] && sys="--system_prompts=0"
       case $mode in
         warm) sys="$sys --warm_system_prompts" ;;
@@ -317,6 +324,25 @@ run_prompts_many() {
     [ $rc = 0 ] || tail -3 "$OUT/bench-prompts-many-$mode.err" >>"$summary"
     grep -E "TTFT \(client\)|turns:|answers|host tier" "$OUT/bench-prompts-many-$mode.txt" >>"$summary"
   done
+}
+
+# The prompts A/B (4K prompt, 1K own tokens) with every kernel of the server traced through
+# CUPTI (libstrata_kernel_trace.so; the machine has no Nsight Systems), then the traces summed
+# by kernel side by side (tests/gpu/kernel_trace.py). TRACE_MODES: relay chained.
+run_trace() {
+  local lib=$PWD/devbundle/lib/libstrata_kernel_trace.so traces=()
+  for mode in ${TRACE_MODES:-relay chained}; do
+    local trace=/tmp/trace-$mode.tsv
+    rm -f "$trace"
+    export CUDA_INJECTION64_PATH=$lib STRATA_KERNEL_TRACE=$trace
+    PROMPT_S=4096 PROMPT_OWN=1024 PROMPT_MODES=$mode run_prompts
+    unset CUDA_INJECTION64_PATH STRATA_KERNEL_TRACE
+    note "trace $mode: $(wc -l <"$trace") kernels"
+    traces+=("$trace")
+  done
+  python3 tests/gpu/kernel_trace.py --from_kernel=Merge --top=${TRACE_TOP:-30} "${traces[@]}" >"$OUT/kernel-trace.txt" 2>&1
+  cat "$OUT/kernel-trace.txt" >>"$summary"
+  for t in "${traces[@]}"; do xz -T0 -3 -c "$t" >"$OUT/$(basename "$t").xz"; done
 }
 
 run_batch() {
@@ -403,6 +429,13 @@ for phase in "$@"; do
           >"$OUT/relay_step_bench-${shape//,/x}.txt" 2>&1
         note "relay_step_bench $shape: rc=$?"; grep -E '^\|' "$OUT/relay_step_bench-${shape//,/x}.txt" >>"$summary"
       done ;;
+    trace) run_trace ;;
+    uneven) run_gpu_tests cuda_kernels_test cuda_prefill_attention_test cuda_model_test
+        timeout 300 "$B/relay_step_bench" --long=5120 >"$OUT/relay_step_bench-long.txt" 2>&1
+        note "relay_step_bench --long=5120: rc=$?"; grep -E '^\|' "$OUT/relay_step_bench-long.txt" >>"$summary"
+        PROMPT_S=4096 PROMPT_OWN=1024 PROMPT_MODES="relay chained" run_prompts
+        note "the same, split for the longest row (--cuda_split_uneven_rows=false):"
+        PROMPT_FLAGS=--cuda_split_uneven_rows=false PROMPT_S=4096 PROMPT_OWN=1024 PROMPT_MODES="relay chained" run_prompts ;;
     prompts) run_prompts ;; relay) run_relay ;; rate) run_rate ;; ppl) run_ppl ;; batch) run_batch ;;
     *) note "unknown phase $phase" ;;
   esac

@@ -17,6 +17,12 @@ rm -rf devbundle devbundle.tar.xz
 progs=()
 for t in "${targets[@]}"; do progs+=("$(find build -name "$t" -type f -executable | head -1)"); done
 ../shared/tools/bundle-for-device devbundle "${progs[@]}"
+# The CUPTI kernel tracer (device_session.sh trace) and the CUPTI it needs.
+trace_lib=build/tests/bench/libstrata_kernel_trace.so
+if cmake --build build --target strata_kernel_trace >/dev/null 2>&1 && [ -f "$trace_lib" ]; then
+  cp -L "$trace_lib" devbundle/lib/
+  cp -L "$(ldd "$trace_lib" | awk '/libcupti/{print $3}')" devbundle/lib/
+fi
 strip --strip-debug devbundle/bin/* devbundle/lib/* 2>/dev/null || true
 XZ_OPT=${XZ_OPT:--9} tar cJf devbundle.tar.xz devbundle  # -9: the tree and the bundle share 64 MiB
 rm -rf devbundle
