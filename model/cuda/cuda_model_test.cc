@@ -127,6 +127,44 @@ TEST_F(CudaModelTest, ReturningTurnsSplitTheirKeysAndMatchTheCpuBackend) {
   EXPECT_GE(agree, 4) << "top-1 agreement with the CPU backend " << agree << "/6";
 }
 
+// A decode step whose rows differ in length splits them by their mean (Step::typical_tokens):
+// one long row among many short ones, which the longest row's rule leaves one part (141 rows
+// x 2 KV heads fill the SMs), goes in parts of the mean's bucket — its logits' bits move —
+// and every row's answer stays within the merge's rounding.
+TEST_F(CudaModelTest, UnevenDecodeRowsAreSplitByTheirMean) {
+  const ModelConfig c = Config();
+  const int short_rows = 140, short_len = 40, long_len = 1500;
+  std::vector<std::vector<float>> logits[2];
+  for (int uneven = 0; uneven < 2; ++uneven) {
+    CudaModelOptions o = SmallPool();
+    o.split_uneven_rows = uneven;
+    auto model = CudaModel::Create(ModelWeights::Random(c, 31, {}), o);
+    ASSERT_TRUE(model.ok()) << model.status();
+    CudaModel& m = **model;
+    std::vector<std::unique_ptr<SequenceState>> seqs;
+    std::vector<std::vector<int32_t>> tokens;
+    for (int b = 0; b <= short_rows; ++b) {
+      const int len = b == 0 ? long_len : short_len;
+      seqs.push_back(*m.NewSequence(len + 2));
+      tokens.push_back(Tokens(len + 1, b));
+      ForwardEntry e{seqs.back().get(), 0, absl::Span<const int32_t>(tokens.back().data(), len)};
+      ASSERT_TRUE(m.Forward({&e, 1}).ok());
+    }
+    logits[uneven].assign(short_rows + 1, std::vector<float>(static_cast<size_t>(c.vocab_size)));
+    std::vector<ForwardEntry> step;
+    for (int b = 0; b <= short_rows; ++b) {
+      const int len = b == 0 ? long_len : short_len;
+      step.push_back(ForwardEntry{seqs[b].get(), len, absl::Span<const int32_t>(&tokens[b][len], 1),
+                                  logits[uneven][b].data()});
+    }
+    ASSERT_TRUE(m.Forward(step).ok());
+  }
+  EXPECT_NE(logits[1][0], logits[0][0]) << "the long row's split did not change: the mean did not reach the decode";
+  for (int b = 0; b <= short_rows; ++b) {
+    EXPECT_LT(RelativeError(logits[1][b], logits[0][b]), 5e-3) << "row " << b;
+  }
+}
+
 // Decode steps run as captured graphs (per batch and context bucket) give the
 // same tokens as the same steps launched one kernel at a time, across a bucket boundary.
 TEST_F(CudaModelTest, GraphDecodeStepsEqualEagerSteps) {

@@ -38,6 +38,12 @@ int64_t ContextBucket(int64_t tokens) {
   return (tokens + grain - 1) / grain * grain;
 }
 
+int64_t TypicalTokens(int64_t decode_tokens, int decodes, int64_t max_bucket) {
+  if (decodes <= 0 || decode_tokens <= 0) return 0;
+  const int64_t typical = ContextBucket((decode_tokens + decodes - 1) / decodes);
+  return typical < max_bucket ? typical : 0;
+}
+
 bool WantsToken(const ForwardEntry& e) { return (e.logits != nullptr || e.token != nullptr) && !e.tokens.empty(); }
 
 absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c, const KvPool& pool,
@@ -128,10 +134,7 @@ absl::Status PlanStep(absl::Span<const ForwardEntry> batch, const ModelConfig& c
   // See ContextBucket: decodes are shaped by (batch, context bucket), graph or not.
   plan->graph = graphable && use_graphs;
   step.max_tokens = ContextBucket(max_tokens);
-  if (step.decodes > 0) {
-    const int64_t typical = ContextBucket((decode_tokens + step.decodes - 1) / step.decodes);
-    step.typical_tokens = typical < step.max_tokens ? typical : 0;
-  }
+  step.typical_tokens = TypicalTokens(decode_tokens, step.decodes, step.max_tokens);
   step.prefix_bucket = step.groups > 0 ? ContextBucket(max_prefix) : 0;
   // A graph's arrays keep their addresses and sizes for the shape: room for the buckets.
   const int64_t page_capacity = plan->graph ? step.n_seq * ((step.max_tokens + page - 1) / page) : total_pages;

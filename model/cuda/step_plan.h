@@ -48,6 +48,11 @@ StepMeta MetaLayout(int64_t rows, int n_seq, int64_t logit_rows, int64_t pages, 
 // much more than the real length, coarse enough that graphs get reused.
 int64_t ContextBucket(int64_t tokens);
 
+// Step::typical_tokens for decode rows of `decode_tokens` own tokens in all over `decodes`
+// rows whose longest is bucketed to max_bucket: the bucket of their mean, where below
+// max_bucket; else 0 (rows of about one length split as the longest does).
+int64_t TypicalTokens(int64_t decode_tokens, int decodes, int64_t max_bucket);
+
 // Whether the entry samples a token (or wants its logits).
 bool WantsToken(const ForwardEntry& e);
 
