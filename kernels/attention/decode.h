@@ -130,6 +130,10 @@ void SetTensorCoreDecodePartsForBenchmarks(int parts);
 enum class KeyWarps { kAuto, kNever, kAlways, kFour };
 void SetTensorCoreDecodeKeyWarpsForTesting(KeyWarps mode);
 
+// For tests: the parts the last decode launched in this process split each sequence into
+// (either kernel; 0 before any, and without CUDA).
+int LastDecodePartsForTesting();
+
 }  // namespace strata::kernels
 
 #endif  // STRATA_KERNELS_ATTENTION_DECODE_H_

@@ -107,6 +107,7 @@ int TensorCoreDecodeResidentBlocks(const internal::PrefillTcParams& shape, bool 
 
 std::atomic<int> forced_tensor_core_parts{0};  // SetTensorCoreDecodePartsForBenchmarks
 std::atomic<KeyWarps> key_warps_mode{KeyWarps::kAuto};  // SetTensorCoreDecodeKeyWarpsForTesting
+std::atomic<int> last_decode_parts{0};                  // LastDecodePartsForTesting
 
 // Where a part's blocks number about one an SM, one part in four-warp blocks runs
 // (TensorCoreDecodeFourWarps, decode_parts.h); else, where the cost model picks two
@@ -154,6 +155,7 @@ absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch
     p.ws_lse = workspace + int64_t{p.key_splits} * batch * num_heads * kv.head_dim;
   }
   if (multi_warp && p.key_splits == 1) p.out_bf16 = out_bf16;  // the multi-warp kernel stores the cast itself
+  last_decode_parts.store(p.key_splits, std::memory_order_relaxed);
   p.dependent = launch.dependent;
   STRATA_CUDA_RETURN_IF_ERROR(multi_warp ? internal::PagedDecodeTcKeyWarpsAsync(p, block_warps, stream)
                                         : internal::PagedPrefillAttentionTcAsync(
@@ -204,6 +206,7 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
     const int most = ChooseDecodeSplit(batch, max_tokens, sms, kTensorCoreDecodeBlocksPerSm).parts;
     split = SplitInto(max_tokens, PartsForUnevenRows(split.parts, max_tokens, typical_tokens, most, kDecodePartAlign));
   }
+  if (qo_indptr == nullptr) last_decode_parts.store(split.parts, std::memory_order_relaxed);
   float* ws_o = workspace;
   float* ws_lse = workspace + int64_t{split.parts} * rows * num_heads * kv.head_dim;
   internal::SplitKvArgs args{q,         kv.k_pages,  kv.v_pages,       kv.page_size, kv.kv_heads,
@@ -239,6 +242,8 @@ void SetTensorCoreDecodeKeyWarpsForTesting(KeyWarps mode) {
   key_warps_mode.store(mode, std::memory_order_relaxed);
 }
 
+int LastDecodePartsForTesting() { return last_decode_parts.load(std::memory_order_relaxed); }
+
 bool DecodeRunsOnTensorCores(DecodeKernel kernel, int head_dim, int num_heads, int kv_heads, int batch,
                              int64_t /*max_tokens: the rule does not look at it today*/) {
   const int subgroup = GqaSubgroupSize(GqaGroupSize(num_heads, kv_heads));
@@ -262,6 +267,7 @@ int64_t DecodeWorkspaceFloats(int, int, int, int64_t) { return 0; }
 int DecodeMostParts(int, int64_t) { return 1; }
 void SetTensorCoreDecodePartsForBenchmarks(int) {}
 void SetTensorCoreDecodeKeyWarpsForTesting(KeyWarps) {}
+int LastDecodePartsForTesting() { return 0; }
 bool DecodeRunsOnTensorCores(DecodeKernel, int, int, int, int, int64_t) { return false; }
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams&, cudaStream_t) { return internal::NoCuda(); }
 absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams&, cudaStream_t) { return internal::NoCuda(); }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/decode.h"
 #include "kernels/attention/prefill.h"
 #include "kernels/gemm/gemm.h"
 #include "model/cpu/cpu_model.h"
@@ -129,12 +130,14 @@ TEST_F(CudaModelTest, ReturningTurnsSplitTheirKeysAndMatchTheCpuBackend) {
 
 // A decode step whose rows differ in length splits them by their mean (Step::typical_tokens):
 // one long row among many short ones, which the longest row's rule leaves one part (141 rows
-// x 2 KV heads fill the SMs), goes in parts of the mean's bucket — its logits' bits move —
-// and every row's answer stays within the merge's rounding.
+// x 2 KV heads fill the SMs), goes in parts of the mean's bucket (1536 / 256: 6), and every
+// row's answer stays within the merge's rounding (the attention's bf16 output mostly hides
+// the split).
 TEST_F(CudaModelTest, UnevenDecodeRowsAreSplitByTheirMean) {
   const ModelConfig c = Config();
   const int short_rows = 140, short_len = 40, long_len = 1500;
   std::vector<std::vector<float>> logits[2];
+  int parts[2] = {0, 0};
   for (int uneven = 0; uneven < 2; ++uneven) {
     CudaModelOptions o = SmallPool();
     o.split_uneven_rows = uneven;
@@ -158,8 +161,10 @@ TEST_F(CudaModelTest, UnevenDecodeRowsAreSplitByTheirMean) {
                                   logits[uneven][b].data()});
     }
     ASSERT_TRUE(m.Forward(step).ok());
+    parts[uneven] = kernels::LastDecodePartsForTesting();
   }
-  EXPECT_NE(logits[1][0], logits[0][0]) << "the long row's split did not change: the mean did not reach the decode";
+  EXPECT_LT(parts[0], parts[1]) << "the longest row's rule (one part on an H100)";
+  EXPECT_EQ(parts[1], 6) << "the rows' mean did not reach the decode";
   for (int b = 0; b <= short_rows; ++b) {
     EXPECT_LT(RelativeError(logits[1][b], logits[0][b]), 5e-3) << "row " << b;
   }
