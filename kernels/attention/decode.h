@@ -68,14 +68,11 @@ enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };
 //   dependent: as a programmatic dependent of the stream's previous kernel (Hopper's PDL,
 //              kernels/dependent_launch.cuh): it may start while that kernel's last blocks
 //              run, on the SMs they leave, so it must not read what that kernel writes; the
-//              work after the decode on the stream still waits for both;
-//   lean:      the CUDA-core kernel in at most 96 registers a thread (head_dim 64 and 128;
-//              elsewhere, and on the tensor cores, ignored), so that a block fits on an SM
-//              beside the lean Hopper wgmma block (prefill_launch.h's PrefillTcParams::lean);
-//              the same results, 12 bytes a thread spilled.
+//              work after the decode on the stream still waits for both.
+// (Lean blocks — the decode in 96 registers a thread, to share SMs with a wgmma system part
+// in 136 — were measured no faster and removed: docs/BENCHMARKS.md.)
 struct DecodeLaunch {
   bool dependent = false;
-  bool lean = false;
 };
 constexpr int kTensorCoreDecodeMinGroup = 5;
 constexpr int kTensorCoreDecodeMinBatchAt80 = 8;

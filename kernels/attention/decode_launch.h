@@ -38,10 +38,6 @@ struct SplitKvArgs {
   // The parts' kernel launched as a programmatic dependent of the stream's previous kernel
   // (dependent_launch.cuh); the merge after it launches ordinarily.
   bool dependent = false;
-  // The parts' kernel in at most 96 registers a thread (head_dim 64 and 128; others ignore
-  // it), so a block shares an SM with a lean Hopper wgmma block: relay attention's context
-  // part beside its system part. The same results (the same arithmetic, a little spilled).
-  bool lean = false;
 };
 
 // The parts' attention, then (with more than one part) their merge (merge_launch.h), into

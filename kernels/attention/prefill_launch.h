@@ -45,10 +45,6 @@ struct PrefillTcParams {
   // Launched as a programmatic dependent of the stream's previous kernel
   // (dependent_launch.cuh): the mma.sync forms (the decode's among them) only.
   bool dependent = false;
-  // The Hopper form in at most 136 registers a thread (no spills), so that a lean decode
-  // block (decode.h's DecodeLaunch) fits on the SM beside it: relay's system part beside its
-  // context part. Other forms ignore it.
-  bool lean = false;
 };
 
 // The kernel's query tile: rows per block and warps (each warp takes 16 or 32 rows), with

@@ -102,12 +102,10 @@ __device__ __forceinline__ void Rescale(float (&o)[kOFloats], const float (&alph
 // eight warps are done reading it (their products waited). Tile i is in phase i / kStages
 // of its stage's barriers.
 //
-// kMaxRegisters a thread: kRegisters (as many as an SM has for 384 threads), or
-// kLeanRegisters (PrefillTcParams::lean: 384 x 136 of an SM's 65,536 leave 12,288, a lean
-// decode block's (decode.h), for one beside it; ptxas spills nothing at either).
-constexpr int kRegisters = 65536 / kThreads / 8 * 8, kLeanRegisters = 136;
-template <int kHeadDim, int kGroup, int kMaxRegisters>
-__global__ void __maxnreg__(kMaxRegisters) PagedPrefillWgmmaWsKernel(const PrefillTcParams p) {
+// At most kRegisters a thread: as many as an SM has for 384 threads.
+constexpr int kRegisters = 65536 / kThreads / 8 * 8;
+template <int kHeadDim, int kGroup>
+__global__ void __maxnreg__(kRegisters) PagedPrefillWgmmaWsKernel(const PrefillTcParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   AllowDependentLaunch();
@@ -310,8 +308,7 @@ template <int kHeadDim, int kGroup>
 cudaError_t Launch(const PrefillTcParams& p, cudaStream_t stream) {
   constexpr int kSmem = SmemBytes(kHeadDim);
   static_assert(kSmem <= kMaxSmem);
-  auto* kernel = p.lean ? PagedPrefillWgmmaWsKernel<kHeadDim, kGroup, kLeanRegisters>
-                       : PagedPrefillWgmmaWsKernel<kHeadDim, kGroup, kRegisters>;
+  auto* kernel = PagedPrefillWgmmaWsKernel<kHeadDim, kGroup>;
   if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       e != cudaSuccess) {
     return e;

@@ -146,7 +146,6 @@ internal::RelayTuning DefaultTuning(const RelayShape& s, const RelayDecodeParams
   } else if (HasSide(p.side) && context_tokens >= p.side.min_context_tokens) {
     t.three_launches = t.beside = true;
   }
-  t.lean = p.lean && (t.chained || t.beside);
   return t;
 }
 
@@ -230,7 +229,7 @@ cudaError_t LaunchSystemPart(const internal::PrefillTcParams& sys, internal::Rel
 // before the decode's fill the rest, and the merge waits for the join. With `chained`, the
 // same order on `stream`: the system part, then the decode as its programmatic dependent
 // (it reads nothing the system part writes), then the merge, which the stream orders after
-// both. With t.lean, both parts run their lean blocks (decode.h, prefill_launch.h).
+// both.
 absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, const internal::RelayTuning& t,
                          cudaStream_t stream) {
   const internal::RelaySystemForm form = t.system_form;
@@ -243,7 +242,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, co
   float* parts_o = ctx_lse + Align4Floats(int64_t{p.rows} * p.num_heads);
   DecodeAttentionParams context_part{p.q,         kv,    p.rows, p.num_heads, p.scale, p.max_context_tokens,
                                      p.workspace, p.out, ctx_lse};
-  context_part.launch = {.dependent = chained, .lean = t.lean};
+  context_part.launch = {.dependent = chained};
   context_part.typical_tokens = p.typical_context_tokens;
   if (!beside && !chained) {
     // The context part (it validates the shapes the system part shares).
@@ -261,7 +260,6 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, co
   sys.key_splits = splits;
   sys.ws_o = parts_o;
   sys.ws_lse = parts_lse;
-  sys.lean = t.lean;
   if (beside) {
     const RelaySide& side = p.side;
     STRATA_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.fork, stream));

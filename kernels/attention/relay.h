@@ -86,11 +86,8 @@ struct RelayDecodeParams {
   // the kernel it ties the three launches on one stream (a wgmma block takes a whole SM,
   // so the decode starts only on the SMs the system part leaves idle: up to 10% faster at
   // 128-token contexts, up to 5% slower at 1K); inside whole decode steps it beats the fused
-  // launch (relay_step_bench), but the server measured it slower (docs/BENCHMARKS.md).
+  // launch (relay_step_bench); in the server it ties the fused launch (docs/BENCHMARKS.md).
   int64_t chained_min_context_tokens = -1;
-  // Where the three launches run beside or chained: both parts in their lean blocks
-  // (RelayTuning::lean), so that a decode block shares an SM with a system block.
-  bool lean = false;
   // The rows' typical context (their mean) where they differ: the context part's split has
   // parts no longer than it (decode.h's DecodeAttentionParams::typical_tokens). 0: every
   // row taken as max_context_tokens long.
@@ -120,9 +117,7 @@ enum class RelaySystemForm { kMmaSync, kWgmmaWs };
 // SM each part is split to give on its own, which part's blocks come first in the grid, or
 // the three launches instead, with the system part on p.side beside the decode (`beside`,
 // where p.side is set), chained before it on the launch's stream (`chained`: the decode a
-// programmatic dependent of it, on a device that has them) or after it, in `system_form`;
-// `lean`: the decode in blocks of at most 96 registers a thread and the wgmma system part in
-// 136, so that a decode block shares an SM with a system block.
+// programmatic dependent of it, on a device that has them) or after it, in `system_form`.
 struct RelayTuning {
   int system_blocks_per_sm = 2;
   int context_blocks_per_sm = 2;
@@ -130,7 +125,6 @@ struct RelayTuning {
   bool context_first = false;
   bool beside = false;
   bool chained = false;
-  bool lean = false;  // both parts' lean blocks (decode.h's DecodeLaunch, PrefillTcParams::lean)
   RelaySystemForm system_form = RelaySystemForm::kMmaSync;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t, cudaStream_t stream);

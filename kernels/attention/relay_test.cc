@@ -216,17 +216,12 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
       Sync();
       const std::vector<float> got_form = out_form.ToHost();
       test_support::ExpectAttentionNear(got_form, want, rows, heads, d, what + " (system part on wgmma vs CPU)");
-      // Chained (below: the decode behind the wgmma system part), and that in both parts' lean
-      // blocks (the same arithmetic in fewer registers): its bits.
+      // Chained (below: the decode behind the wgmma system part): its bits.
       t.chained = true;
-      for (bool lean : {false, true}) {
-        t.lean = lean;
-        ASSERT_EQ(cudaMemset(out_form.get(), 0xff, out_form.size() * sizeof(float)), cudaSuccess);
-        ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pf, t, stream_).ok()) << what;
-        Sync();
-        EXPECT_TRUE(out_form.ToHost() == got_form)
-            << what << ": chained on the wgmma system part" << (lean ? ", in lean blocks," : "") << " differs";
-      }
+      ASSERT_EQ(cudaMemset(out_form.get(), 0xff, out_form.size() * sizeof(float)), cudaSuccess);
+      ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pf, t, stream_).ok()) << what;
+      Sync();
+      EXPECT_TRUE(out_form.ToHost() == got_form) << what << ": chained on the wgmma system part differs";
     }
 
     // The three launches with the system part on a side stream: the same kernels on the same
@@ -290,9 +285,6 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
       });
       cudaGraphExecDestroy(e);
     }
-    internal::RelayTuning lean_beside = beside;
-    lean_beside.lean = true;
-    expect_three("both parts' lean blocks, the system part beside the decode", [&] { launch(side_p, lean_beside); });
 
     // Chained on one stream, the decode a programmatic dependent of the system part (an
     // ordinary launch before Hopper): the same kernels, so the same bits, with the queries

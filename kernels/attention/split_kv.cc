@@ -215,7 +215,6 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
                                    split.part_tokens, ws_o, ws_lse,         out,          lse};
   args.out_bf16 = out_bf16;  // the kernel or its merge stores bf16 (null for the prefill)
   args.dependent = launch.dependent;
-  args.lean = launch.lean;
   STRATA_CUDA_RETURN_IF_ERROR(internal::PagedDecodeAttentionAsync(args, stream));
   return absl::OkStatus();
 }

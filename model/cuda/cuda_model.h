@@ -73,11 +73,6 @@ struct CudaModelOptions {
   // decode steps are 1.05x the fused relay's and the inter-token time the same within 1%
   // (docs/BENCHMARKS.md).
   int64_t relay_chained_min_tokens = -1;
-  // Where relay runs chained or beside: both parts in their lean blocks (relay.h's
-  // RelayDecodeParams::lean: the decode at 96 registers a thread, the wgmma system part at
-  // 136, so they share SMs). Measured, they do not pay (relay_attention_bench: no faster
-  // than the normal blocks; relay_step_bench: 0.98-1.05x the fused step): off.
-  bool relay_lean_blocks = false;
   // Prefill steps with few query tiles over long histories (a returning turn's new tokens)
   // split each tile's keys across the SMs and merge the parts (kernels/attention/prefill.h).
   // Off: one block per tile walks every key (kept for the benchmark's comparison).

@@ -356,14 +356,13 @@ TEST_F(CudaModelTest, SequencesOnASharedPrefixGiveTheInlineLogits) {
 // bucket) as eagerly. Every form: one fused launch, the system part on the model's second
 // stream beside the decode (relay_beside_min_tokens 0), and the three launches chained on
 // the step's stream (relay_chained_min_tokens 0: the decode a programmatic dependent of the
-// system part on Hopper, ordinary launches elsewhere), and that in both parts' lean blocks.
+// system part on Hopper, ordinary launches elsewhere).
 TEST_F(CudaModelTest, RelayDecodeGroupsGiveTheInlineLogitsAndGraphsEqualEager) {
   ModelConfig c = Config();
   ModelWeights weights = ModelWeights::Random(c, 31, {});
   CpuModel cpu(ModelWeights::Random(c, 31, {}));
-  auto relay_form = [&](int64_t beside_min, int64_t chained_min, bool lean = false) {
-    const std::string form = std::string(chained_min == 0 ? "chained" : beside_min == 0 ? "system part beside" : "fused") +
-                             (lean ? ", lean blocks" : "");
+  auto relay_form = [&](int64_t beside_min, int64_t chained_min) {
+    const std::string form = chained_min == 0 ? "chained" : beside_min == 0 ? "system part beside" : "fused";
     std::vector<int32_t> tokens_of[2];
     for (int graphs = 0; graphs < 2; ++graphs) {
       CudaModelOptions o = SmallPool();
@@ -372,7 +371,6 @@ TEST_F(CudaModelTest, RelayDecodeGroupsGiveTheInlineLogitsAndGraphsEqualEager) {
       o.relay_min_saved_tokens = 0;  // every group of two or more
       o.relay_beside_min_tokens = beside_min;
       o.relay_chained_min_tokens = chained_min;
-      o.relay_lean_blocks = lean;
       o.cuda_graphs = graphs;
       auto model = CudaModel::Create(weights, o);
       ASSERT_TRUE(model.ok()) << model.status();
@@ -444,7 +442,6 @@ TEST_F(CudaModelTest, RelayDecodeGroupsGiveTheInlineLogitsAndGraphsEqualEager) {
   relay_form(-1, -1);
   relay_form(0, -1);
   relay_form(-1, 0);
-  relay_form(-1, 0, true);
 }
 
 }  // namespace

@@ -34,11 +34,6 @@ ABSL_FLAG(int64_t, cuda_relay_chained_min_tokens, -1,
           "reach this many (kernels/attention/relay.h); -1 never: end to end it measured slower "
           "(docs/BENCHMARKS.md)");
 
-ABSL_FLAG(bool, cuda_relay_lean_blocks, false,
-          "serve: on a Hopper GPU, where relay attention runs chained or beside, both its parts in their lean "
-          "blocks (fewer registers a thread, so a decode block shares an SM with a system block; "
-          "kernels/attention/relay.h)");
-
 ABSL_FLAG(bool, cuda_prefill_key_splits, true,
           "serve: on the GPU, prompt chunks with few new tokens over a long history (a returning turn) split "
           "their keys across the SMs; off, one block per query tile reads every key");
@@ -86,7 +81,6 @@ engine::ServedModelOptions ServedModelFromFlags() {
   o.backend.cuda.relay_attention = absl::GetFlag(FLAGS_cuda_relay_attention);
   o.backend.cuda.relay_beside_min_tokens = absl::GetFlag(FLAGS_cuda_relay_beside_min_tokens);
   o.backend.cuda.relay_chained_min_tokens = absl::GetFlag(FLAGS_cuda_relay_chained_min_tokens);
-  o.backend.cuda.relay_lean_blocks = absl::GetFlag(FLAGS_cuda_relay_lean_blocks);
   o.backend.cuda.prefill_key_splits = absl::GetFlag(FLAGS_cuda_prefill_key_splits);
   o.backend.cuda.split_uneven_rows = absl::GetFlag(FLAGS_cuda_split_uneven_rows);
   o.backend.cuda.kv_read_buffer_layers = absl::GetFlag(FLAGS_cuda_kv_read_buffer_layers);

@@ -17,8 +17,7 @@
 // the fused launch on one stream, and the three launches with the system part on the side
 // stream beside the decode; then the three launches with the system part on Hopper's
 // warp-specialised wgmma form, beside the decode and after it, and chained before it on one
-// stream (the decode its programmatic dependent; eager and as a graph), those three with the
-// parts in their lean blocks (a decode block shares an SM with a wgmma block), the best of all these forms
+// stream (the decode its programmatic dependent; eager and as a graph), the best of all these forms
 // (bytes read over its time, and as a share of the copy rate), and the system part alone in
 // each form as TFLOP/s. L2 is flushed before each timed run. K and V are random bf16 (a
 // 64 MiB random block repeated through the pool).
@@ -169,9 +168,9 @@ int main(int argc, char** argv) {
       "relay vs a copy each | paper's bound | relay GB/s read | vs copy | same-size copy GB/s | "
       "vs same-size copy | rule takes relay | three launches (ms) | relay, graph (ms) | fused, one stream (ms) | "
       "three, system part beside (ms) | beside, system part on wgmma (ms) | three, system part on wgmma (ms) | "
-      "chained, wgmma (ms) | chained, wgmma, graph (ms) | lean blocks: three / beside / chained (ms) | "
+      "chained, wgmma (ms) | chained, wgmma, graph (ms) | "
       "best form: GB/s read, vs copy | system part alone: mma.sync / wgmma (TFLOP/s) |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const int kv_heads = 8, heads = 32, head_dim = 128, page = 16;
   const float scale = 0.088f;
   const double token_bytes = 2.0 * kv_heads * head_dim * 2;  // K and V, bf16
@@ -299,13 +298,6 @@ int main(int argc, char** argv) {
         chained_ws.chained = true;
         const float chained_ms = MedianMs(stream, 20, [&] { relay(chained_ws); }, flush);
         const float chained_graph_ms = GraphMedianMs(stream, 20, [&] { relay(chained_ws); }, flush);
-        // The same three in both parts' lean blocks (96 and 136 registers a thread: a decode
-        // block shares an SM with a wgmma block): after the system part, beside it, chained.
-        strata::kernels::internal::RelayTuning three_lean = three_ws, beside_lean = beside_ws, chained_lean = chained_ws;
-        three_lean.lean = beside_lean.lean = chained_lean.lean = true;
-        const float three_lean_ms = MedianMs(stream, 20, [&] { relay(three_lean); }, flush);
-        const float beside_lean_ms = MedianMs(stream, 20, [&] { relay(beside_lean); }, flush);
-        const float chained_lean_ms = MedianMs(stream, 20, [&] { relay(chained_lean); }, flush);
         // The system part alone (the group's rows against the prompt, split along it as the
         // launch splits it for the form), in each form: its arithmetic rate.
         strata::kernels::PrefillAttentionTcParams sys_params{q,     prefixes, d_group_rows, 1,       batch, heads,
@@ -342,17 +334,16 @@ int main(int argc, char** argv) {
         const double bound = (s + c + 2) / (s / batch + c + 7);
         const double read_gbps = relay_bytes / (relay_ms * 1e-3) / 1e9;
         const double best_ms = std::min(
-            {relay_ms, graph_ms, three_ms, fused_ms, beside_ms, beside_ws_ms, three_ws_ms, chained_ms, chained_graph_ms,
-             three_lean_ms, beside_lean_ms, chained_lean_ms});
+            {relay_ms, graph_ms, three_ms, fused_ms, beside_ms, beside_ws_ms, three_ws_ms, chained_ms, chained_graph_ms});
         const double best_gbps = relay_bytes / (best_ms * 1e-3) / 1e9;
         const bool rule = batch >= 2 && (batch - 1) * prompt >= defaults.relay_min_saved_tokens;
         std::printf(
             "| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.2f | %.0f | %.2f | %s | %.3f | "
-            "%.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f / %.3f / %.3f | %.0f, %.2f | %.0f / %.0f |\n",
+            "%.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f, %.2f | %.0f / %.0f |\n",
             batch, static_cast<long long>(prompt), static_cast<long long>(ctx), shared_ms, copy_each_ms, relay_ms,
             shared_ms / relay_ms, copy_each_ms / relay_ms, bound, read_gbps, read_gbps / copy_gbps, same_size_gbps,
             read_gbps / same_size_gbps, rule ? "yes" : "no", three_ms, graph_ms, fused_ms, beside_ms, beside_ws_ms,
-            three_ws_ms, chained_ms, chained_graph_ms, three_lean_ms, beside_lean_ms, chained_lean_ms, best_gbps,
+            three_ws_ms, chained_ms, chained_graph_ms, best_gbps,
             best_gbps / copy_gbps, mma_tflops, ws_tflops);
         std::fflush(stdout);
         for (void* p :

@@ -6,8 +6,7 @@
 //   - relay, fused: the system and context parts in one grid (the model's default);
 //   - relay, system part beside the decode on the model's second stream;
 //   - relay, chained: the system part (wgmma form) then the decode as its programmatic
-//     dependent, on the step's stream (Hopper; ordinary launches elsewhere); and the same in
-//     both parts' lean blocks (fewer registers, so they share SMs);
+//     dependent, on the step's stream (Hopper; ordinary launches elsewhere);
 //   - shared pages, no relay: each sequence reads the prefix's pages itself.
 // The step's floor beside them: every weight and the KV the step must read (the prefix once
 // plus every sequence's own tokens) at the copy rate measured in the same run (cuda_bench.h's
@@ -43,7 +42,6 @@ struct Form {
   bool relay;
   int64_t beside_min_tokens;   // CudaModelOptions::relay_beside_min_tokens
   int64_t chained_min_tokens;  // CudaModelOptions::relay_chained_min_tokens
-  bool lean = false;           // CudaModelOptions::relay_lean_blocks
   bool split_uneven = true;    // CudaModelOptions::split_uneven_rows
 };
 
@@ -62,7 +60,6 @@ double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bo
   o.relay_min_saved_tokens = 0;
   o.relay_beside_min_tokens = form.beside_min_tokens;
   o.relay_chained_min_tokens = form.chained_min_tokens;
-  o.relay_lean_blocks = form.lean;
   o.split_uneven_rows = form.split_uneven;
   auto made = CudaModel::CreateRandom(c, 1234, o);
   if (!made.ok()) {
@@ -184,12 +181,11 @@ int main(int argc, char** argv) {
   std::vector<Form> forms = {{"relay, fused (default)", true, -1, -1},
                              {"relay, system part beside the decode", true, 0, -1},
                              {"relay, chained (system part on wgmma, decode its dependent)", true, -1, 0},
-                             {"relay, chained, lean blocks (the two parts share SMs)", true, -1, 0, true},
                              {"shared pages, no relay", false, -1, -1}};
   if (long_tokens > 0) {
-    forms.push_back({"relay, fused, split for the longest row", true, -1, -1, false, false});
-    forms.push_back({"relay, chained, split for the longest row", true, -1, 0, false, false});
-    forms.push_back({"shared pages, split for the longest row", false, -1, -1, false, false});
+    forms.push_back({"relay, fused, split for the longest row", true, -1, -1, false});
+    forms.push_back({"relay, chained, split for the longest row", true, -1, 0, false});
+    forms.push_back({"shared pages, split for the longest row", false, -1, -1, false});
   }
   double fused[2] = {0, 0}, weight_bytes = 0;
   for (const Form& f : forms) {

@@ -52,8 +52,7 @@
 #             docs/BENCHMARKS.md; a garbled cache differs in most, from the first token);
 #             PROMPTS_MANY_MODES: relay (default),
 #             beside (relay's system part on the second stream), chained (the decode
-#             a programmatic dependent of the system part), chained-lean (and both parts
-#             in their lean blocks), pages (relay off), none
+#             a programmatic dependent of the system part), pages (relay off), none
 #             (not shared)
 #   ppl       strata ppl of the built-in model on its held-out text: the whole file on the
 #             GPU, and its first 20 KB on the GPU and on the CPU (the two must agree); then
@@ -69,9 +68,9 @@
 #             kernel and model tests, relay_step_bench --long=5120 (the server's first session
 #             on a prompt, beside 64 on it), and the prompts A/B of relay and chained with the
 #             split on and off
-#   lean      relay's lean blocks, in one call: the relay tests, relay_attention_bench at
-#             the kernel figure's shapes (64 and 32 rows x 1K/4K/8K x 1K), relay-step, and the
-#             prompts A/B of relay, chained and chained-lean (4K prompt, 1K own tokens)
+#   relay-figure  issue 15's kernel figure in one call: the relay tests, relay_attention_bench
+#             at its shapes (64 and 32 rows x 1K/4K/8K x 1K), relay-step, and the prompts A/B
+#             of relay and chained (4K prompt, 1K own tokens)
 #   batch     batch_bench on random:llama3-8b: token saving of the plans, then one batch as
 #             Chat calls, first-level prefix reuse and the global plan (BATCH_ARGS adds flags)
 #   rate      the sustainable session rate with a 4K system prompt (p99 TTFT <= 1 s): relay,
@@ -261,7 +260,6 @@ run_prompts() {
         none) flags="$flags --min_shared_prompt_tokens=0" ;;
         beside) flags="$flags --cuda_relay_beside_min_tokens=32768" ;;
         chained) flags="$flags --cuda_relay_chained_min_tokens=32768" ;;
-        chained-lean) flags="$flags --cuda_relay_chained_min_tokens=32768 --cuda_relay_lean_blocks" ;;
       esac
       "$B/strata" bench --sessions=64 --rate=1000 --turns=1 --prompt_tokens="${PROMPT_OWN:-128}" --output_tokens=128 \
         --max_output_tokens=128 --max_context_tokens=16384 $sys --serve_flags="$flags" --json="$OUT/bench-prompts-$S-$mode.json" \
@@ -313,7 +311,6 @@ run_prompts_many() {
       none) flags="$flags --min_shared_prompt_tokens=0" ;;
       beside) flags="$flags --cuda_relay_beside_min_tokens=32768" ;;
       chained) flags="$flags --cuda_relay_chained_min_tokens=32768" ;;
-      chained-lean) flags="$flags --cuda_relay_chained_min_tokens=32768 --cuda_relay_lean_blocks" ;;
     esac
     "$B/strata" bench --sessions=64 --rate=1000 --turns=2 --think_s=0.2 --prompt_tokens=640 --output_tokens=64 \
       --max_output_tokens=64 --max_context_tokens=16384 --system_prompts=3 --system_prompt_tokens=4096 \
@@ -413,17 +410,17 @@ for phase in "$@"; do
     nosplit) COMPARE= run_bench_history bench-hbm-nosplit --cuda_prefill_key_splits=false
              COMPARE= run_bench_history bench-host-nosplit "--hbm_cache_bytes=0 --cuda_prefill_key_splits=false" ;;
     prompts-many) run_prompts_many ;;
-    lean) timeout 120 "$B/cuda_prefill_attention_test" --gtest_brief=1 --gtest_filter='*Relay*' \
-          >"$OUT/test-relay-lean.log" 2>&1
-        note "relay tests: rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/test-relay-lean.log" | tr '\n' ' ')"
-        grep -E 'Failure|differ' "$OUT/test-relay-lean.log" | head -10 >>"$summary"
+    relay-figure) timeout 120 "$B/cuda_prefill_attention_test" --gtest_brief=1 --gtest_filter='*Relay*' \
+          >"$OUT/test-relay.log" 2>&1
+        note "relay tests: rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/test-relay.log" | tr '\n' ' ')"
+        grep -E 'Failure|differ' "$OUT/test-relay.log" | head -10 >>"$summary"
         for shape in 64,1024,1024 64,4096,1024 64,8192,1024 32,4096,1024; do
-          timeout 60 "$B/relay_attention_bench" --shape="$shape" >"$OUT/relay-lean-${shape//,/x}.txt" 2>&1
-          note "relay_attention_bench $shape: rc=$?"; grep -E '^\| [0-9]' "$OUT/relay-lean-${shape//,/x}.txt" >>"$summary"
+          timeout 60 "$B/relay_attention_bench" --shape="$shape" >"$OUT/relay-${shape//,/x}.txt" 2>&1
+          note "relay_attention_bench $shape: rc=$?"; grep -E '^\| [0-9]' "$OUT/relay-${shape//,/x}.txt" >>"$summary"
         done
-        timeout 200 "$B/relay_step_bench" >"$OUT/relay_step_bench-lean.txt" 2>&1
-        note "relay_step_bench: rc=$?"; grep -E '^\|' "$OUT/relay_step_bench-lean.txt" >>"$summary"
-        PROMPT_S=4096 PROMPT_OWN=1024 PROMPT_MODES="relay chained chained-lean" run_prompts ;;
+        timeout 200 "$B/relay_step_bench" >"$OUT/relay_step_bench.txt" 2>&1
+        note "relay_step_bench: rc=$?"; grep -E '^\|' "$OUT/relay_step_bench.txt" >>"$summary"
+        PROMPT_S=4096 PROMPT_OWN=1024 PROMPT_MODES="relay chained" run_prompts ;;
     relay-step) for shape in ${RELAY_STEP_SHAPES:-64,4096,1024}; do
         timeout 280 "$B/relay_step_bench" --shape="$shape" ${RELAY_STEP_CHUNK:+--chunk=$RELAY_STEP_CHUNK} \
           >"$OUT/relay_step_bench-${shape//,/x}.txt" 2>&1
