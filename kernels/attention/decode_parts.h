@@ -55,9 +55,9 @@ int WholeRoundParts(int64_t blocks, int64_t slots, int64_t key_tiles, int most);
 // among short ones is split as finely as they are instead of walking its keys alone, in one
 // block a head, long after the rest are done; within `most` (the parts the workspace holds).
 // `parts` is the launch's own count for rows of max_tokens; typical_tokens <= 0 or at least
-// max_tokens leaves it. (The server's first session on a system prompt computed the prompt
-// itself and reads its 5K tokens beside 63 rows of 1K on the prompt: on the H100 its lone
-// blocks made the chained relay's decode steps 13.6 ms instead of 10.8, docs/BENCHMARKS.md.)
+// max_tokens leaves it. (64 sessions whose own tokens are drawn exponentially, mean 1K, as
+// strata bench draws them, hold one of ~4.7K: on the H100 the longest rows' lone blocks made
+// the chained relay's decode steps 13.6 ms instead of 10.8, docs/BENCHMARKS.md.)
 int PartsForUnevenRows(int parts, int64_t max_tokens, int64_t typical_tokens, int most, int align);
 
 }  // namespace strata::kernels

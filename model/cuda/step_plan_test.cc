@@ -16,8 +16,8 @@ TEST(ContextBucketTest, RoundsUpToASixteenthOfTheNextPowerOfTwoOrTwoHundredFifty
 }
 
 TEST(TypicalTokensTest, OneLongRowAmongShortOnesGivesTheirMeansBucket) {
-  // The server's first session on a system prompt (5,200 tokens of its own) beside 63 rows
-  // of 1,100 on the prompt: the mean's bucket, well below the longest's.
+  // One row of 5,200 own tokens beside 63 of 1,100 (relay_step_bench --long): the mean's
+  // bucket, well below the longest's.
   const int64_t tokens = 5200 + 63 * 1100;
   EXPECT_EQ(TypicalTokens(tokens, 64, ContextBucket(5200)), ContextBucket((tokens + 63) / 64));
   EXPECT_EQ(TypicalTokens(tokens, 64, ContextBucket(5200)), 1280);

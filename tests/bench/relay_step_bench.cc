@@ -16,8 +16,8 @@
 //                    [--long=N]
 // --chunk=N: every step also prefills N tokens of a new sequence on the prefix (mixed steps;
 // the server's default step budget is 512 tokens, so 64 decodes leave 448).
-// --long=N: one more sequence decodes in every step, not on the prefix, of N tokens (the
-// server's first session on a system prompt computes the prompt itself: prefix + own), and
+// --long=N: one more sequence decodes in every step, not on the prefix, of N tokens (a batch's
+// longest row: the server's sessions have own tokens of many lengths), and
 // the relay forms run again with the decode split for the longest row alone (the model's
 // split_uneven_rows off: how they ran before it).
 // Without a GPU it says so and exits 0.
