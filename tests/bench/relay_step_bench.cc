@@ -13,17 +13,22 @@
 // CopyCeiling, L2 flushed).
 //
 //   relay_step_bench [--shape=ROWS,PREFIX,OWN] (default 64,4096,1024) [--steps=N] [--chunk=N]
-//                    [--long=N]
+//                    [--long=N] [--exponential]
 // --chunk=N: every step also prefills N tokens of a new sequence on the prefix (mixed steps;
 // the server's default step budget is 512 tokens, so 64 decodes leave 448).
 // --long=N: one more sequence decodes in every step, not on the prefix, of N tokens (a batch's
 // longest row: the server's sessions have own tokens of many lengths), and
 // the relay forms run again with the decode split for the longest row alone (the model's
 // split_uneven_rows off: how they ran before it).
+// --exponential: each row's own tokens drawn from an exponential distribution of mean OWN
+// (seeded; at least 1, at most 8 x OWN), as strata bench draws a turn's new tokens, with the
+// relay forms again split for the longest row.
 // Without a GPU it says so and exits 0.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <numeric>
+#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -51,7 +56,7 @@ struct Form {
 // tokens of a new sequence on the prefix (a mixed step, as the server's while sessions
 // arrive: eager, graphs or not).
 double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bool graphs, int rows, int prefix,
-                int own, int steps, int chunk, int long_tokens) {
+                const std::vector<int>& owns, int steps, int chunk, int long_tokens) {
   CudaModelOptions o;
   o.cuda_graphs = graphs;
   o.kv_memory_fraction = 0.9;
@@ -81,13 +86,15 @@ double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bo
   ForwardEntry pe{shared.get(), 0, system};
   if (absl::Status s = m.Forward({&pe, 1}); !s.ok()) return fail(s);
   std::vector<std::unique_ptr<SequenceState>> seqs;
-  std::vector<int32_t> tokens(static_cast<size_t>(own));
+  const int longest_own = *std::max_element(owns.begin(), owns.end());
+  std::vector<int32_t> tokens(static_cast<size_t>(longest_own));
   for (int r = 0; r < rows; ++r) {
+    const int own = owns[static_cast<size_t>(r)];
     auto sq = m.NewSequenceOnPrefix(shared, prefix, own + steps + 4);
     if (!sq.ok()) return fail(sq.status());
     seqs.push_back(std::move(*sq));
     for (int i = 0; i < own; ++i) tokens[i] = (i * 31 + r * 977) % c.vocab_size;
-    ForwardEntry e{seqs.back().get(), prefix, tokens};
+    ForwardEntry e{seqs.back().get(), prefix, absl::Span<const int32_t>(tokens).subspan(0, static_cast<size_t>(own))};
     if (absl::Status s = m.Forward({&e, 1}); !s.ok()) return fail(s);
   }
   std::unique_ptr<SequenceState> lone;  // --long: its own copy of every token
@@ -111,7 +118,8 @@ double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bo
     std::vector<ForwardEntry> batch;
     for (int r = 0; r < rows; ++r) {
       step_tokens[r] = (s * 131 + r * 7) % c.vocab_size;
-      batch.push_back(ForwardEntry{seqs[r].get(), prefix + own + s, absl::Span<const int32_t>(&step_tokens[r], 1),
+      batch.push_back(ForwardEntry{seqs[r].get(), prefix + owns[static_cast<size_t>(r)] + s,
+                                   absl::Span<const int32_t>(&step_tokens[r], 1),
                                    nullptr, &next[r]});
     }
     if (lone != nullptr) {
@@ -139,12 +147,17 @@ double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bo
 int main(int argc, char** argv) {
   using namespace strata::model;
   int rows = 64, prefix = 4096, own = 1024, steps = 20, chunk = 0, long_tokens = 0;
+  bool exponential = false;
   for (int i = 1; i < argc; ++i) {
     if (std::sscanf(argv[i], "--shape=%d,%d,%d", &rows, &prefix, &own) == 3) continue;
     if (std::sscanf(argv[i], "--steps=%d", &steps) == 1) continue;
     if (std::sscanf(argv[i], "--chunk=%d", &chunk) == 1) continue;
     if (std::sscanf(argv[i], "--long=%d", &long_tokens) == 1) continue;
-    std::fprintf(stderr, "usage: relay_step_bench [--shape=ROWS,PREFIX,OWN] [--steps=N] [--chunk=N] [--long=N]\n");
+    if (std::strcmp(argv[i], "--exponential") == 0) {
+      exponential = true;
+      continue;
+    }
+    std::fprintf(stderr, "usage: relay_step_bench [--shape=ROWS,PREFIX,OWN] [--steps=N] [--chunk=N] [--long=N] [--exponential]\n");
     return 2;
   }
   if (CudaModel::DeviceCount() == 0) {
@@ -154,7 +167,16 @@ int main(int argc, char** argv) {
   auto named = ModelConfig::Named("llama3-8b");
   if (!named.ok()) return 1;
   ModelConfig c = *named;
-  c.max_context = std::max(prefix + own, long_tokens) + steps + 256;
+  // Each row's own tokens: OWN, or drawn exponentially (mean OWN) with --exponential.
+  std::vector<int> owns(static_cast<size_t>(rows), own);
+  if (exponential) {
+    std::mt19937_64 rng(20261128);
+    std::exponential_distribution<double> draw(1.0 / own);
+    for (int& n : owns) n = std::clamp(static_cast<int>(draw(rng) + 0.5), 1, 8 * own);
+  }
+  const int longest_own = *std::max_element(owns.begin(), owns.end());
+  const double own_tokens = std::accumulate(owns.begin(), owns.end(), 0.0);
+  c.max_context = std::max(prefix + longest_own, long_tokens) + steps + 256;
   cudaStream_t stream = nullptr;
   CHECK_CUDA(cudaStreamCreate(&stream));
   const double copy_bw = strata::bench::CopyCeiling(stream).Gbps() * 1e9;  // read + written, bytes/s
@@ -162,13 +184,16 @@ int main(int argc, char** argv) {
   const double kv_token_bytes = 2.0 * c.num_layers * c.kv_dim() * 2;
   // The step's floor: the weights, the prefix's KV once, every sequence's own KV, at the copy rate.
   auto floor_s = [&](double weight_bytes) {
-    return (weight_bytes + kv_token_bytes * (prefix + static_cast<double>(rows) * own + long_tokens)) / copy_bw;
+    return (weight_bytes + kv_token_bytes * (prefix + own_tokens + long_tokens)) / copy_bw;
   };
   std::printf("relay_step_bench: llama3-8b shapes, %d rows on one %d-token prefix, %d own tokens each; copy %.0f "
               "GB/s\n",
               rows, prefix, own, copy_bw / 1e9);
   if (long_tokens > 0) {
     std::printf("and one more row of %d tokens of its own, not on the prefix (in the floor too)\n", long_tokens);
+  }
+  if (exponential) {
+    std::printf("own tokens drawn exponentially: mean %.0f, longest %d\n", own_tokens / rows, longest_own);
   }
   if (chunk > 0) {
     std::printf("mixed steps: each also prefills %d tokens of a new sequence on the prefix (eager in both columns; "
@@ -182,7 +207,7 @@ int main(int argc, char** argv) {
                              {"relay, system part beside the decode", true, 0, -1},
                              {"relay, chained (system part on wgmma, decode its dependent)", true, -1, 0},
                              {"shared pages, no relay", false, -1, -1}};
-  if (long_tokens > 0) {
+  if (long_tokens > 0 || exponential) {
     forms.push_back({"relay, fused, split for the longest row", true, -1, -1, false});
     forms.push_back({"relay, chained, split for the longest row", true, -1, 0, false});
     forms.push_back({"shared pages, split for the longest row", false, -1, -1, false});
@@ -191,7 +216,7 @@ int main(int argc, char** argv) {
   for (const Form& f : forms) {
     double t[2];
     for (int graphs = 1; graphs >= 0; --graphs) {
-      t[graphs] = TimeForm(&weight_bytes, c, f, graphs == 1, rows, prefix, own, steps, chunk, long_tokens);
+      t[graphs] = TimeForm(&weight_bytes, c, f, graphs == 1, rows, prefix, owns, steps, chunk, long_tokens);
       if (t[graphs] < 0) return 1;
       if (&f == &forms[0]) fused[graphs] = t[graphs];
     }

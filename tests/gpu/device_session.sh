@@ -66,7 +66,7 @@
 #             traced (CUPTI, tests/bench/kernel_trace.cc) and summed side by side
 #   uneven    decode rows of unequal length split by their mean (Step::typical_tokens): the
 #             kernel and model tests, relay_step_bench --long=5120 (one long row beside 64 of
-#             1K), and the prompts A/B of relay and chained with the split on and off (the
+#             1K) and --exponential (own tokens drawn as strata bench draws them), and the prompts A/B of relay and chained with the split on and off (the
 #             bench draws the sessions' own tokens exponentially: their lengths differ)
 #   relay-figure  issue 15's kernel figure in one call: the relay tests, relay_attention_bench
 #             at its shapes (64 and 32 rows x 1K/4K/8K x 1K), relay-step, and the prompts A/B
@@ -428,8 +428,10 @@ for phase in "$@"; do
       done ;;
     trace) run_trace ;;
     uneven) run_gpu_tests cuda_kernels_test cuda_prefill_attention_test cuda_model_test
-        timeout 300 "$B/relay_step_bench" --long=5120 >"$OUT/relay_step_bench-long.txt" 2>&1
-        note "relay_step_bench --long=5120: rc=$?"; grep -E '^\|' "$OUT/relay_step_bench-long.txt" >>"$summary"
+        for how in --long=5120 --exponential; do
+          timeout 300 "$B/relay_step_bench" $how >"$OUT/relay_step_bench$how.txt" 2>&1
+          note "relay_step_bench $how: rc=$?"; grep -E '^\||^own' "$OUT/relay_step_bench$how.txt" >>"$summary"
+        done
         PROMPT_S=4096 PROMPT_OWN=1024 PROMPT_MODES="relay chained" run_prompts
         note "the same, split for the longest row (--cuda_split_uneven_rows=false):"
         PROMPT_FLAGS=--cuda_split_uneven_rows=false PROMPT_S=4096 PROMPT_OWN=1024 PROMPT_MODES="relay chained" run_prompts ;;
