@@ -429,8 +429,9 @@ for phase in "$@"; do
     trace) run_trace ;;
     uneven) run_gpu_tests cuda_kernels_test cuda_prefill_attention_test cuda_model_test
         for how in --long=5120 --exponential; do
-          timeout 300 "$B/relay_step_bench" $how >"$OUT/relay_step_bench$how.txt" 2>&1
-          note "relay_step_bench $how: rc=$?"; grep -E '^\||^own' "$OUT/relay_step_bench$how.txt" >>"$summary"
+          out="$OUT/relay_step_bench${how//[-=]/_}.txt"
+          timeout 300 "$B/relay_step_bench" $how >"$out" 2>&1
+          note "relay_step_bench $how: rc=$?"; grep -E '^\||^own' "$out" >>"$summary"
         done
         PROMPT_S=4096 PROMPT_OWN=1024 PROMPT_MODES="relay chained" run_prompts
         note "the same, split for the longest row (--cuda_split_uneven_rows=false):"
