@@ -69,8 +69,6 @@ enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };
 //              kernels/dependent_launch.cuh): it may start while that kernel's last blocks
 //              run, on the SMs they leave, so it must not read what that kernel writes; the
 //              work after the decode on the stream still waits for both.
-// (Lean blocks — the decode in 96 registers a thread, to share SMs with a wgmma system part
-// in 136 — were measured no faster and removed: docs/BENCHMARKS.md.)
 struct DecodeLaunch {
   bool dependent = false;
 };

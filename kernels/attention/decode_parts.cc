@@ -83,6 +83,14 @@ int WholeRoundParts(int64_t blocks, int64_t slots, int64_t key_tiles, int most) 
   return best;
 }
 
+KeySplit AlignedKeySplit(int64_t tokens, int64_t parts, int align) {
+  tokens = std::max<int64_t>(1, tokens);
+  parts = std::max<int64_t>(1, parts);
+  const int64_t a = std::max(1, align);
+  const int64_t part_tokens = ((tokens + parts - 1) / parts + a - 1) / a * a;
+  return KeySplit{static_cast<int>((tokens + part_tokens - 1) / part_tokens), static_cast<int>(part_tokens)};
+}
+
 int PartsForUnevenRows(int parts, int64_t max_tokens, int64_t typical_tokens, int most, int align) {
   if (typical_tokens <= 0 || typical_tokens >= max_tokens || align <= 0) return parts;
   const int64_t part_tokens = (typical_tokens + align - 1) / align * align;

@@ -50,6 +50,16 @@ bool TensorCoreDecodeFourWarps(const TensorCoreDecodeShape& shape, int64_t four_
 // among equals.
 int WholeRoundParts(int64_t blocks, int64_t slots, int64_t key_tiles, int most);
 
+// `tokens` keys cut into at most `parts` parts (at least 1) of a multiple of `align` tokens,
+// the last part possibly shorter: the part size, and the parts it leaves (rounding the size
+// up can leave fewer than asked). Every split along the keys (the decodes', relay's context
+// part) is one of these.
+struct KeySplit {
+  int parts;
+  int part_tokens;
+};
+KeySplit AlignedKeySplit(int64_t tokens, int64_t parts, int align);
+
 // Parts along the keys for rows of unequal length: at least enough that no part is longer
 // than the rows' typical length (their mean, rounded up to `align` tokens), so one long row
 // among short ones is split as finely as they are instead of walking its keys alone, in one

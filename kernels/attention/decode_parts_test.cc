@@ -292,6 +292,21 @@ TEST(WholeRoundPartsTest, RespectsItsBounds) {
   EXPECT_EQ(WholeRoundParts(0, 0, 0, 8), 1) << "an empty launch";
 }
 
+TEST(AlignedKeySplitTest, CutsIntoAlignedPartsAndSaysHowManyAreLeft) {
+  const KeySplit even = AlignedKeySplit(4096, 4, 32);
+  EXPECT_EQ(even.parts, 4);
+  EXPECT_EQ(even.part_tokens, 1024);
+  const KeySplit rounded = AlignedKeySplit(1100, 3, 32);  // 367 -> 384: 1100 in 3 parts
+  EXPECT_EQ(rounded.part_tokens, 384);
+  EXPECT_EQ(rounded.parts, 3);
+  const KeySplit fewer = AlignedKeySplit(100, 3, 32);  // 34 -> 64: only 2 parts are left
+  EXPECT_EQ(fewer.part_tokens, 64);
+  EXPECT_EQ(fewer.parts, 2);
+  const KeySplit empty = AlignedKeySplit(0, 0, 32);
+  EXPECT_EQ(empty.parts, 1);
+  EXPECT_EQ(empty.part_tokens, 32);
+}
+
 TEST(PartsForUnevenRowsTest, SplitsALongRowAsFinelyAsTheTypicalOne) {
   // The server's relay steps: one row of 5.2K tokens (bucket 5632) beside 63 of ~1.1K (mean
   // bucket 1280): five parts of at most 1280 tokens, where the launch's own count was one.

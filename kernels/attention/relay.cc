@@ -73,10 +73,7 @@ int ThreeLaunchSplits(const RelayShape& s, internal::RelaySystemForm form) {
 // The fused launch's parts along each row's own tokens, by the split-K decode's rule
 // (decode.h): enough that the context part alone has blocks_per_sm blocks per SM, each part
 // a multiple of kDecodePartAlign tokens.
-struct ContextSplit {
-  int parts, part_tokens;
-};
-ContextSplit ContextSplitOf(const RelayShape& s, int blocks_per_sm = kContextBlocksPerSm) {
+KeySplit ContextSplitOf(const RelayShape& s, int blocks_per_sm = kContextBlocksPerSm) {
   const int subgroup = std::max(1, Subgroup(s));
   const int64_t blocks_per_part =
       std::max<int64_t>(1, int64_t{s.rows} * s.kv_heads * (s.num_heads / std::max(1, s.kv_heads) / subgroup));
@@ -87,9 +84,7 @@ ContextSplit ContextSplitOf(const RelayShape& s, int blocks_per_sm = kContextBlo
   // workspace holds, which FusedWorkspaceFloats sizes for).
   parts = PartsForUnevenRows(static_cast<int>(parts), tokens, s.typical_context_tokens,
                              std::max(static_cast<int>(parts), DecodeMostParts(s.rows, tokens)), kDecodePartAlign);
-  int64_t part_tokens = (tokens + parts - 1) / parts;
-  part_tokens = (part_tokens + kDecodePartAlign - 1) / kDecodePartAlign * kDecodePartAlign;
-  return ContextSplit{static_cast<int>((tokens + part_tokens - 1) / part_tokens), static_cast<int>(part_tokens)};
+  return AlignedKeySplit(tokens, parts, kDecodePartAlign);
 }
 
 // The fused launch takes a shape with groups whose context part runs on the CUDA cores
@@ -174,7 +169,7 @@ absl::Status LaunchFused(const RelayDecodeParams& p, const RelayShape& shape, co
                          cudaStream_t stream) {
   const PagedKv& kv = p.context;
   const int subgroup = Subgroup(shape), subgroups = p.num_heads / kv.kv_heads / subgroup;
-  const ContextSplit context = ContextSplitOf(shape, t.context_blocks_per_sm);
+  const KeySplit context = ContextSplitOf(shape, t.context_blocks_per_sm);
   const int system_splits = SystemSplits(shape, t.system_blocks_per_sm);
   const int parts = context.parts + system_splits;
   float* parts_o = p.workspace;

@@ -33,11 +33,6 @@ using internal::IsAligned;
 
 namespace {
 
-struct DecodeSplit {
-  int parts;
-  int part_tokens;
-};
-
 // The tensor-core decode's blocks are one warp (the CUDA-core kernel's four), so more of
 // them are resident (4 per SM at head_dim 128, 57 KB of shared memory each; 7 at 64): the
 // workspace is sized for parts of up to this many blocks per SM.
@@ -48,23 +43,19 @@ constexpr int kTensorCoreDecodeBlocksPerSm = 10;
 // than kDecodePartAlign tokens, each a multiple of it. Fewer rows or KV heads never give
 // fewer parts, so the workspace bound (KV heads = 1, the tensor-core count) holds for every
 // launch.
-DecodeSplit ChooseDecodeSplit(int64_t blocks_per_part, int64_t max_tokens, int sm_count,
-                              int blocks_per_sm = kDecodeBlocksPerSm) {
+KeySplit ChooseDecodeSplit(int64_t blocks_per_part, int64_t max_tokens, int sm_count,
+                           int blocks_per_sm = kDecodeBlocksPerSm) {
   const int64_t tokens = std::max<int64_t>(1, max_tokens);
   const int64_t want_blocks = int64_t{blocks_per_sm} * sm_count;
-  int64_t parts = (want_blocks + blocks_per_part - 1) / std::max<int64_t>(1, blocks_per_part);
-  parts = std::clamp<int64_t>(parts, 1, (tokens + kDecodePartAlign - 1) / kDecodePartAlign);
-  int64_t part_tokens = (tokens + parts - 1) / parts;
-  part_tokens = (part_tokens + kDecodePartAlign - 1) / kDecodePartAlign * kDecodePartAlign;
-  return DecodeSplit{static_cast<int>((tokens + part_tokens - 1) / part_tokens), static_cast<int>(part_tokens)};
+  const int64_t parts = (want_blocks + blocks_per_part - 1) / std::max<int64_t>(1, blocks_per_part);
+  return AlignedKeySplit(tokens, std::clamp<int64_t>(parts, 1, (tokens + kDecodePartAlign - 1) / kDecodePartAlign),
+                         kDecodePartAlign);
 }
 
-// The split of max_tokens into `parts` parts of a multiple of kDecodePartAlign tokens.
-DecodeSplit SplitInto(int64_t max_tokens, int parts) {
-  const int64_t tokens = std::max<int64_t>(1, max_tokens);
-  int64_t part_tokens = (tokens + std::max(1, parts) - 1) / std::max(1, parts);
-  part_tokens = (part_tokens + kDecodePartAlign - 1) / kDecodePartAlign * kDecodePartAlign;
-  return DecodeSplit{static_cast<int>((tokens + part_tokens - 1) / part_tokens), static_cast<int>(part_tokens)};
+// The most parts a decode of `batch` sequences splits each into: the tensor-core count
+// (kTensorCoreDecodeBlocksPerSm, at least the CUDA-core kernel's), which the workspace holds.
+int MostDecodeParts(int batch, int64_t max_tokens, int sm_count) {
+  return ChooseDecodeSplit(batch, max_tokens, sm_count, kTensorCoreDecodeBlocksPerSm).parts;
 }
 
 bool UseTensorCores(DecodeKernel kernel, int head_dim, int subgroup, int batch) {
@@ -129,9 +120,7 @@ absl::Status LaunchTensorCoreDecode(const float* q, const PagedKv& kv, int batch
                               1,         scale,        out,         lse};
   const int sms = CurrentDeviceSmCount();
   const int resident = std::max(1, TensorCoreDecodeResidentBlocks(p));
-  // The workspace holds the parts ChooseDecodeSplit gives a KV head and subgroup at
-  // kTensorCoreDecodeBlocksPerSm (DecodeWorkspaceFloats).
-  const int max_parts = ChooseDecodeSplit(batch, max_tokens, sms, kTensorCoreDecodeBlocksPerSm).parts;
+  const int max_parts = MostDecodeParts(batch, max_tokens, sms);  // what the workspace holds
   const TensorCoreDecodeShape shape{int64_t{batch} * kv.kv_heads * subgroups, max_tokens, kv.head_dim, sms,
                                     int64_t{resident} * sms};
   const int picked = TensorCoreDecodeParts(shape, max_parts);
@@ -201,10 +190,11 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
                                   out_bf16, launch, stream);
   }
   const int sms = CurrentDeviceSmCount();
-  DecodeSplit split = ChooseDecodeSplit(int64_t{rows} * kv.kv_heads, max_tokens, sms);
-  if (qo_indptr == nullptr && typical_tokens > 0) {  // a decode of uneven rows (the workspace: DecodeMostParts)
-    const int most = ChooseDecodeSplit(batch, max_tokens, sms, kTensorCoreDecodeBlocksPerSm).parts;
-    split = SplitInto(max_tokens, PartsForUnevenRows(split.parts, max_tokens, typical_tokens, most, kDecodePartAlign));
+  KeySplit split = ChooseDecodeSplit(int64_t{rows} * kv.kv_heads, max_tokens, sms);
+  if (qo_indptr == nullptr && typical_tokens > 0) {  // a decode of uneven rows
+    const int parts = PartsForUnevenRows(split.parts, max_tokens, typical_tokens,
+                                         MostDecodeParts(batch, max_tokens, sms), kDecodePartAlign);
+    split = AlignedKeySplit(max_tokens, parts, kDecodePartAlign);
   }
   if (qo_indptr == nullptr) last_decode_parts.store(split.parts, std::memory_order_relaxed);
   float* ws_o = workspace;
@@ -223,14 +213,12 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
 
 int64_t DecodeWorkspaceFloats(int batch, int num_heads, int head_dim, int64_t max_tokens) {
   if (batch <= 0 || num_heads <= 0 || head_dim <= 0) return 0;
-  // The tensor-core decode's parts, which are at least the CUDA-core kernel's.
-  const DecodeSplit split = ChooseDecodeSplit(batch, max_tokens, CurrentDeviceSmCount(), kTensorCoreDecodeBlocksPerSm);
-  return int64_t{split.parts} * batch * num_heads * (int64_t{head_dim} + 1);
+  return int64_t{MostDecodeParts(batch, max_tokens, CurrentDeviceSmCount())} * batch * num_heads *
+         (int64_t{head_dim} + 1);
 }
 
 int DecodeMostParts(int batch, int64_t max_tokens) {
-  if (batch <= 0) return 1;
-  return ChooseDecodeSplit(batch, max_tokens, CurrentDeviceSmCount(), kTensorCoreDecodeBlocksPerSm).parts;
+  return batch <= 0 ? 1 : MostDecodeParts(batch, max_tokens, CurrentDeviceSmCount());
 }
 
 void SetTensorCoreDecodePartsForBenchmarks(int parts) {

@@ -27,12 +27,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <numeric>
-#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 

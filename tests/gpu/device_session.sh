@@ -66,8 +66,9 @@
 #             traced (CUPTI, tests/bench/kernel_trace.cc) and summed side by side
 #   uneven    decode rows of unequal length split by their mean (Step::typical_tokens): the
 #             kernel and model tests, relay_step_bench --long=5120 (one long row beside 64 of
-#             1K) and --exponential (own tokens drawn as strata bench draws them), and the prompts A/B of relay and chained with the split on and off (the
-#             bench draws the sessions' own tokens exponentially: their lengths differ)
+#             1K) and --exponential (own tokens drawn as strata bench draws them), and the
+#             prompts A/B of relay and chained with the split on and off (the bench draws the
+#             sessions' own tokens exponentially: their lengths differ)
 #   relay-figure  issue 15's kernel figure in one call: the relay tests, relay_attention_bench
 #             at its shapes (64 and 32 rows x 1K/4K/8K x 1K), relay-step, and the prompts A/B
 #             of relay and chained (4K prompt, 1K own tokens)
