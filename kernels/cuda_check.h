@@ -25,6 +25,12 @@ int CurrentDeviceSmCount();
 // SM count, asked of the runtime at each call (it keeps the attributes). Thread-safe.
 int CurrentDeviceComputeCapability();
 
+// The current device's peak memory bandwidth in bytes per second (twice the memory clock
+// times the bus width: 3.35e12 on an H100 SXM, 4.8e12 on an H200), for rules that depend on
+// how fast the KV streams against the SMs' arithmetic; 0 when it cannot be read. Read from
+// the runtime once per device (the memory clock's attribute is slow to ask). Thread-safe.
+double CurrentDevicePeakMemoryBandwidth();
+
 }  // namespace strata::kernels
 
 // Evaluates expr (a cudaError_t) once; if it is not cudaSuccess, returns the CudaStatus of

@@ -74,6 +74,13 @@ struct DecodeLaunch {
 };
 constexpr int kTensorCoreDecodeMinGroup = 5;
 constexpr int kTensorCoreDecodeMinBatchAt80 = 8;
+// On a device whose memory streams at least this many bytes a second (peak: an H200's 4.8
+// TB/s, not an H100's 3.35), kAuto takes the tensor cores from 4 heads per block at head_dim
+// 80, 96 and 128: the CUDA-core kernel's per-head arithmetic no longer keeps up with the KV
+// (decode_attention_bench on the H200: Llama-3-8B's GQA 4 1.1-1.45x faster from batch 8, and
+// 1.0-1.45x at batches 1-16 of 1K-32K but 4 x 1K, 2 us slower; head_dim 64 within a few
+// percent either way, so it stays on the CUDA cores; docs/BENCHMARKS.md).
+constexpr double kTensorCoreDecodeFastMemoryBandwidth = 4e12;
 
 struct DecodeAttentionParams {
   const float* q;
@@ -128,6 +135,8 @@ void SetTensorCoreDecodeKeyWarpsForTesting(KeyWarps mode);
 // For tests: the parts the last decode launched in this process split each sequence into
 // (either kernel; 0 before any, and without CUDA).
 int LastDecodePartsForTesting();
+// For tests: whether the last decode launched in this process ran on the tensor cores.
+bool LastDecodeOnTensorCoresForTesting();
 
 }  // namespace strata::kernels
 

@@ -59,15 +59,18 @@ int SystemSplits(const RelayShape& s, int blocks_per_sm = kSysBlocksPerSm) {
 // Parts along the prefix for the three launches' system part (64-key tiles): whole rounds
 // of the SMs (WholeRoundParts, decode_parts.h), parts of at least kMinSplitKeys. tile_rows: the form's query rows a block (64, or 128 for two warpgroups); blocks_per_sm:
 // how many of its blocks an SM holds.
-int ThreeLaunchSplits(const RelayShape& s, int tile_rows, int blocks_per_sm) {
+// sms: the SMs the split aims at (0: all of them).
+int ThreeLaunchSplits(const RelayShape& s, int tile_rows, int blocks_per_sm, int sms = 0) {
   if (s.groups <= 0 || s.kv_heads <= 0) return 1;
   const int most = static_cast<int>(std::clamp<int64_t>(s.max_prefix_tokens / kMinSplitKeys, 1, 64));
-  return WholeRoundParts(SystemBlocks(s, tile_rows), int64_t{blocks_per_sm} * CurrentDeviceSmCount(),
-                         (s.max_prefix_tokens + 63) / 64, most);
+  const int device_sms = CurrentDeviceSmCount();
+  const int64_t round = sms > 0 ? std::min(sms, device_sms) : device_sms;
+  return WholeRoundParts(SystemBlocks(s, tile_rows), int64_t{blocks_per_sm} * round, (s.max_prefix_tokens + 63) / 64,
+                         most);
 }
-int ThreeLaunchSplits(const RelayShape& s, internal::RelaySystemForm form) {
-  if (form == internal::RelaySystemForm::kWgmmaWs) return ThreeLaunchSplits(s, 128, 1);
-  return ThreeLaunchSplits(s, 64, kSysBlocksPerSm);
+int ThreeLaunchSplits(const RelayShape& s, internal::RelaySystemForm form, int sms = 0) {
+  if (form == internal::RelaySystemForm::kWgmmaWs) return ThreeLaunchSplits(s, 128, 1, sms);
+  return ThreeLaunchSplits(s, 64, kSysBlocksPerSm, sms);
 }
 
 // The fused launch's parts along each row's own tokens, by the split-K decode's rule
@@ -90,14 +93,14 @@ KeySplit ContextSplitOf(const RelayShape& s, int blocks_per_sm = kContextBlocksP
 // The fused launch takes a shape with groups whose context part runs on the CUDA cores
 // (the fused kernel's decode block); where the decode would take the tensor cores, the
 // three launches do.
-bool FusedShape(const RelayShape& s) {
+bool FusedShape(const RelayShape& s, DecodeKernel context_kernel = DecodeKernel::kAuto) {
   return s.groups > 0 && s.num_heads > 0 && IsDispatchedHeadDim(s.head_dim) && Subgroup(s) > 0 &&
-         !DecodeRunsOnTensorCores(DecodeKernel::kAuto, s.head_dim, s.num_heads, s.kv_heads, s.rows,
-                                  s.max_context_tokens);
+         !DecodeRunsOnTensorCores(context_kernel, s.head_dim, s.num_heads, s.kv_heads, s.rows, s.max_context_tokens);
 }
 
-int64_t ThreeLaunchWorkspaceFloats(const RelayShape& s) {
-  const int splits = std::max(ThreeLaunchSplits(s, 64, kSysBlocksPerSm), ThreeLaunchSplits(s, 128, 1));
+int64_t ThreeLaunchWorkspaceFloats(const RelayShape& s, const internal::RelayTuning& t = {}) {
+  const int splits = std::max({ThreeLaunchSplits(s, 64, kSysBlocksPerSm), ThreeLaunchSplits(s, 128, 1),
+                               ThreeLaunchSplits(s, t.system_form, t.system_sms)});
   return Align4Floats(DecodeWorkspaceFloats(s.rows, s.num_heads, s.head_dim, s.max_context_tokens)) +
          Align4Floats(int64_t{s.rows} * s.num_heads) +
          Align4Floats(int64_t{s.grouped_rows} * splits * s.num_heads * s.head_dim) +
@@ -132,6 +135,7 @@ bool HasSide(const RelaySide& side) {
 // else the fused launch, its context part twice the blocks from kManyContextTokens.
 internal::RelayTuning DefaultTuning(const RelayShape& s, const RelayDecodeParams& p) {
   internal::RelayTuning t;
+  t.context_kernel = p.context_kernel;
   const int64_t context_tokens = int64_t{s.rows} * s.max_context_tokens;
   if (context_tokens >= kManyContextTokens) t.context_blocks_per_sm = kManyContextBlocksPerSm;
   if (p.chained_min_context_tokens >= 0 && context_tokens >= p.chained_min_context_tokens &&
@@ -239,6 +243,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, co
                                      p.workspace, p.out, ctx_lse};
   context_part.launch = {.dependent = chained};
   context_part.typical_tokens = p.typical_context_tokens;
+  context_part.kernel = t.context_kernel;
   if (!beside && !chained) {
     // The context part (it validates the shapes the system part shares).
     if (absl::Status s = LaunchPagedDecodeAttention(context_part, stream); !s.ok()) return s;
@@ -246,7 +251,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, co
   } else if (absl::Status s = CheckContextPart(p); !s.ok()) {
     return s;
   }
-  const int splits = ThreeLaunchSplits(shape, form);
+  const int splits = ThreeLaunchSplits(shape, form, t.system_sms);
   float* parts_lse = parts_o + Align4Floats(int64_t{p.grouped_rows} * splits * head_floats);
   PrefillAttentionTcParams prompt_part{p.q,         p.prefixes, p.group_rows,     p.groups, p.grouped_rows,
                                        p.num_heads, p.scale,    p.max_group_rows, nullptr,  nullptr};
@@ -289,11 +294,13 @@ int64_t RelayDecodeWorkspaceFloats(const RelayShape& s) {
 
 int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTuning& t) {
   if (s.rows <= 0 || s.num_heads <= 0 || s.head_dim <= 0) return 0;
-  const int64_t three = ThreeLaunchWorkspaceFloats(s);
+  const int64_t three = ThreeLaunchWorkspaceFloats(s, t);
   return FusedShape(s) ? std::max(three, FusedWorkspaceFloats(s, t)) : three;
 }
 
-int internal::RelaySystemSplits(const RelayShape& s, RelaySystemForm form) { return ThreeLaunchSplits(s, form); }
+int internal::RelaySystemSplits(const RelayShape& s, RelaySystemForm form, int sms) {
+  return ThreeLaunchSplits(s, form, sms);
+}
 
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t stream) {
   return internal::LaunchRelayDecodeAttention(p, DefaultTuning(ShapeOf(p), p), stream);
@@ -321,7 +328,7 @@ absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, co
     return absl::InvalidArgumentError("relay attention: the side stream must not be the launch's stream");
   }
   const RelayShape shape = ShapeOf(p);
-  if (!t.three_launches && FusedShape(shape) && IsAligned(p.workspace, 16) && IsAligned(p.out, 16)) {
+  if (!t.three_launches && FusedShape(shape, t.context_kernel) && IsAligned(p.workspace, 16) && IsAligned(p.out, 16)) {
     if (absl::Status s = CheckContextPart(p); !s.ok()) return s;
     return LaunchFused(p, shape, t, stream);
   }
@@ -332,7 +339,7 @@ absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, co
 
 int64_t RelayDecodeWorkspaceFloats(const RelayShape&) { return 0; }
 int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape&, const RelayTuning&) { return 0; }
-int internal::RelaySystemSplits(const RelayShape&, RelaySystemForm) { return 1; }
+int internal::RelaySystemSplits(const RelayShape&, RelaySystemForm, int) { return 1; }
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams&, cudaStream_t) { return internal::NoCuda(); }
 absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams&, const RelayTuning&, cudaStream_t) {
   return internal::NoCuda();

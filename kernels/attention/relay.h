@@ -13,8 +13,9 @@
 //
 // Two launches: one grid runs both parts at once (its first blocks the system part's
 // tiles, the rest the context part's blocks; each writes its part's (o, lse) to the
-// workspace), then the merge writes `out`. Where the context part would run on the tensor
-// cores (DecodeRunsOnTensorCores: decode.h's rule, e.g. 5 or more query heads per KV head), or the workspace is
+// workspace), then the merge writes `out`. Where the context part runs on the tensor
+// cores (RelayDecodeParams::context_kernel, or kAuto by decode.h's rule, e.g. 5 or more
+// query heads per KV head), or the workspace is
 // not 16-byte aligned, it runs as three: the paged decode (with its own merge when split),
 // the system part, and a merge of both into the decode's output. Given a second stream
 // (`side`), the three launches also serve where the rows' own tokens are most of the bytes:
@@ -36,6 +37,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/attention/decode.h"
 #include "kernels/attention/paged_kv.h"
 #include "kernels/stream.h"
 
@@ -92,6 +94,9 @@ struct RelayDecodeParams {
   // parts no longer than it (decode.h's DecodeAttentionParams::typical_tokens). 0: every
   // row taken as max_context_tokens long.
   int64_t typical_context_tokens = 0;
+  // The context part's kernel (decode.h). Where it runs on the tensor cores, relay runs as
+  // three launches (the fused grid holds the CUDA-core decode's blocks).
+  DecodeKernel context_kernel = DecodeKernel::kAuto;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t stream);
 
@@ -118,6 +123,9 @@ enum class RelaySystemForm { kMmaSync, kWgmmaWs };
 // the three launches instead, with the system part on p.side beside the decode (`beside`,
 // where p.side is set), chained before it on the launch's stream (`chained`: the decode a
 // programmatic dependent of it, on a device that has them) or after it, in `system_form`.
+// With the three launches, `system_sms` aims the system part's split at one round of that
+// many SMs (0: all of them), so that a decode beside it or chained behind it has the other
+// SMs from the start, and `context_kernel` picks the decode's kernel (decode.h).
 struct RelayTuning {
   int system_blocks_per_sm = 2;
   int context_blocks_per_sm = 2;
@@ -126,11 +134,14 @@ struct RelayTuning {
   bool beside = false;
   bool chained = false;
   RelaySystemForm system_form = RelaySystemForm::kMmaSync;
+  int system_sms = 0;
+  DecodeKernel context_kernel = DecodeKernel::kAuto;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t, cudaStream_t stream);
 int64_t RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTuning& t);
-// The parts the three launches split the system part into along the prefix, in `form`.
-int RelaySystemSplits(const RelayShape& s, RelaySystemForm form);
+// The parts the three launches split the system part into along the prefix, in `form`, its
+// blocks aimed at `sms` SMs (0: all).
+int RelaySystemSplits(const RelayShape& s, RelaySystemForm form, int sms = 0);
 }  // namespace internal
 
 }  // namespace strata::kernels

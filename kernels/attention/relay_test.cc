@@ -222,6 +222,25 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
       ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pf, t, stream_).ok()) << what;
       Sync();
       EXPECT_TRUE(out_form.ToHost() == got_form) << what << ": chained on the wgmma system part differs";
+      // Chained with the system part's split aimed at a quarter of the SMs (fewer, longer
+      // parts), the decode on either kernel: the same attention within bf16.
+      for (DecodeKernel kernel : {DecodeKernel::kCudaCores, DecodeKernel::kTensorCores}) {
+        internal::RelayTuning share = t;
+        share.system_sms = std::max(1, CurrentDeviceSmCount() / 4);
+        share.context_kernel = kernel;
+        DeviceVector<float> ws_share{std::vector<float>(
+            static_cast<size_t>(std::max<int64_t>(1, internal::RelayDecodeWorkspaceFloats(shape, share))),
+            std::nanf(""))};
+        RelayDecodeParams ps = pf;
+        ps.workspace = ws_share.get();
+        ASSERT_EQ(cudaMemset(out_form.get(), 0xff, out_form.size() * sizeof(float)), cudaSuccess);
+        ASSERT_TRUE(internal::LaunchRelayDecodeAttention(ps, share, stream_).ok()) << what;
+        Sync();
+        test_support::ExpectAttentionNear(
+            out_form.ToHost(), want, rows, heads, d,
+            what + " (chained, system part on a quarter of the SMs, decode on " +
+                (kernel == DecodeKernel::kCudaCores ? "CUDA" : "tensor") + " cores, vs CPU)");
+      }
     }
 
     // The three launches with the system part on a side stream: the same kernels on the same

@@ -68,7 +68,12 @@ bool UseTensorCores(DecodeKernel kernel, int head_dim, int subgroup, int batch) 
       break;
   }
   if (head_dim > 128) return false;
-  return subgroup >= kTensorCoreDecodeMinGroup || (head_dim == 80 && subgroup >= 4 && batch >= kTensorCoreDecodeMinBatchAt80);
+  if (subgroup >= kTensorCoreDecodeMinGroup) return true;
+  if (subgroup >= 4 && head_dim != 64 &&
+      CurrentDevicePeakMemoryBandwidth() >= kTensorCoreDecodeFastMemoryBandwidth) {
+    return true;
+  }
+  return head_dim == 80 && subgroup >= 4 && batch >= kTensorCoreDecodeMinBatchAt80;
 }
 
 // Resident blocks per SM of the tensor-core decode's one-warp form (or, with four_warps,
@@ -99,6 +104,7 @@ int TensorCoreDecodeResidentBlocks(const internal::PrefillTcParams& shape, bool 
 std::atomic<int> forced_tensor_core_parts{0};  // SetTensorCoreDecodePartsForBenchmarks
 std::atomic<KeyWarps> key_warps_mode{KeyWarps::kAuto};  // SetTensorCoreDecodeKeyWarpsForTesting
 std::atomic<int> last_decode_parts{0};                  // LastDecodePartsForTesting
+std::atomic<bool> last_decode_tensor_cores{false};      // LastDecodeOnTensorCoresForTesting
 
 // Where a part's blocks number about one an SM, one part in four-warp blocks runs
 // (TensorCoreDecodeFourWarps, decode_parts.h); else, where the cost model picks two
@@ -186,6 +192,7 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
     if (!(scale > 0.0f) || std::isinf(scale)) {  // the tensor-core kernel's running max is of unscaled scores
       return absl::InvalidArgumentError("tensor-core decode needs 0 < scale < inf");
     }
+    last_decode_tensor_cores.store(true, std::memory_order_relaxed);
     return LaunchTensorCoreDecode(q, kv, batch, num_heads, scale, max_tokens, typical_tokens, workspace, out, lse,
                                   out_bf16, launch, stream);
   }
@@ -196,7 +203,10 @@ absl::Status LaunchPagedAttention(const float* q, const PagedKv& kv, const int32
                                          MostDecodeParts(batch, max_tokens, sms), kDecodePartAlign);
     split = AlignedKeySplit(max_tokens, parts, kDecodePartAlign);
   }
-  if (qo_indptr == nullptr) last_decode_parts.store(split.parts, std::memory_order_relaxed);
+  if (qo_indptr == nullptr) {
+    last_decode_parts.store(split.parts, std::memory_order_relaxed);
+    last_decode_tensor_cores.store(false, std::memory_order_relaxed);
+  }
   float* ws_o = workspace;
   float* ws_lse = workspace + int64_t{split.parts} * rows * num_heads * kv.head_dim;
   internal::SplitKvArgs args{q,         kv.k_pages,  kv.v_pages,       kv.page_size, kv.kv_heads,
@@ -230,6 +240,7 @@ void SetTensorCoreDecodeKeyWarpsForTesting(KeyWarps mode) {
 }
 
 int LastDecodePartsForTesting() { return last_decode_parts.load(std::memory_order_relaxed); }
+bool LastDecodeOnTensorCoresForTesting() { return last_decode_tensor_cores.load(std::memory_order_relaxed); }
 
 bool DecodeRunsOnTensorCores(DecodeKernel kernel, int head_dim, int num_heads, int kv_heads, int batch,
                              int64_t /*max_tokens: the rule does not look at it today*/) {
@@ -255,6 +266,7 @@ int DecodeMostParts(int, int64_t) { return 1; }
 void SetTensorCoreDecodePartsForBenchmarks(int) {}
 void SetTensorCoreDecodeKeyWarpsForTesting(KeyWarps) {}
 int LastDecodePartsForTesting() { return 0; }
+bool LastDecodeOnTensorCoresForTesting() { return false; }
 bool DecodeRunsOnTensorCores(DecodeKernel, int, int, int, int, int64_t) { return false; }
 absl::Status LaunchPagedDecodeAttention(const DecodeAttentionParams&, cudaStream_t) { return internal::NoCuda(); }
 absl::Status LaunchPagedPrefillAttention(const PrefillAttentionParams&, cudaStream_t) { return internal::NoCuda(); }

@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "kernels/attention/decode.h"
 #include "model/model_backend.h"
 #include "model/model_weights.h"
 
@@ -82,6 +83,11 @@ struct CudaModelOptions {
   // so that one long row among short ones is not read by one block a head after the rest are
   // done. Off: parts sized for the longest row alone (kept for the benchmarks' comparison).
   bool split_uneven_rows = true;
+  // The kernel of decode steps' attention (kernels/attention/decode.h's DecodeKernel: kAuto
+  // takes the tensor cores by its measured rule), relay's context part included (on the
+  // tensor cores relay runs as three launches). For A/Bs and devices the rule was not
+  // measured on.
+  kernels::DecodeKernel decode_kernel = kernels::DecodeKernel::kAuto;
   // A save into registered host memory (the host tier's arena) is one gather kernel of
   // this many blocks that writes the payload through its device mapping: the KV is read
   // from HBM once, with no staging written and read back by a DMA, and the few blocks

@@ -170,6 +170,44 @@ TEST_F(CudaModelTest, UnevenDecodeRowsAreSplitByTheirMean) {
   }
 }
 
+// CudaModelOptions::decode_kernel reaches the decode: forced to the CUDA cores or the tensor
+// cores, a decode step runs on that kernel, with the same logits within the tensor-core
+// form's bf16 rounding of q.
+TEST_F(CudaModelTest, DecodeKernelOptionPicksTheKernel) {
+  const ModelConfig c = Config();
+  std::vector<std::vector<float>> logits[2];
+  bool on_tensor_cores[2] = {true, false};
+  for (int tensor = 0; tensor < 2; ++tensor) {
+    CudaModelOptions o = SmallPool();
+    o.decode_kernel = tensor ? kernels::DecodeKernel::kTensorCores : kernels::DecodeKernel::kCudaCores;
+    auto model = CudaModel::Create(ModelWeights::Random(c, 37, {}), o);
+    ASSERT_TRUE(model.ok()) << model.status();
+    CudaModel& m = **model;
+    std::vector<std::unique_ptr<SequenceState>> seqs;
+    std::vector<std::vector<int32_t>> tokens;
+    const int rows = 8, len = 300;
+    for (int b = 0; b < rows; ++b) {
+      seqs.push_back(*m.NewSequence(len + 2));
+      tokens.push_back(Tokens(len + 1, b));
+      ForwardEntry e{seqs.back().get(), 0, absl::Span<const int32_t>(tokens.back().data(), len)};
+      ASSERT_TRUE(m.Forward({&e, 1}).ok());
+    }
+    logits[tensor].assign(rows, std::vector<float>(static_cast<size_t>(c.vocab_size)));
+    std::vector<ForwardEntry> step;
+    for (int b = 0; b < rows; ++b) {
+      step.push_back(ForwardEntry{seqs[b].get(), len, absl::Span<const int32_t>(&tokens[b][len], 1),
+                                  logits[tensor][b].data()});
+    }
+    ASSERT_TRUE(m.Forward(step).ok());
+    on_tensor_cores[tensor] = kernels::LastDecodeOnTensorCoresForTesting();
+  }
+  EXPECT_FALSE(on_tensor_cores[0]) << "decode_kernel = kCudaCores ran on the tensor cores";
+  EXPECT_TRUE(on_tensor_cores[1]) << "decode_kernel = kTensorCores ran on the CUDA cores";
+  for (size_t b = 0; b < logits[0].size(); ++b) {
+    EXPECT_LT(RelativeError(logits[1][b], logits[0][b]), 5e-3) << "row " << b;
+  }
+}
+
 // Decode steps run as captured graphs (per batch and context bucket) give the
 // same tokens as the same steps launched one kernel at a time, across a bucket boundary.
 TEST_F(CudaModelTest, GraphDecodeStepsEqualEagerSteps) {

@@ -101,7 +101,7 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
            pool.LayerKv(l, d_relay_indptr, d_relay_indices, d_relay_last), d_relay_rows, step.decodes, step.groups,
            step.grouped_rows, step.max_group_rows, c.num_heads, scale, step.max_tokens, step.prefix_bucket,
            attn_ws.as<float>(), attn.as<float>(), relay_side, options.relay_chained_min_tokens,
-           step.typical_tokens},
+           step.typical_tokens, options.decode_kernel},
           st));
     } else if (step.decodes > 0) {
       // A step of decodes only: the attention writes the o projection's bf16 input itself.
@@ -109,6 +109,7 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
                                         c.num_heads, scale, step.max_tokens, attn_ws.as<float>(), attn.as<float>(),
                                         nullptr};
       dp.typical_tokens = step.typical_tokens;
+      dp.kernel = options.decode_kernel;
       if (attention_writes_bf16) dp.out_bf16 = ab.as<uint16_t>();
       STRATA_STEP(kernels::LaunchPagedDecodeAttention(dp, st));
     }

@@ -1,6 +1,30 @@
 #include "server/cli/shared_flags.h"
 
+#include <string>
+
 #include "absl/flags/flag.h"
+#include "absl/strings/string_view.h"
+#include "kernels/attention/decode.h"
+
+// --cuda_decode_kernel's values: auto, cuda, tensor.
+namespace strata::kernels {
+bool AbslParseFlag(absl::string_view text, DecodeKernel* kernel, std::string* error) {
+  if (text == "auto") {
+    *kernel = DecodeKernel::kAuto;
+  } else if (text == "cuda") {
+    *kernel = DecodeKernel::kCudaCores;
+  } else if (text == "tensor") {
+    *kernel = DecodeKernel::kTensorCores;
+  } else {
+    *error = "expected auto, cuda or tensor";
+    return false;
+  }
+  return true;
+}
+std::string AbslUnparseFlag(DecodeKernel kernel) {
+  return kernel == DecodeKernel::kCudaCores ? "cuda" : kernel == DecodeKernel::kTensorCores ? "tensor" : "auto";
+}
+}  // namespace strata::kernels
 
 ABSL_FLAG(int, port, 7070, "serve: gRPC port (0: pick a free one); chat: port to call when --target is empty");
 ABSL_FLAG(std::string, target, "", "chat, bench: server address host:port (chat default: 127.0.0.1:--port)");
@@ -33,6 +57,10 @@ ABSL_FLAG(int64_t, cuda_relay_chained_min_tokens, -1,
           "as its programmatic dependent on the same stream, where the rows' own tokens (rows x longest context) "
           "reach this many (kernels/attention/relay.h); -1 never: end to end it measured slower "
           "(docs/BENCHMARKS.md)");
+
+ABSL_FLAG(strata::kernels::DecodeKernel, cuda_decode_kernel, strata::kernels::DecodeKernel::kAuto,
+          "serve: on the GPU, the kernel of decode steps' attention (relay's context part included): auto (the "
+          "measured rule, kernels/attention/decode.h), cuda (CUDA cores) or tensor (tensor cores)");
 
 ABSL_FLAG(bool, cuda_prefill_key_splits, true,
           "serve: on the GPU, prompt chunks with few new tokens over a long history (a returning turn) split "
@@ -83,6 +111,7 @@ engine::ServedModelOptions ServedModelFromFlags() {
   o.backend.cuda.relay_chained_min_tokens = absl::GetFlag(FLAGS_cuda_relay_chained_min_tokens);
   o.backend.cuda.prefill_key_splits = absl::GetFlag(FLAGS_cuda_prefill_key_splits);
   o.backend.cuda.split_uneven_rows = absl::GetFlag(FLAGS_cuda_split_uneven_rows);
+  o.backend.cuda.decode_kernel = absl::GetFlag(FLAGS_cuda_decode_kernel);
   o.backend.cuda.kv_read_buffer_layers = absl::GetFlag(FLAGS_cuda_kv_read_buffer_layers);
   o.backend.cuda.kv_read_group_tokens = absl::GetFlag(FLAGS_cuda_kv_read_group_tokens);
   o.backend.cuda.kv_read_copy_bytes = absl::GetFlag(FLAGS_cuda_kv_read_copy_bytes);

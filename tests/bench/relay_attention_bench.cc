@@ -26,6 +26,10 @@
 //   build/tests/bench/relay_attention_bench --sweep   and after the table, the fused launch's
 //                                                     balance (blocks per SM of each part) at batch >= 32
 //   build/tests/bench/relay_attention_bench --shape=B,S,C   that one row alone (e.g. under a profiler)
+//   build/tests/bench/relay_attention_bench --share   and after the table, the chained form at batch
+//                                                     >= 32 with the system part's split aimed at a
+//                                                     share of the SMs (RelayTuning::system_sms), the
+//                                                     decode on CUDA or tensor cores
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -124,13 +128,15 @@ float GraphMedianMs(cudaStream_t stream, int reps, Fn fn, Flush flush) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool sweep = false;
+  bool sweep = false, share = false;
   long long only_batch = 0, only_prompt = 0, only_ctx = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--sweep") == 0) {
       sweep = true;
+    } else if (std::strcmp(argv[i], "--share") == 0) {
+      share = true;
     } else if (std::sscanf(argv[i], "--shape=%lld,%lld,%lld", &only_batch, &only_prompt, &only_ctx) != 3) {
-      std::fprintf(stderr, "usage: relay_attention_bench [--sweep] [--shape=batch,S,ctx]\n");
+      std::fprintf(stderr, "usage: relay_attention_bench [--sweep] [--share] [--shape=batch,S,ctx]\n");
       return 2;
     }
   }
@@ -163,6 +169,14 @@ int main(int argc, char** argv) {
   sweep_table += " fused 2/2, context first (ms) | fused vs three launches, rel. L2 diff |\n|---|---|---|---|---|---|";
   for (size_t i = 0; i < balances.size(); ++i) sweep_table += "---|";
   sweep_table += "\n";
+  // The chained form's shares of the SMs for the system part (all, 3/4, 1/2, 1/3, 1/4).
+  const int sms = prop.multiProcessorCount;
+  const std::vector<int> shares = {0, sms * 3 / 4, sms / 2, sms / 3, sms / 4};
+  std::string share_table = "| batch | S | ctx | decode on |";
+  for (int n : shares) share_table += n == 0 ? " all SMs (ms) |" : " " + std::to_string(n) + " SMs (ms) |";
+  share_table += " best: GB/s read, vs copy | largest rel. L2 diff vs three launches |\n|---|---|---|---|";
+  for (size_t i = 0; i < shares.size(); ++i) share_table += "---|";
+  share_table += "---|---|\n";
   std::printf(
       "| batch | S | ctx | plain, shared pages (ms) | plain, a copy each (ms) | relay (ms) | relay vs shared pages | "
       "relay vs a copy each | paper's bound | relay GB/s read | vs copy | same-size copy GB/s | "
@@ -224,6 +238,21 @@ int main(int argc, char** argv) {
           ws_floats = std::max(ws_floats,
                                strata::kernels::internal::RelayDecodeWorkspaceFloats(shape, {sys, ctx_blocks, false}));
         }
+        using Kernel = strata::kernels::DecodeKernel;
+        auto share_tuning = [&](int n, Kernel kernel) {
+          strata::kernels::internal::RelayTuning t;
+          t.three_launches = t.chained = true;
+          t.system_form = strata::kernels::internal::RelaySystemForm::kWgmmaWs;
+          t.system_sms = n;
+          t.context_kernel = kernel;
+          return t;
+        };
+        for (int n : shares) {
+          for (Kernel kernel : {Kernel::kCudaCores, Kernel::kTensorCores}) {
+            ws_floats =
+                std::max(ws_floats, strata::kernels::internal::RelayDecodeWorkspaceFloats(shape, share_tuning(n, kernel)));
+          }
+        }
         float* ws = Floats(ws_floats);
         auto plain = [&](const int32_t* indptr, const int32_t* indices) {
           const strata::kernels::PagedKv kv{k, v, page, kv_heads, head_dim, indptr, indices, d_last};
@@ -273,6 +302,39 @@ int main(int argc, char** argv) {
           }
           std::snprintf(cell, sizeof(cell), " %.2e |\n", std::sqrt(diff / norm));
           sweep_table += cell;
+        }
+        if (share && batch >= 32) {
+          std::vector<float> three_out(qh.size()), got(qh.size());
+          relay({2, 2, true});
+          CHECK_CUDA(cudaMemcpy(three_out.data(), out, qh.size() * sizeof(float), cudaMemcpyDeviceToHost));
+          double worst = 0, best_ms = 1e30;
+          std::string rows;
+          for (Kernel kernel : {Kernel::kCudaCores, Kernel::kTensorCores}) {
+            char cell[96];
+            std::snprintf(cell, sizeof(cell), "| %d | %lld | %lld | %s |", batch, static_cast<long long>(prompt),
+                          static_cast<long long>(ctx), kernel == Kernel::kCudaCores ? "CUDA cores" : "tensor cores");
+            rows += cell;
+            for (int n : shares) {
+              const strata::kernels::internal::RelayTuning t = share_tuning(n, kernel);
+              const float ms = MedianMs(stream, 20, [&] { relay(t); }, flush);
+              best_ms = std::min<double>(best_ms, ms);
+              std::snprintf(cell, sizeof(cell), " %.3f |", ms);
+              rows += cell;
+              relay(t);
+              CHECK_CUDA(cudaMemcpy(got.data(), out, qh.size() * sizeof(float), cudaMemcpyDeviceToHost));
+              double diff = 0, norm = 0;
+              for (size_t i = 0; i < qh.size(); ++i) {
+                diff += (got[i] - three_out[i]) * static_cast<double>(got[i] - three_out[i]);
+                norm += three_out[i] * static_cast<double>(three_out[i]);
+              }
+              worst = std::max(worst, std::sqrt(diff / norm));
+            }
+            rows += kernel == Kernel::kCudaCores ? " | |\n" : "";
+          }
+          const double gbps = token_bytes * (prompt + batch * ctx) / (best_ms * 1e-3) / 1e9;
+          char tail[96];
+          std::snprintf(tail, sizeof(tail), " %.0f, %.2f | %.2e |\n", gbps, gbps / copy_gbps, worst);
+          share_table += rows + tail;
         }
         const float shared_ms = plain(d_shared_indptr, d_shared_indices);
         const float copy_each_ms = plain(d_copy_indptr, d_copy_indices);
@@ -359,5 +421,9 @@ int main(int argc, char** argv) {
     }
   }
   if (sweep) std::printf("\nThe fused launch's balance (system / context blocks per SM):\n\n%s", sweep_table.c_str());
+  if (share) {
+    std::printf("\nChained (wgmma system part, eager), its split aimed at a share of the SMs:\n\n%s",
+                share_table.c_str());
+  }
   return 0;
 }

@@ -13,7 +13,7 @@
 // CopyCeiling, L2 flushed).
 //
 //   relay_step_bench [--shape=ROWS,PREFIX,OWN] (default 64,4096,1024) [--steps=N] [--chunk=N]
-//                    [--long=N] [--exponential]
+//                    [--long=N] [--exponential] [--tensor_decode]
 // --chunk=N: every step also prefills N tokens of a new sequence on the prefix (mixed steps;
 // the server's default step budget is 512 tokens, so 64 decodes leave 448).
 // --long=N: one more sequence decodes in every step, not on the prefix, of N tokens (a batch's
@@ -23,6 +23,8 @@
 // --exponential: each row's own tokens drawn from an exponential distribution of mean OWN
 // (seeded; at least 1, at most 8 x OWN), as strata bench draws a turn's new tokens, with the
 // relay forms again split for the longest row.
+// --tensor_decode: the forms again with every decode (relay's context part included) on the
+// tensor cores (CudaModelOptions::decode_kernel; relay then runs as three launches).
 // Without a GPU it says so and exits 0.
 #include <cuda_runtime_api.h>
 
@@ -48,6 +50,7 @@ struct Form {
   int64_t beside_min_tokens;   // CudaModelOptions::relay_beside_min_tokens
   int64_t chained_min_tokens;  // CudaModelOptions::relay_chained_min_tokens
   bool split_uneven = true;    // CudaModelOptions::split_uneven_rows
+  kernels::DecodeKernel kernel = kernels::DecodeKernel::kAuto;  // CudaModelOptions::decode_kernel
 };
 
 // The median decode step (seconds) of `rows` sequences on one prefix in `form`; -1 on failure.
@@ -66,6 +69,7 @@ double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bo
   o.relay_beside_min_tokens = form.beside_min_tokens;
   o.relay_chained_min_tokens = form.chained_min_tokens;
   o.split_uneven_rows = form.split_uneven;
+  o.decode_kernel = form.kernel;
   auto made = CudaModel::CreateRandom(c, 1234, o);
   if (!made.ok()) {
     std::printf("%s: %s\n", form.name, std::string(made.status().message()).c_str());
@@ -147,7 +151,7 @@ double TimeForm(double* weight_bytes, const ModelConfig& c, const Form& form, bo
 int main(int argc, char** argv) {
   using namespace strata::model;
   int rows = 64, prefix = 4096, own = 1024, steps = 20, chunk = 0, long_tokens = 0;
-  bool exponential = false;
+  bool exponential = false, tensor_decode = false;
   for (int i = 1; i < argc; ++i) {
     if (std::sscanf(argv[i], "--shape=%d,%d,%d", &rows, &prefix, &own) == 3) continue;
     if (std::sscanf(argv[i], "--steps=%d", &steps) == 1) continue;
@@ -157,7 +161,12 @@ int main(int argc, char** argv) {
       exponential = true;
       continue;
     }
-    std::fprintf(stderr, "usage: relay_step_bench [--shape=ROWS,PREFIX,OWN] [--steps=N] [--chunk=N] [--long=N] [--exponential]\n");
+    if (std::strcmp(argv[i], "--tensor_decode") == 0) {
+      tensor_decode = true;
+      continue;
+    }
+    std::fprintf(stderr, "usage: relay_step_bench [--shape=ROWS,PREFIX,OWN] [--steps=N] [--chunk=N] [--long=N] [--exponential] "
+                 "[--tensor_decode]\n");
     return 2;
   }
   if (CudaModel::DeviceCount() == 0) {
@@ -211,6 +220,12 @@ int main(int argc, char** argv) {
     forms.push_back({"relay, fused, split for the longest row", true, -1, -1, false});
     forms.push_back({"relay, chained, split for the longest row", true, -1, 0, false});
     forms.push_back({"shared pages, split for the longest row", false, -1, -1, false});
+  }
+  if (tensor_decode) {
+    constexpr strata::kernels::DecodeKernel kTc = strata::kernels::DecodeKernel::kTensorCores;
+    forms.push_back({"relay, three launches, decode on tensor cores", true, -1, -1, true, kTc});
+    forms.push_back({"relay, chained, decode on tensor cores", true, -1, 0, true, kTc});
+    forms.push_back({"shared pages, decode on tensor cores", false, -1, -1, true, kTc});
   }
   double fused[2] = {0, 0}, weight_bytes = 0;
   for (const Form& f : forms) {

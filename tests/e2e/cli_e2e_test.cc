@@ -94,6 +94,17 @@ TEST(CliE2eTest, UnknownRandomModelNameIsRefusedAtStart) {
                                                           << run.output;
 }
 
+// --cuda_decode_kernel takes auto, cuda or tensor; anything else is refused before the
+// server starts, naming the values.
+TEST(CliE2eTest, BadDecodeKernelIsRefusedAtStart) {
+  const CommandRun run = RunStrata("serve --port=0 --metrics_port=-1 --cuda_decode_kernel=fast");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "expected auto, cuda or tensor")) << run.output;
+  const CommandRun help = RunStrata("serve --help");
+  EXPECT_TRUE(absl::StrContains(help.output, "--cuda_decode_kernel")) << help.output;
+  EXPECT_TRUE(absl::StrContains(help.output, "default: auto")) << help.output;
+}
+
 // --cpu_idle_poll_threads: the server runs that many SCHED_IDLE threads beside its own
 // and answers; a count out of range is refused before anything starts.
 TEST(CliE2eTest, CpuIdlePollersRunAtIdlePriorityAndABadCountIsRefused) {

@@ -247,7 +247,9 @@ run_bench_ssd() {
 # shared pages read by each session (pages: --cuda_relay_attention=false), not shared
 # (none), and relay with its system part beside the decode from 32K of the rows' own tokens
 # (beside: --cuda_relay_beside_min_tokens=32768), or chained before it on one stream (chained:
-# --cuda_relay_chained_min_tokens=32768). Env PROMPT_S and PROMPT_MODES narrow it; PROMPT_OWN sets the own tokens (128);
+# --cuda_relay_chained_min_tokens=32768); tc, chained-tc, pages-tc: relay, chained, pages
+# with every decode on the tensor cores (--cuda_decode_kernel=tensor); cuda: relay with every
+# decode on the CUDA cores (--cuda_decode_kernel=cuda). Env PROMPT_S and PROMPT_MODES narrow it; PROMPT_OWN sets the own tokens (128);
 # PROMPT_FLAGS adds serve flags to every mode.
 run_prompts() {
   for S in ${PROMPT_S:-0 2048 4096}; do
@@ -261,6 +263,10 @@ run_prompts() {
         none) flags="$flags --min_shared_prompt_tokens=0" ;;
         beside) flags="$flags --cuda_relay_beside_min_tokens=32768" ;;
         chained) flags="$flags --cuda_relay_chained_min_tokens=32768" ;;
+        tc) flags="$flags --cuda_decode_kernel=tensor" ;;
+        cuda) flags="$flags --cuda_decode_kernel=cuda" ;;
+        chained-tc) flags="$flags --cuda_relay_chained_min_tokens=32768 --cuda_decode_kernel=tensor" ;;
+        pages-tc) flags="$flags --cuda_relay_attention=false --cuda_decode_kernel=tensor" ;;
       esac
       "$B/strata" bench --sessions=64 --rate=1000 --turns=1 --prompt_tokens="${PROMPT_OWN:-128}" --output_tokens=128 \
         --max_output_tokens=128 --max_context_tokens=16384 $sys --serve_flags="$flags" --json="$OUT/bench-prompts-$S-$mode.json" \
@@ -312,6 +318,8 @@ run_prompts_many() {
       none) flags="$flags --min_shared_prompt_tokens=0" ;;
       beside) flags="$flags --cuda_relay_beside_min_tokens=32768" ;;
       chained) flags="$flags --cuda_relay_chained_min_tokens=32768" ;;
+      tc) flags="$flags --cuda_decode_kernel=tensor" ;;
+      chained-tc) flags="$flags --cuda_relay_chained_min_tokens=32768 --cuda_decode_kernel=tensor" ;;
     esac
     "$B/strata" bench --sessions=64 --rate=1000 --turns=2 --think_s=0.2 --prompt_tokens=640 --output_tokens=64 \
       --max_output_tokens=64 --max_context_tokens=16384 --system_prompts=3 --system_prompt_tokens=4096 \
