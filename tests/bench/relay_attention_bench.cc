@@ -18,7 +18,9 @@
 // stream beside the decode; then the three launches with the system part on Hopper's
 // warp-specialised wgmma form, beside the decode and after it, and chained before it on one
 // stream (the decode its programmatic dependent; eager and as a graph), the best of all these forms
-// (bytes read over its time, and as a share of the copy rate), and the system part alone in
+// (bytes read over its time, and as a share of the copy rate), a read of relay's rows (the
+// prompt's pages once, then every context, as the decode kernels read pages, computing
+// nothing: cuda_bench.h's PagedReadAsync) and its time over the best form's, and the system part alone in
 // each form as TFLOP/s. L2 is flushed before each timed run. K and V are random bf16 (a
 // 64 MiB random block repeated through the pool).
 //
@@ -183,8 +185,9 @@ int main(int argc, char** argv) {
       "vs same-size copy | rule takes relay | three launches (ms) | relay, graph (ms) | fused, one stream (ms) | "
       "three, system part beside (ms) | beside, system part on wgmma (ms) | three, system part on wgmma (ms) | "
       "chained, wgmma (ms) | chained, wgmma, graph (ms) | "
-      "best form: GB/s read, vs copy | system part alone: mma.sync / wgmma (TFLOP/s) |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "best form: GB/s read, vs copy | paged read of relay's rows (ms), vs best form | "
+      "system part alone: mma.sync / wgmma (TFLOP/s) |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const int kv_heads = 8, heads = 32, head_dim = 128, page = 16;
   const float scale = 0.088f;
   const double token_bytes = 2.0 * kv_heads * head_dim * 2;  // K and V, bf16
@@ -239,18 +242,24 @@ int main(int argc, char** argv) {
                                strata::kernels::internal::RelayDecodeWorkspaceFloats(shape, {sys, ctx_blocks, false}));
         }
         using Kernel = strata::kernels::DecodeKernel;
-        auto share_tuning = [&](int n, Kernel kernel) {
+        // The decode on either kernel.
+        struct ShareDecode {
+          Kernel kernel;
+          const char* name;
+        };
+        const ShareDecode share_decodes[] = {{Kernel::kCudaCores, "CUDA cores"}, {Kernel::kTensorCores, "tensor cores"}};
+        auto share_tuning = [&](int n, const ShareDecode& d) {
           strata::kernels::internal::RelayTuning t;
           t.three_launches = t.chained = true;
           t.system_form = strata::kernels::internal::RelaySystemForm::kWgmmaWs;
           t.system_sms = n;
-          t.context_kernel = kernel;
+          t.context_kernel = d.kernel;
           return t;
         };
         for (int n : shares) {
-          for (Kernel kernel : {Kernel::kCudaCores, Kernel::kTensorCores}) {
+          for (const ShareDecode& d : share_decodes) {
             ws_floats =
-                std::max(ws_floats, strata::kernels::internal::RelayDecodeWorkspaceFloats(shape, share_tuning(n, kernel)));
+                std::max(ws_floats, strata::kernels::internal::RelayDecodeWorkspaceFloats(shape, share_tuning(n, d)));
           }
         }
         float* ws = Floats(ws_floats);
@@ -264,6 +273,23 @@ int main(int argc, char** argv) {
               },
               flush);
         };
+        // Relay's rows as one paged read: the prompt's pages once, then every context.
+        std::vector<int32_t> read_indptr{0, static_cast<int32_t>(prefix_pages.size())}, read_indices = prefix_pages,
+                                                                                          read_last{page};
+        for (int b = 0; b < batch; ++b) {
+          read_indices.insert(read_indices.end(), ctx_indices.begin() + ctx_indptr[b],
+                              ctx_indices.begin() + ctx_indptr[b + 1]);
+          read_indptr.push_back(static_cast<int32_t>(read_indices.size()));
+          read_last.push_back(last[static_cast<size_t>(b)]);
+        }
+        int32_t *d_read_indptr = Upload(read_indptr), *d_read_indices = Upload(read_indices),
+                *d_read_last = Upload(read_last);
+        const strata::kernels::PagedKv read_rows{k, v, page, kv_heads, head_dim, d_read_indptr, d_read_indices, d_read_last};
+        float* sink = Floats(1);
+        const float read_ms = MedianMs(
+            stream, 20,
+            [&] { CHECK_CUDA(strata::bench::PagedReadAsync(read_rows, batch + 1, std::max(prompt, ctx), sink, stream)); },
+            flush);
         const strata::kernels::PagedKv context{k, v, page, kv_heads, head_dim, d_ctx_indptr, d_ctx_indices, d_last};
         const strata::kernels::PagedKv prefixes{
             k, v, page, kv_heads, head_dim, d_prefix_indptr, d_prefix_indices, d_prefix_last};
@@ -309,13 +335,13 @@ int main(int argc, char** argv) {
           CHECK_CUDA(cudaMemcpy(three_out.data(), out, qh.size() * sizeof(float), cudaMemcpyDeviceToHost));
           double worst = 0, best_ms = 1e30;
           std::string rows;
-          for (Kernel kernel : {Kernel::kCudaCores, Kernel::kTensorCores}) {
-            char cell[96];
+          for (const ShareDecode& d : share_decodes) {
+            char cell[128];
             std::snprintf(cell, sizeof(cell), "| %d | %lld | %lld | %s |", batch, static_cast<long long>(prompt),
-                          static_cast<long long>(ctx), kernel == Kernel::kCudaCores ? "CUDA cores" : "tensor cores");
+                          static_cast<long long>(ctx), d.name);
             rows += cell;
             for (int n : shares) {
-              const strata::kernels::internal::RelayTuning t = share_tuning(n, kernel);
+              const strata::kernels::internal::RelayTuning t = share_tuning(n, d);
               const float ms = MedianMs(stream, 20, [&] { relay(t); }, flush);
               best_ms = std::min<double>(best_ms, ms);
               std::snprintf(cell, sizeof(cell), " %.3f |", ms);
@@ -329,7 +355,7 @@ int main(int argc, char** argv) {
               }
               worst = std::max(worst, std::sqrt(diff / norm));
             }
-            rows += kernel == Kernel::kCudaCores ? " | |\n" : "";
+            rows += &d != &share_decodes[1] ? " | |\n" : "";
           }
           const double gbps = token_bytes * (prompt + batch * ctx) / (best_ms * 1e-3) / 1e9;
           char tail[96];
@@ -401,12 +427,12 @@ int main(int argc, char** argv) {
         const bool rule = batch >= 2 && (batch - 1) * prompt >= defaults.relay_min_saved_tokens;
         std::printf(
             "| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.2f | %.0f | %.2f | %s | %.3f | "
-            "%.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f, %.2f | %.0f / %.0f |\n",
+            "%.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f, %.2f | %.3f, %.2f | %.0f / %.0f |\n",
             batch, static_cast<long long>(prompt), static_cast<long long>(ctx), shared_ms, copy_each_ms, relay_ms,
             shared_ms / relay_ms, copy_each_ms / relay_ms, bound, read_gbps, read_gbps / copy_gbps, same_size_gbps,
             read_gbps / same_size_gbps, rule ? "yes" : "no", three_ms, graph_ms, fused_ms, beside_ms, beside_ws_ms,
             three_ws_ms, chained_ms, chained_graph_ms, best_gbps,
-            best_gbps / copy_gbps, mma_tflops, ws_tflops);
+            best_gbps / copy_gbps, read_ms, read_ms / best_ms, mma_tflops, ws_tflops);
         std::fflush(stdout);
         for (void* p :
              {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(d_shared_indptr),
@@ -414,7 +440,8 @@ int main(int argc, char** argv) {
               static_cast<void*>(d_copy_indices), static_cast<void*>(d_ctx_indptr), static_cast<void*>(d_ctx_indices),
               static_cast<void*>(d_last), static_cast<void*>(d_prefix_indptr), static_cast<void*>(d_prefix_indices),
               static_cast<void*>(d_prefix_last), static_cast<void*>(d_group_rows), static_cast<void*>(q),
-              static_cast<void*>(out), static_cast<void*>(ws)}) {
+              static_cast<void*>(out), static_cast<void*>(ws), static_cast<void*>(d_read_indptr),
+              static_cast<void*>(d_read_indices), static_cast<void*>(d_read_last), static_cast<void*>(sink)}) {
           CHECK_CUDA(cudaFree(p));
         }
       }
