@@ -286,16 +286,21 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, co
 
 }  // namespace
 
+// The workspace holds the fused launch's parts wherever the shape allows that launch with
+// the context part on the CUDA cores, which RelayDecodeParams::context_kernel may ask for
+// where kAuto's rule would take the tensor cores (and the three launches).
 int64_t RelayDecodeWorkspaceFloats(const RelayShape& s) {
   if (s.rows <= 0 || s.num_heads <= 0 || s.head_dim <= 0) return 0;
   const int64_t three = ThreeLaunchWorkspaceFloats(s);
-  return FusedShape(s) ? std::max(three, FusedWorkspaceFloats(s, DefaultTuning(s, RelayDecodeParams{}))) : three;
+  return FusedShape(s, DecodeKernel::kCudaCores)
+             ? std::max(three, FusedWorkspaceFloats(s, DefaultTuning(s, RelayDecodeParams{})))
+             : three;
 }
 
 int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTuning& t) {
   if (s.rows <= 0 || s.num_heads <= 0 || s.head_dim <= 0) return 0;
   const int64_t three = ThreeLaunchWorkspaceFloats(s, t);
-  return FusedShape(s) ? std::max(three, FusedWorkspaceFloats(s, t)) : three;
+  return FusedShape(s, DecodeKernel::kCudaCores) ? std::max(three, FusedWorkspaceFloats(s, t)) : three;
 }
 
 int internal::RelaySystemSplits(const RelayShape& s, RelaySystemForm form, int sms) {

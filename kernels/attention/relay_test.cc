@@ -168,6 +168,27 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
     Sync();
     const std::vector<float> got = out.ToHost();
     test_support::ExpectAttentionNear(got, want, rows, heads, d, what + " (relay vs CPU)");
+    // The context part forced to either kernel (RelayDecodeParams::context_kernel: the CUDA
+    // cores take the fused launch, the tensor cores the three) in the workspace the shape was
+    // given, followed by a guard that must stay untouched.
+    for (DecodeKernel kernel : {DecodeKernel::kCudaCores, DecodeKernel::kTensorCores}) {
+      const size_t ws_floats = static_cast<size_t>(std::max<int64_t>(1, RelayDecodeWorkspaceFloats(shape)));
+      constexpr size_t kGuard = 4096;
+      DeviceVector<float> ws_k{std::vector<float>(ws_floats + kGuard, -7.0f)};
+      DeviceVector<float> out_k{std::vector<float>(q.size(), std::nanf(""))};
+      RelayDecodeParams pk = p;
+      pk.context_kernel = kernel;
+      pk.workspace = ws_k.get();
+      pk.out = out_k.get();
+      const std::string form = what + (kernel == DecodeKernel::kCudaCores ? " (context on CUDA cores" : " (context on tensor cores");
+      ASSERT_TRUE(LaunchRelayDecodeAttention(pk, stream_).ok()) << form << ")";
+      Sync();
+      test_support::ExpectAttentionNear(out_k.ToHost(), want, rows, heads, d, form + " vs CPU)");
+      const std::vector<float> after = ws_k.ToHost();
+      EXPECT_TRUE(std::all_of(after.begin() + static_cast<std::ptrdiff_t>(ws_floats), after.end(),
+                              [](float x) { return x == -7.0f; }))
+          << form << ": wrote past the workspace RelayDecodeWorkspaceFloats sized)";
+    }
     {  // Split by the rows' mean context (RelayDecodeParams::typical_context_tokens), fused and
        // in three launches: more parts where the rows differ (empty contexts: the most), the
        // same answer, in the workspace the shape was given.
