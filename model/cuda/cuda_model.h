@@ -71,8 +71,9 @@ struct CudaModelOptions {
   // the decode graphs. Negative (the default): never; 0: always (tests). Opt-in: in
   // relay_step_bench's steps (64 rows, 4K prompt, 1K own) it is 0.94x the fused step in
   // graphs and 0.97x in mixed steps; in the server's A/B, since split_uneven_rows, its
-  // decode steps are 1.05x the fused relay's and the inter-token time the same within 1%
-  // (docs/BENCHMARKS.md).
+  // decode steps are 1.05x the fused relay's and the inter-token time the same within 1%;
+  // on the H200, with the decode on the tensor cores, 0.97x the three launches' steps in
+  // relay_step_bench and 0.99x in the server (docs/BENCHMARKS.md).
   int64_t relay_chained_min_tokens = -1;
   // Prefill steps with few query tiles over long histories (a returning turn's new tokens)
   // split each tile's keys across the SMs and merge the parts (kernels/attention/prefill.h).
