@@ -58,8 +58,10 @@ constexpr int kDecodePartAlign = 32;
 // up to 128 with kTensorCoreDecodeMinGroup or more heads per block, at any batch and length
 // (1.1-1.9x for one to four sequences of 1K-32K tokens since the parts cost model,
 // decode_parts.h), or at head_dim 80 4+ heads from a batch of kTensorCoreDecodeMinBatchAt80
-// (1.06-1.3x there; head_dims 64, 96 and 128 with 4 heads are within a few percent either
-// way, or faster on the CUDA cores); elsewhere the CUDA cores are as fast or faster. The
+// (1.06-1.3x there; on an H100 head_dims 64, 96 and 128 with 4 heads are within a few
+// percent either way, or faster on the CUDA cores), or, on a device of fast memory
+// (kTensorCoreDecodeFastMemoryBandwidth below), at head_dim 80-128 from 4 heads; elsewhere
+// the CUDA cores are as fast or faster. The
 // tensor-core decode rounds q to bf16: its results are within bf16 tolerance of the
 // CUDA-core kernel's, not bit-equal.
 enum class DecodeKernel { kAuto, kCudaCores, kTensorCores };

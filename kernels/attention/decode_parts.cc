@@ -91,6 +91,14 @@ KeySplit AlignedKeySplit(int64_t tokens, int64_t parts, int align) {
   return KeySplit{static_cast<int>((tokens + part_tokens - 1) / part_tokens), static_cast<int>(part_tokens)};
 }
 
+int PartsForBlocks(int64_t blocks_per_part, int64_t tokens, int64_t want_blocks, int align) {
+  blocks_per_part = std::max<int64_t>(1, blocks_per_part);
+  tokens = std::max<int64_t>(1, tokens);
+  const int64_t a = std::max(1, align);
+  const int64_t parts = (want_blocks + blocks_per_part - 1) / blocks_per_part;
+  return static_cast<int>(std::clamp<int64_t>(parts, 1, (tokens + a - 1) / a));
+}
+
 int PartsForUnevenRows(int parts, int64_t max_tokens, int64_t typical_tokens, int most, int align) {
   if (typical_tokens <= 0 || typical_tokens >= max_tokens || align <= 0) return parts;
   const int64_t part_tokens = (typical_tokens + align - 1) / align * align;

@@ -60,6 +60,12 @@ struct KeySplit {
 };
 KeySplit AlignedKeySplit(int64_t tokens, int64_t parts, int align);
 
+// The parts a split along `tokens` keys starts from: the fewest that give `want_blocks`
+// blocks at `blocks_per_part` blocks a part, at least 1 and at most one part per `align`
+// tokens (the CUDA-core decode's rule, and relay's fused context part; AlignedKeySplit then
+// sizes them).
+int PartsForBlocks(int64_t blocks_per_part, int64_t tokens, int64_t want_blocks, int align);
+
 // Parts along the keys for rows of unequal length: at least enough that no part is longer
 // than the rows' typical length (their mean, rounded up to `align` tokens), so one long row
 // among short ones is split as finely as they are instead of walking its keys alone, in one

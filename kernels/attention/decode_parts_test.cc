@@ -307,6 +307,14 @@ TEST(AlignedKeySplitTest, CutsIntoAlignedPartsAndSaysHowManyAreLeft) {
   EXPECT_EQ(empty.part_tokens, 32);
 }
 
+TEST(PartsForBlocksTest, TheFewestPartsThatGiveTheBlocksWithinTheAlignment) {
+  // 8 rows x 8 KV heads = 64 blocks a part, 264 wanted (2 an SM of 132): 5 parts.
+  EXPECT_EQ(PartsForBlocks(64, 4096, 264, 32), 5);
+  EXPECT_EQ(PartsForBlocks(512, 4096, 264, 32), 1) << "a part's blocks already fill the device";
+  EXPECT_EQ(PartsForBlocks(1, 100, 264, 32), 4) << "at most one part per 32 tokens";
+  EXPECT_EQ(PartsForBlocks(0, 0, 0, 32), 1) << "empty shapes: one part";
+}
+
 TEST(PartsForUnevenRowsTest, SplitsALongRowAsFinelyAsTheTypicalOne) {
   // The server's relay steps: one row of 5.2K tokens (bucket 5632) beside 63 of ~1.1K (mean
   // bucket 1280): five parts of at most 1280 tokens, where the launch's own count was one.

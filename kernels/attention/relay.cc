@@ -81,19 +81,18 @@ KeySplit ContextSplitOf(const RelayShape& s, int blocks_per_sm = kContextBlocksP
   const int64_t blocks_per_part =
       std::max<int64_t>(1, int64_t{s.rows} * s.kv_heads * (s.num_heads / std::max(1, s.kv_heads) / subgroup));
   const int64_t tokens = std::max<int64_t>(1, s.max_context_tokens);
-  const int64_t want = (int64_t{blocks_per_sm} * CurrentDeviceSmCount() + blocks_per_part - 1) / blocks_per_part;
-  int64_t parts = std::clamp<int64_t>(want, 1, (tokens + kDecodePartAlign - 1) / kDecodePartAlign);
+  int parts = PartsForBlocks(blocks_per_part, tokens, int64_t{blocks_per_sm} * CurrentDeviceSmCount(), kDecodePartAlign);
   // Rows of unequal length: parts no longer than the typical row (within the parts a decode's
   // workspace holds, which FusedWorkspaceFloats sizes for).
-  parts = PartsForUnevenRows(static_cast<int>(parts), tokens, s.typical_context_tokens,
-                             std::max(static_cast<int>(parts), DecodeMostParts(s.rows, tokens)), kDecodePartAlign);
+  parts = PartsForUnevenRows(parts, tokens, s.typical_context_tokens, std::max(parts, DecodeMostParts(s.rows, tokens)),
+                             kDecodePartAlign);
   return AlignedKeySplit(tokens, parts, kDecodePartAlign);
 }
 
 // The fused launch takes a shape with groups whose context part runs on the CUDA cores
-// (the fused kernel's decode block); where the decode would take the tensor cores, the
-// three launches do.
-bool FusedShape(const RelayShape& s, DecodeKernel context_kernel = DecodeKernel::kAuto) {
+// (the fused kernel's decode block) with `context_kernel`; where the decode takes the
+// tensor cores, the three launches do.
+bool FusedShape(const RelayShape& s, DecodeKernel context_kernel) {
   return s.groups > 0 && s.num_heads > 0 && IsDispatchedHeadDim(s.head_dim) && Subgroup(s) > 0 &&
          !DecodeRunsOnTensorCores(context_kernel, s.head_dim, s.num_heads, s.kv_heads, s.rows, s.max_context_tokens);
 }

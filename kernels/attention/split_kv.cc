@@ -45,11 +45,9 @@ constexpr int kTensorCoreDecodeBlocksPerSm = 10;
 // launch.
 KeySplit ChooseDecodeSplit(int64_t blocks_per_part, int64_t max_tokens, int sm_count,
                            int blocks_per_sm = kDecodeBlocksPerSm) {
-  const int64_t tokens = std::max<int64_t>(1, max_tokens);
-  const int64_t want_blocks = int64_t{blocks_per_sm} * sm_count;
-  const int64_t parts = (want_blocks + blocks_per_part - 1) / std::max<int64_t>(1, blocks_per_part);
-  return AlignedKeySplit(tokens, std::clamp<int64_t>(parts, 1, (tokens + kDecodePartAlign - 1) / kDecodePartAlign),
-                         kDecodePartAlign);
+  return AlignedKeySplit(
+      max_tokens, PartsForBlocks(blocks_per_part, max_tokens, int64_t{blocks_per_sm} * sm_count, kDecodePartAlign),
+      kDecodePartAlign);
 }
 
 // The most parts a decode of `batch` sequences splits each into: the tensor-core count

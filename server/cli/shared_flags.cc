@@ -55,7 +55,7 @@ ABSL_FLAG(int64_t, cuda_relay_beside_min_tokens, -1,
 ABSL_FLAG(int64_t, cuda_relay_chained_min_tokens, -1,
           "serve: on a Hopper GPU, relay attention's system part runs first on the wgmma form and the rows' decode "
           "as its programmatic dependent on the same stream, where the rows' own tokens (rows x longest context) "
-          "reach this many (kernels/attention/relay.h); -1 never: end to end it measured slower "
+          "reach this many (kernels/attention/relay.h); -1 never: end to end it ties the default form "
           "(docs/BENCHMARKS.md)");
 
 ABSL_FLAG(strata::kernels::DecodeKernel, cuda_decode_kernel, strata::kernels::DecodeKernel::kAuto,

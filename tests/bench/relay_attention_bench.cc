@@ -64,6 +64,16 @@ void Check(const absl::Status& s) {
   }
 }
 
+// The relative L2 difference of `got` from `want`.
+double RelL2(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
+    norm += double{want[i]} * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
 float* Floats(int64_t n) {
   float* p = nullptr;
   CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&p), static_cast<size_t>(std::max<int64_t>(1, n)) * sizeof(float)));
@@ -321,12 +331,7 @@ int main(int argc, char** argv) {
           CHECK_CUDA(cudaMemcpy(three_out.data(), out, qh.size() * sizeof(float), cudaMemcpyDeviceToHost));
           relay({2, 2, false});
           CHECK_CUDA(cudaMemcpy(fused_out.data(), out, qh.size() * sizeof(float), cudaMemcpyDeviceToHost));
-          double diff = 0, norm = 0;
-          for (size_t i = 0; i < qh.size(); ++i) {
-            diff += (fused_out[i] - three_out[i]) * static_cast<double>(fused_out[i] - three_out[i]);
-            norm += three_out[i] * static_cast<double>(three_out[i]);
-          }
-          std::snprintf(cell, sizeof(cell), " %.2e |\n", std::sqrt(diff / norm));
+          std::snprintf(cell, sizeof(cell), " %.2e |\n", RelL2(fused_out, three_out));
           sweep_table += cell;
         }
         if (share && batch >= 32) {
@@ -348,12 +353,7 @@ int main(int argc, char** argv) {
               rows += cell;
               relay(t);
               CHECK_CUDA(cudaMemcpy(got.data(), out, qh.size() * sizeof(float), cudaMemcpyDeviceToHost));
-              double diff = 0, norm = 0;
-              for (size_t i = 0; i < qh.size(); ++i) {
-                diff += (got[i] - three_out[i]) * static_cast<double>(got[i] - three_out[i]);
-                norm += three_out[i] * static_cast<double>(three_out[i]);
-              }
-              worst = std::max(worst, std::sqrt(diff / norm));
+              worst = std::max(worst, RelL2(got, three_out));
             }
             rows += &d != &share_decodes[1] ? " | |\n" : "";
           }
