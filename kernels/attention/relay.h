@@ -136,12 +136,26 @@ struct RelayTuning {
   RelaySystemForm system_form = RelaySystemForm::kMmaSync;
   int system_sms = 0;
   DecodeKernel context_kernel = DecodeKernel::kAuto;
+  // The one-pass kernel instead (relay_launch.h, RelayOnePassArgs; head_dim 64 or 128, 4 or
+  // 8 query heads a KV head, else the forms above): a warp's 16 tensor-core rows are 16 / G
+  // rows' G heads, which stream their part of the prefix once and then each row's own keys
+  // in one online softmax. one_pass_parts: its parts along the keys (0: the launch's rule);
+  // one_pass_form: an index into relay_launch.h's kRelayOnePassForms (keys a tile, cp.async
+  // stages a warp; -1: the launch's).
+  bool one_pass = false;
+  int one_pass_parts = 0;
+  int one_pass_form = -1;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t, cudaStream_t stream);
 int64_t RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTuning& t);
 // The parts the three launches split the system part into along the prefix, in `form`, its
 // blocks aimed at `sms` SMs (0: all).
 int RelaySystemSplits(const RelayShape& s, RelaySystemForm form, int sms = 0);
+// The parts the one-pass kernel's launch splits the keys into for this shape (0 where the
+// kernel does not take it).
+int RelayOnePassParts(const RelayShape& s, int form = -1);
+// The forms relay_launch.h's kRelayOnePassForms holds.
+int RelayOnePassFormCount();
 }  // namespace internal
 
 }  // namespace strata::kernels

@@ -88,6 +88,12 @@ cudaError_t ReadFlushAsync(const void* buffer, size_t bytes, float* sink, cudaSt
 cudaError_t PagedReadAsync(const kernels::PagedKv& kv, int batch, int64_t max_tokens, float* sink,
                            cudaStream_t stream);
 
+// Two plain reads of the same rows into registers (cuda_bench_read_forms.cu): the decode's
+// order (one warp per KV head, sequence and part, its head's rows) or, with whole_tokens,
+// each page's K and V whole by one block per sequence and part.
+cudaError_t PagedReadFormAsync(const kernels::PagedKv& kv, int batch, int64_t max_tokens, bool whole_tokens,
+                               float* sink, cudaStream_t stream);
+
 // The memory benchmarks' peer, on `stream`: an L2 flush (reading 256 MB evicts the 50 MB
 // L2; since 2026-11-26 it reads instead of writing, so the timed work does not pay the
 // write-back of the flush's dirty lines, which no kernel of a decode step leaves behind)
