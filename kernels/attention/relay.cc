@@ -1,8 +1,6 @@
 #include "kernels/attention/relay.h"
 
 #include <algorithm>
-#include <atomic>
-#include <iterator>
 #include <cstdint>
 #include <limits>
 
@@ -119,64 +117,6 @@ int64_t FusedWorkspaceFloats(const RelayShape& s, const internal::RelayTuning& t
   return FusedPartsFloats(s, parts) + int64_t{s.rows} * parts * s.num_heads;
 }
 
-// The one-pass kernel (relay_launch.h): a warp per 16 / G rows of a group and KV head, G
-// the query heads a KV head; its parts along the keys fill whole rounds of the resident
-// warps (WholeRoundParts over a warp's 32-key tiles: the prefix's, then each row's).
-constexpr int kOnePassMostParts = 16;
-constexpr int kOnePassForm = 0;  // kRelayOnePassForms[0]: 32-key tiles, two stages
-
-bool OnePassShape(const RelayShape& s) {
-  return s.groups > 0 && s.kv_heads > 0 && s.num_heads % s.kv_heads == 0 &&
-         internal::RelayOnePassTakes(s.head_dim, s.num_heads / s.kv_heads);
-}
-
-int OnePassRowsPerWarp(const RelayShape& s) { return 16 / (s.num_heads / s.kv_heads); }
-
-int OnePassChunks(const RelayShape& s) {
-  const int per_warp = OnePassRowsPerWarp(s);
-  return std::max((s.max_group_rows + per_warp - 1) / per_warp, (s.rows - s.grouped_rows + per_warp - 1) / per_warp);
-}
-
-constexpr int kOnePassForms = static_cast<int>(std::size(internal::kRelayOnePassForms));
-
-// Resident one-pass warps per SM (the occupancy calculator's, asked once per head dim,
-// group and form; 1 when it cannot say).
-int OnePassResidentWarps(const RelayShape& s, int form) {
-  static std::atomic<int> cache[2][2][kOnePassForms] = {};
-  const int group = s.num_heads / s.kv_heads;
-  std::atomic<int>& slot = cache[s.head_dim == 128][group == 8][form];
-  if (int known = slot.load(std::memory_order_relaxed); known > 0) return known;
-  internal::RelayOnePassArgs query{};
-  query.kv_heads = s.kv_heads;
-  query.num_heads = s.num_heads;
-  query.head_dim = s.head_dim;
-  query.parts = 1;
-  query.key_tile = internal::kRelayOnePassForms[form].key_tile;
-  query.stages = internal::kRelayOnePassForms[form].stages;
-  int warps = 0;
-  query.resident_blocks_out = &warps;
-  if (internal::RelayOnePassAsync(query, nullptr) != cudaSuccess) {
-    cudaGetLastError();
-    return 1;
-  }
-  slot.store(std::max(1, warps), std::memory_order_relaxed);
-  return std::max(1, warps);
-}
-
-int OnePassParts(const RelayShape& s, int form) {
-  const int per_warp = OnePassRowsPerWarp(s), tile = internal::kRelayOnePassForms[form].key_tile;
-  const int64_t warps = int64_t{s.kv_heads} * ((s.rows + per_warp - 1) / per_warp);
-  const int64_t slots = int64_t{OnePassResidentWarps(s, form)} * CurrentDeviceSmCount();
-  const int64_t tiles =
-      (s.max_prefix_tokens + tile - 1) / tile + int64_t{per_warp} * ((s.max_context_tokens + tile - 1) / tile);
-  return WholeRoundParts(warps, slots, tiles, kOnePassMostParts);
-}
-
-int64_t OnePassWorkspaceFloats(const RelayShape& s) {
-  return Align4Floats(int64_t{s.rows} * kOnePassMostParts * s.num_heads * s.head_dim) +
-         int64_t{s.rows} * kOnePassMostParts * s.num_heads;
-}
-
 RelayShape ShapeOf(const RelayDecodeParams& p) {
   return RelayShape{p.rows,      p.groups,    p.grouped_rows,       p.max_group_rows,   p.num_heads,
                     p.context.kv_heads, p.context.head_dim, p.max_context_tokens, p.max_prefix_tokens,
@@ -191,18 +131,28 @@ bool HasSide(const RelaySide& side) {
 // dependent launch, the three launches chained, the system part on the wgmma form, where the
 // rows' own tokens reach chained_min_context_tokens; given a second stream, the three
 // launches with the system part beside the decode where they reach side.min_context_tokens;
-// else the fused launch, its context part twice the blocks from kManyContextTokens.
+// chained again (on such a device) where the context part runs on the tensor cores and
+// chained_min_context_tokens is kRelayChainedOnTensorCores; else the fused launch, its
+// context part twice the blocks from kManyContextTokens (or the three launches, where the
+// context part runs on the tensor cores).
 internal::RelayTuning DefaultTuning(const RelayShape& s, const RelayDecodeParams& p) {
   internal::RelayTuning t;
   t.context_kernel = p.context_kernel;
   const int64_t context_tokens = int64_t{s.rows} * s.max_context_tokens;
   if (context_tokens >= kManyContextTokens) t.context_blocks_per_sm = kManyContextBlocksPerSm;
-  if (p.chained_min_context_tokens >= 0 && context_tokens >= p.chained_min_context_tokens &&
-      CurrentDeviceComputeCapability() >= 90) {
+  const bool dependents = CurrentDeviceComputeCapability() >= 90;
+  auto chain = [&] {
     t.three_launches = t.chained = true;
     t.system_form = internal::RelaySystemForm::kWgmmaWs;
+  };
+  if (p.chained_min_context_tokens >= 0 && context_tokens >= p.chained_min_context_tokens && dependents) {
+    chain();
   } else if (HasSide(p.side) && context_tokens >= p.side.min_context_tokens) {
     t.three_launches = t.beside = true;
+  } else if (p.chained_min_context_tokens == kRelayChainedOnTensorCores && dependents &&
+             DecodeRunsOnTensorCores(p.context_kernel, s.head_dim, s.num_heads, s.kv_heads, s.rows,
+                                     s.max_context_tokens)) {
+    chain();
   }
   return t;
 }
@@ -268,50 +218,6 @@ absl::Status LaunchFused(const RelayDecodeParams& p, const RelayShape& shape, co
   STRATA_CUDA_RETURN_IF_ERROR(e);
   STRATA_CUDA_RETURN_IF_ERROR(internal::MergeRowPartsAsync(parts_o, parts_lse, parts, p.grouped_rows, context.parts,
                                                            p.rows, p.num_heads, kv.head_dim, p.out, stream));
-  return absl::OkStatus();
-}
-
-// The one-pass kernel, then (with more than one part) the merge of every row's parts.
-absl::Status LaunchOnePass(const RelayDecodeParams& p, const RelayShape& shape, const internal::RelayTuning& t,
-                           cudaStream_t stream) {
-  if (absl::Status s = CheckContextPart(p); !s.ok()) return s;
-  const PagedKv& kv = p.context;
-  const int form = t.one_pass_form >= 0 && t.one_pass_form < kOnePassForms ? t.one_pass_form : kOnePassForm;
-  const int parts =
-      t.one_pass_parts > 0 ? std::min(t.one_pass_parts, kOnePassMostParts) : OnePassParts(shape, form);
-  float* parts_o = p.workspace;
-  float* parts_lse = parts_o + Align4Floats(int64_t{p.rows} * kOnePassMostParts * p.num_heads * kv.head_dim);
-  internal::RelayOnePassArgs a{p.q,
-                               kv.k_pages,
-                               kv.v_pages,
-                               kv.page_size,
-                               kv.kv_heads,
-                               kv.head_dim,
-                               p.num_heads,
-                               kv.indptr,
-                               kv.indices,
-                               kv.last_page_len,
-                               p.prefixes.indptr,
-                               p.prefixes.indices,
-                               p.prefixes.last_page_len,
-                               p.group_rows,
-                               p.rows,
-                               p.groups,
-                               p.grouped_rows,
-                               p.scale,
-                               parts,
-                               OnePassChunks(shape),
-                               internal::kRelayOnePassForms[form].key_tile,
-                               internal::kRelayOnePassForms[form].stages,
-                               parts_o,
-                               parts_lse,
-                               p.out};
-  if (int64_t{kv.kv_heads} * parts > 65535) return absl::InvalidArgumentError("relay attention too large");
-  STRATA_CUDA_RETURN_IF_ERROR(internal::RelayOnePassAsync(a, stream));
-  if (parts > 1) {
-    STRATA_CUDA_RETURN_IF_ERROR(internal::MergeStatesAsync(parts_o, parts_lse, parts, p.rows, p.num_heads, kv.head_dim,
-                                                           p.out, nullptr, stream));
-  }
   return absl::OkStatus();
 }
 
@@ -392,27 +298,19 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, co
 // The workspace holds the fused launch's parts wherever the shape allows that launch with
 // the context part on the CUDA cores, which RelayDecodeParams::context_kernel may ask for
 // where kAuto's rule would take the tensor cores (and the three launches).
-// (And the one-pass kernel's parts wherever it takes the shape.)
 int64_t RelayDecodeWorkspaceFloats(const RelayShape& s) {
   if (s.rows <= 0 || s.num_heads <= 0 || s.head_dim <= 0) return 0;
-  int64_t floats = ThreeLaunchWorkspaceFloats(s);
-  if (FusedShape(s, DecodeKernel::kCudaCores)) {
-    floats = std::max(floats, FusedWorkspaceFloats(s, DefaultTuning(s, RelayDecodeParams{})));
-  }
-  return OnePassShape(s) ? std::max(floats, OnePassWorkspaceFloats(s)) : floats;
+  const int64_t three = ThreeLaunchWorkspaceFloats(s);
+  return FusedShape(s, DecodeKernel::kCudaCores)
+             ? std::max(three, FusedWorkspaceFloats(s, DefaultTuning(s, RelayDecodeParams{})))
+             : three;
 }
 
 int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTuning& t) {
   if (s.rows <= 0 || s.num_heads <= 0 || s.head_dim <= 0) return 0;
-  int64_t floats = ThreeLaunchWorkspaceFloats(s, t);
-  if (FusedShape(s, DecodeKernel::kCudaCores)) floats = std::max(floats, FusedWorkspaceFloats(s, t));
-  return OnePassShape(s) ? std::max(floats, OnePassWorkspaceFloats(s)) : floats;
+  const int64_t three = ThreeLaunchWorkspaceFloats(s, t);
+  return FusedShape(s, DecodeKernel::kCudaCores) ? std::max(three, FusedWorkspaceFloats(s, t)) : three;
 }
-
-int internal::RelayOnePassParts(const RelayShape& s, int form) {
-  return OnePassShape(s) ? OnePassParts(s, form >= 0 && form < kOnePassForms ? form : kOnePassForm) : 0;
-}
-int internal::RelayOnePassFormCount() { return kOnePassForms; }
 
 int internal::RelaySystemSplits(const RelayShape& s, RelaySystemForm form, int sms) {
   return ThreeLaunchSplits(s, form, sms);
@@ -444,9 +342,6 @@ absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, co
     return absl::InvalidArgumentError("relay attention: the side stream must not be the launch's stream");
   }
   const RelayShape shape = ShapeOf(p);
-  if (t.one_pass && OnePassShape(shape) && IsAligned(p.workspace, 16) && IsAligned(p.out, 16)) {
-    return LaunchOnePass(p, shape, t, stream);
-  }
   if (!t.three_launches && FusedShape(shape, t.context_kernel) && IsAligned(p.workspace, 16) && IsAligned(p.out, 16)) {
     if (absl::Status s = CheckContextPart(p); !s.ok()) return s;
     return LaunchFused(p, shape, t, stream);
@@ -459,8 +354,6 @@ absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, co
 int64_t RelayDecodeWorkspaceFloats(const RelayShape&) { return 0; }
 int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape&, const RelayTuning&) { return 0; }
 int internal::RelaySystemSplits(const RelayShape&, RelaySystemForm, int) { return 1; }
-int internal::RelayOnePassParts(const RelayShape&, int) { return 0; }
-int internal::RelayOnePassFormCount() { return 0; }
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams&, cudaStream_t) { return internal::NoCuda(); }
 absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams&, const RelayTuning&, cudaStream_t) {
   return internal::NoCuda();

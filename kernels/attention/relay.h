@@ -24,8 +24,9 @@
 // shared memory and registers, and reads the contexts slower than the decode alone).
 // Nothing depends on host state beyond the params, so the launches may be captured in a
 // graph and replayed (the fork and the join become the graph's edges). On Hopper the three
-// launches may also run chained on one stream (chained_min_context_tokens), the decode a
-// programmatic dependent of the system part: the beside form's order without a fork.
+// launches may also run chained on one stream (chained_min_context_tokens; by default where
+// the context part runs on the tensor cores), the decode a programmatic dependent of the
+// system part: the beside form's order without a fork.
 //
 // Rows [0, group_rows[groups]) belong to groups (group g: rows [group_rows[g],
 // group_rows[g+1])); the rows after them have no shared prefix (their context is all
@@ -63,6 +64,10 @@ struct RelaySide {
   int64_t min_context_tokens = kRelayBesideMinContextTokens;
 };
 
+// RelayDecodeParams::chained_min_context_tokens' rules other than a count of tokens.
+inline constexpr int64_t kRelayChainedOnTensorCores = -1;
+inline constexpr int64_t kRelayChainedNever = -2;
+
 struct RelayDecodeParams {
   const float* q;             // [rows][num_heads][head_dim], fp32, rotated
   PagedKv context;            // per row (indptr over rows): the row's own pages
@@ -84,12 +89,16 @@ struct RelayDecodeParams {
   // it takes the head_dim), then the decode as its programmatic dependent
   // (kernels/dependent_launch.cuh), which starts once every system block has started and
   // fills the SMs they leave, then the merge. The beside form's order on one stream, so a
-  // graph keeps it. Negative: never (taken before the side stream where both would be). At
-  // the kernel it ties the three launches on one stream (a wgmma block takes a whole SM,
-  // so the decode starts only on the SMs the system part leaves idle: up to 10% faster at
-  // 128-token contexts, up to 5% slower at 1K); inside whole decode steps it beats the fused
-  // launch (relay_step_bench); in the server it ties the fused launch (docs/BENCHMARKS.md).
-  int64_t chained_min_context_tokens = -1;
+  // graph keeps it; taken before the side stream where both would be.
+  // kRelayChainedOnTensorCores (the default): chained where the context part runs on the
+  // tensor cores (DecodeKernel, decode.h's rule: relay's three launches in any case), after
+  // the side stream; kRelayChainedNever: never. With the CUDA-core decode on the H100 it
+  // tied the three launches at the kernel (up to 10% faster at 128-token contexts, up to 5%
+  // slower at 1K) and the fused launch in the server; with the tensor-core decode on the
+  // H200 it beats the three launches at the kernel at 32 and 64 rows (64 x 4K x 128: 0.041
+  // against 0.051 ms), in whole decode steps (relay_step_bench 0.96x) and in the server
+  // (issue 15's table at S = 4096: decode steps 7.23 against 7.44 ms; docs/BENCHMARKS.md).
+  int64_t chained_min_context_tokens = kRelayChainedOnTensorCores;
   // The rows' typical context (their mean) where they differ: the context part's split has
   // parts no longer than it (decode.h's DecodeAttentionParams::typical_tokens). 0: every
   // row taken as max_context_tokens long.
@@ -136,26 +145,12 @@ struct RelayTuning {
   RelaySystemForm system_form = RelaySystemForm::kMmaSync;
   int system_sms = 0;
   DecodeKernel context_kernel = DecodeKernel::kAuto;
-  // The one-pass kernel instead (relay_launch.h, RelayOnePassArgs; head_dim 64 or 128, 4 or
-  // 8 query heads a KV head, else the forms above): a warp's 16 tensor-core rows are 16 / G
-  // rows' G heads, which stream their part of the prefix once and then each row's own keys
-  // in one online softmax. one_pass_parts: its parts along the keys (0: the launch's rule);
-  // one_pass_form: an index into relay_launch.h's kRelayOnePassForms (keys a tile, cp.async
-  // stages a warp; -1: the launch's).
-  bool one_pass = false;
-  int one_pass_parts = 0;
-  int one_pass_form = -1;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t, cudaStream_t stream);
 int64_t RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTuning& t);
 // The parts the three launches split the system part into along the prefix, in `form`, its
 // blocks aimed at `sms` SMs (0: all).
 int RelaySystemSplits(const RelayShape& s, RelaySystemForm form, int sms = 0);
-// The parts the one-pass kernel's launch splits the keys into for this shape (0 where the
-// kernel does not take it).
-int RelayOnePassParts(const RelayShape& s, int form = -1);
-// The forms relay_launch.h's kRelayOnePassForms holds.
-int RelayOnePassFormCount();
 }  // namespace internal
 
 }  // namespace strata::kernels

@@ -37,46 +37,6 @@ extern template cudaError_t RelayFusedForHeadDim<96>(const RelayFusedArgs&, cuda
 extern template cudaError_t RelayFusedForHeadDim<128>(const RelayFusedArgs&, cudaStream_t);
 extern template cudaError_t RelayFusedForHeadDim<256>(const RelayFusedArgs&, cudaStream_t);
 
-// One launch of a whole relay decode on the tensor cores (relay_one_pass_kernel.cuh): a
-// warp per (16 / G rows of a group, KV head, part), G the query heads a KV head, streams
-// its part of the group's prefix once for its rows' 16 query rows, then each row's own
-// keys, in one online softmax; the rows after grouped_rows have no prefix. Each of the
-// `parts` parts takes its share of every key range's 32-key tiles; with parts > 1 every
-// row's parts go to ws_o [rows][parts][num_heads][head_dim] and ws_lse
-// [rows][parts][num_heads] for MergeStatesAsync, else the rows go to out. `chunks`: the
-// grid's rows of warps, ceil(rows of the largest group (or of the ungrouped rows) / (16 /
-// G)). `key_tile` keys a tile, `stages` cp.async stages a warp: one of
-// kRelayOnePassForms.
-struct RelayOnePassArgs {
-  const float* q;
-  const uint16_t* k_pages;
-  const uint16_t* v_pages;
-  int page_size, kv_heads, head_dim, num_heads;
-  const int32_t* ctx_indptr;
-  const int32_t* ctx_indices;
-  const int32_t* ctx_last;
-  const int32_t* pre_indptr;
-  const int32_t* pre_indices;
-  const int32_t* pre_last;
-  const int32_t* group_rows;
-  int rows, groups, grouped_rows;
-  float scale;
-  int parts, chunks, key_tile, stages;
-  float* ws_o;
-  float* ws_lse;
-  float* out;
-  // When set, nothing is launched: the kernel's resident blocks (warps) per SM go here.
-  int* resident_blocks_out = nullptr;
-};
-// The one-pass kernel's built (key_tile, stages) forms.
-struct RelayOnePassForm {
-  int key_tile, stages;
-};
-inline constexpr RelayOnePassForm kRelayOnePassForms[] = {{32, 2}, {32, 3}, {16, 4}, {16, 6}, {64, 2}};
-// Whether the one-pass kernel is built for this head_dim and query heads per KV head.
-bool RelayOnePassTakes(int head_dim, int group);
-cudaError_t RelayOnePassAsync(const RelayOnePassArgs& a, cudaStream_t stream);
-
 }  // namespace strata::kernels::internal
 
 #endif  // STRATA_KERNELS_ATTENTION_RELAY_LAUNCH_H_

@@ -28,7 +28,6 @@
 
 #include "gtest/gtest.h"
 #include "kernels/attention/decode.h"
-#include "kernels/attention/relay_launch.h"
 #include "kernels/cuda_check.h"
 #include "kernels/testing/attention_compare.h"
 #include "kernels/testing/attention_cpu.h"
@@ -189,35 +188,29 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
       EXPECT_TRUE(std::all_of(after.begin() + static_cast<std::ptrdiff_t>(ws_floats), after.end(),
                               [](float x) { return x == -7.0f; }))
           << form << ": wrote past the workspace RelayDecodeWorkspaceFloats sized)";
-    }
-    // The one-pass kernel (RelayTuning::one_pass) where it takes the shape: its own split,
-    // one part (no merge), an odd count, and the most, in each of its forms, in the
-    // workspace the shape was given, followed by a guard that must stay untouched.
-    if (internal::RelayOnePassParts(shape) > 0) {
-      const size_t ws_floats = static_cast<size_t>(RelayDecodeWorkspaceFloats(shape));
-      constexpr size_t kGuard = 4096;
-      for (int parts : {0, 1, 3, 16}) {
-        for (int form = 0; form < internal::RelayOnePassFormCount(); ++form) {
-          DeviceVector<float> ws_o{std::vector<float>(ws_floats + kGuard, -7.0f)};
-          DeviceVector<float> out_o{std::vector<float>(q.size(), std::nanf(""))};
-          RelayDecodeParams po = p;
-          po.workspace = ws_o.get();
-          po.out = out_o.get();
-          internal::RelayTuning t;
-          t.one_pass = true;
-          t.one_pass_parts = parts;
-          t.one_pass_form = form;
-          const internal::RelayOnePassForm f = internal::kRelayOnePassForms[form];
-          const std::string how = what + " (one pass, " + std::to_string(parts) + " parts, " +
-                                  std::to_string(f.key_tile) + "-key tiles, " + std::to_string(f.stages) + " stages";
-          ASSERT_TRUE(internal::LaunchRelayDecodeAttention(po, t, stream_).ok()) << how << ")";
-          Sync();
-          test_support::ExpectAttentionNear(out_o.ToHost(), want, rows, heads, d, how + " vs CPU)");
-          const std::vector<float> after = ws_o.ToHost();
-          EXPECT_TRUE(std::all_of(after.begin() + static_cast<std::ptrdiff_t>(ws_floats), after.end(),
-                                  [](float x) { return x == -7.0f; }))
-              << how << ": wrote past the workspace)";
-        }
+      // With programmatic dependent launch (Hopper) and the context part on the tensor cores,
+      // the default form is the three launches chained (kRelayChainedOnTensorCores): their
+      // bits; kRelayChainedNever keeps the three launches on one stream.
+      if (kernel == DecodeKernel::kTensorCores && groups > 0 && CurrentDeviceComputeCapability() >= 90) {
+        const std::vector<float> got_default = out_k.ToHost();
+        internal::RelayTuning chained_tc;
+        chained_tc.three_launches = chained_tc.chained = true;
+        chained_tc.system_form = internal::RelaySystemForm::kWgmmaWs;
+        chained_tc.context_kernel = DecodeKernel::kTensorCores;
+        ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pk, chained_tc, stream_).ok()) << form << ")";
+        Sync();
+        EXPECT_TRUE(out_k.ToHost() == got_default) << form << ", default): not the chained form's bits";
+        RelayDecodeParams never = pk;
+        never.chained_min_context_tokens = kRelayChainedNever;
+        ASSERT_TRUE(LaunchRelayDecodeAttention(never, stream_).ok()) << form << ")";
+        Sync();
+        const std::vector<float> got_never = out_k.ToHost();
+        internal::RelayTuning three_tc;
+        three_tc.three_launches = true;
+        three_tc.context_kernel = DecodeKernel::kTensorCores;
+        ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pk, three_tc, stream_).ok()) << form << ")";
+        Sync();
+        EXPECT_TRUE(out_k.ToHost() == got_never) << form << ", never chained): not the three launches' bits";
       }
     }
     {  // Split by the rows' mean context (RelayDecodeParams::typical_context_tokens), fused and

@@ -68,12 +68,14 @@ struct CudaModelOptions {
   // the step's stream, on a device with programmatic dependent launch (Hopper): the system
   // part first on the wgmma form, the decode a programmatic dependent of it (relay.h,
   // RelayDecodeParams::chained_min_context_tokens). Taken before the side stream; kept in
-  // the decode graphs. Negative (the default): never; 0: always (tests). Opt-in: in
-  // relay_step_bench's steps (64 rows, 4K prompt, 1K own) it is 0.94x the fused step in
-  // graphs and 0.97x in mixed steps; in the server's A/B, since split_uneven_rows, its
-  // decode steps are 1.05x the fused relay's and the inter-token time the same within 1%;
-  // on the H200, with the decode on the tensor cores, 0.97x the three launches' steps in
-  // relay_step_bench and 0.99x in the server (docs/BENCHMARKS.md).
+  // the decode graphs; 0: always (tests). The default, kRelayChainedOnTensorCores (-1):
+  // chained where the decode runs on the tensor cores (decode_kernel's rule: 4+ query heads
+  // a KV head on fast memory, e.g. the H200), where relay runs its three launches anyway;
+  // kRelayChainedNever (-2): never. On the H100 with the CUDA-core decode, in
+  // relay_step_bench's steps (64 rows, 4K prompt, 1K own) it was 0.94x the fused step in
+  // graphs, and in the server's A/B 1.05x the fused relay's decode steps; on the H200 with
+  // the tensor-core decode 0.96x the three launches' steps in relay_step_bench, 0.99x in the
+  // server at 1K own tokens and 0.97x at issue 15's 128 (docs/BENCHMARKS.md).
   int64_t relay_chained_min_tokens = -1;
   // Prefill steps with few query tiles over long histories (a returning turn's new tokens)
   // split each tile's keys across the SMs and merge the parts (kernels/attention/prefill.h).

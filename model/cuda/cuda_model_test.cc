@@ -9,6 +9,7 @@
 
 #include "kernels/attention/decode.h"
 #include "kernels/attention/prefill.h"
+#include "kernels/attention/relay.h"
 #include "kernels/gemm/gemm.h"
 #include "model/cpu/cpu_model.h"
 #include "model/cuda/cuda_model_test_support.h"
@@ -477,8 +478,8 @@ TEST_F(CudaModelTest, RelayDecodeGroupsGiveTheInlineLogitsAndGraphsEqualEager) {
     }
     EXPECT_EQ(tokens_of[0], tokens_of[1]) << form << ": relay decode steps as graphs differ from eager ones";
   };
-  relay_form(-1, -1);
-  relay_form(0, -1);
+  relay_form(-1, kernels::kRelayChainedNever);
+  relay_form(0, kernels::kRelayChainedNever);
   relay_form(-1, 0);
 }
 

@@ -55,8 +55,8 @@ ABSL_FLAG(int64_t, cuda_relay_beside_min_tokens, -1,
 ABSL_FLAG(int64_t, cuda_relay_chained_min_tokens, -1,
           "serve: on a Hopper GPU, relay attention's system part runs first on the wgmma form and the rows' decode "
           "as its programmatic dependent on the same stream, where the rows' own tokens (rows x longest context) "
-          "reach this many (kernels/attention/relay.h); -1 never: end to end it ties the default form "
-          "(docs/BENCHMARKS.md)");
+          "reach this many (kernels/attention/relay.h); -1: where the decode runs on the tensor cores (the H200: "
+          "faster there, docs/BENCHMARKS.md); -2: never");
 
 ABSL_FLAG(strata::kernels::DecodeKernel, cuda_decode_kernel, strata::kernels::DecodeKernel::kAuto,
           "serve: on the GPU, the kernel of decode steps' attention (relay's context part included): auto (the "

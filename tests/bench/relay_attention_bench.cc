@@ -32,10 +32,11 @@
 //                                                     >= 32 with the system part's split aimed at a
 //                                                     share of the SMs (RelayTuning::system_sms), the
 //                                                     decode on CUDA or tensor cores
-//   build/tests/bench/relay_attention_bench --one_pass  and after the table, the one-pass kernel
-//                                                     (RelayTuning::one_pass) at batch >= 32 over
-//                                                     its parts along the keys and forms (keys a
-//                                                     tile, cp.async stages)
+//   build/tests/bench/relay_attention_bench --reads   and after the table, at batch >= 32, a read
+//                                                     of relay's rows in three orders: the decode's
+//                                                     through shared memory (the column above), the
+//                                                     same into registers, and whole tokens
+//                                                     (cuda_bench_read_forms.cu)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -52,7 +53,6 @@
 #include "kernels/attention/prefill.h"
 #include "kernels/attention/prefill_launch.h"
 #include "kernels/attention/relay.h"
-#include "kernels/attention/relay_launch.h"
 #include "kernels/testing/paged_pool.h"
 #include "model/cuda/cuda_model.h"
 #include "tests/bench/cuda_bench.h"
@@ -145,17 +145,17 @@ float GraphMedianMs(cudaStream_t stream, int reps, Fn fn, Flush flush) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool sweep = false, share = false, one_pass = false;
+  bool sweep = false, share = false, reads = false;
   long long only_batch = 0, only_prompt = 0, only_ctx = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--sweep") == 0) {
       sweep = true;
     } else if (std::strcmp(argv[i], "--share") == 0) {
       share = true;
-    } else if (std::strcmp(argv[i], "--one_pass") == 0) {
-      one_pass = true;
+    } else if (std::strcmp(argv[i], "--reads") == 0) {
+      reads = true;
     } else if (std::sscanf(argv[i], "--shape=%lld,%lld,%lld", &only_batch, &only_prompt, &only_ctx) != 3) {
-      std::fprintf(stderr, "usage: relay_attention_bench [--sweep] [--share] [--one_pass] [--shape=batch,S,ctx]\n");
+      std::fprintf(stderr, "usage: relay_attention_bench [--sweep] [--share] [--reads] [--shape=batch,S,ctx]\n");
       return 2;
     }
   }
@@ -196,17 +196,6 @@ int main(int argc, char** argv) {
   share_table += " best: GB/s read, vs copy | largest rel. L2 diff vs three launches |\n|---|---|---|---|";
   for (size_t i = 0; i < shares.size(); ++i) share_table += "---|";
   share_table += "---|---|\n";
-  // The one-pass kernel's parts along the keys (0: its launch's rule) and stage counts.
-  const std::vector<int> one_pass_parts = {0, 1, 2, 3, 4, 6, 8, 12, 16};
-  std::string one_pass_table = "| batch | S | ctx | keys a tile, stages |";
-  for (int n : one_pass_parts) {
-    one_pass_table += n == 0 ? " rule's parts (ms) |" : " " + std::to_string(n) + " (ms) |";
-  }
-  one_pass_table +=
-      " best: GB/s read, vs copy | paged read of its rows (ms) | largest rel. L2 diff vs three launches |\n"
-      "|---|---|---|---|";
-  for (size_t i = 0; i < one_pass_parts.size(); ++i) one_pass_table += "---|";
-  one_pass_table += "---|---|---|\n";
   std::string read_table =
       "| batch | S | ctx | MB | cp.async, a warp a head (ms) | registers, a warp a head (ms) | registers, whole "
       "tokens (ms) | best read: GB/s, vs copy |\n|---|---|---|---|---|---|---|---|\n";
@@ -355,39 +344,7 @@ int main(int argc, char** argv) {
           std::snprintf(cell, sizeof(cell), " %.2e |\n", RelL2(fused_out, three_out));
           sweep_table += cell;
         }
-        if (one_pass && batch >= 32) {
-          std::vector<float> three_out(qh.size()), got(qh.size());
-          relay({2, 2, true});
-          CHECK_CUDA(cudaMemcpy(three_out.data(), out, qh.size() * sizeof(float), cudaMemcpyDeviceToHost));
-          for (int form = 0; form < strata::kernels::internal::RelayOnePassFormCount(); ++form) {
-            const strata::kernels::internal::RelayOnePassForm f = strata::kernels::internal::kRelayOnePassForms[form];
-            double worst = 0, best_ms = 1e30;
-            char cell[160];
-            std::snprintf(cell, sizeof(cell), "| %d | %lld | %lld | %d, %d |", batch, static_cast<long long>(prompt),
-                          static_cast<long long>(ctx), f.key_tile, f.stages);
-            std::string row = cell;
-            for (int n : one_pass_parts) {
-              strata::kernels::internal::RelayTuning t;
-              t.one_pass = true;
-              t.one_pass_parts = n;
-              t.one_pass_form = form;
-              const float ms = MedianMs(stream, 20, [&] { relay(t); }, flush);
-              best_ms = std::min<double>(best_ms, ms);
-              if (n == 0) {
-                std::snprintf(cell, sizeof(cell), " %.3f (%d) |", ms,
-                              strata::kernels::internal::RelayOnePassParts(shape, form));
-              } else {
-                std::snprintf(cell, sizeof(cell), " %.3f |", ms);
-              }
-              row += cell;
-              relay(t);
-              CHECK_CUDA(cudaMemcpy(got.data(), out, qh.size() * sizeof(float), cudaMemcpyDeviceToHost));
-              worst = std::max(worst, RelL2(got, three_out));
-            }
-            const double gbps = token_bytes * (prompt + batch * ctx) / (best_ms * 1e-3) / 1e9;
-            std::snprintf(cell, sizeof(cell), " %.0f, %.2f | %.3f | %.2e |\n", gbps, gbps / copy_gbps, read_ms, worst);
-            one_pass_table += row + cell;
-          }
+        if (reads && batch >= 32) {
           // What a read of the same rows gives, by order: the decode's (a warp a head) through
           // shared memory and into registers, and whole tokens (a block a sequence).
           auto form_ms = [&](bool whole) {
@@ -527,9 +484,7 @@ int main(int argc, char** argv) {
     std::printf("\nChained (wgmma system part, eager), its split aimed at a share of the SMs:\n\n%s",
                 share_table.c_str());
   }
-  if (one_pass) {
-    std::printf("\nThe one-pass kernel (RelayTuning::one_pass), by parts along the keys and form:\n\n%s",
-                one_pass_table.c_str());
+  if (reads) {
     std::printf("\nA read of relay's rows (the prompt once, every context), by order:\n\n%s", read_table.c_str());
   }
   return 0;

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/relay.h"
 #include "model/cuda/cuda_model.h"
 #include "tests/bench/cuda_bench.h"
 
@@ -211,19 +212,21 @@ int main(int argc, char** argv) {
   }
   std::printf("\n");
   std::printf(
-      "| form | graphs: step ms | vs fused | floor / step | eager: step ms | vs fused |\n|---|---|---|---|---|---|\n");
-  std::vector<Form> forms = {{"relay, fused (default)", true, -1, -1},
-                             {"relay, system part beside the decode", true, 0, -1},
+      "| form | graphs: step ms | vs the first | floor / step | eager: step ms | vs the first |\n|---|---|---|---|---|---|\n");
+  constexpr int64_t kNever = strata::kernels::kRelayChainedNever;
+  std::vector<Form> forms = {{"relay, the default (chained where the decode is on tensor cores)", true, -1, -1},
+                             {"relay, fused / three launches, never chained", true, -1, kNever},
+                             {"relay, system part beside the decode", true, 0, kNever},
                              {"relay, chained (system part on wgmma, decode its dependent)", true, -1, 0},
                              {"shared pages, no relay", false, -1, -1}};
   if (long_tokens > 0 || exponential) {
-    forms.push_back({"relay, fused, split for the longest row", true, -1, -1, false});
+    forms.push_back({"relay, the default, split for the longest row", true, -1, -1, false});
     forms.push_back({"relay, chained, split for the longest row", true, -1, 0, false});
     forms.push_back({"shared pages, split for the longest row", false, -1, -1, false});
   }
   if (tensor_decode) {
     constexpr strata::kernels::DecodeKernel kTc = strata::kernels::DecodeKernel::kTensorCores;
-    forms.push_back({"relay, three launches, decode on tensor cores", true, -1, -1, true, kTc});
+    forms.push_back({"relay, three launches, decode on tensor cores", true, -1, kNever, true, kTc});
     forms.push_back({"relay, chained, decode on tensor cores", true, -1, 0, true, kTc});
     forms.push_back({"shared pages, decode on tensor cores", false, -1, -1, true, kTc});
   }

@@ -247,7 +247,8 @@ run_bench_ssd() {
 # shared pages read by each session (pages: --cuda_relay_attention=false), not shared
 # (none), and relay with its system part beside the decode from 32K of the rows' own tokens
 # (beside: --cuda_relay_beside_min_tokens=32768), or chained before it on one stream (chained:
-# --cuda_relay_chained_min_tokens=32768); tc, chained-tc, pages-tc: relay, chained, pages
+# --cuda_relay_chained_min_tokens=32768; the default where the decode is on the tensor cores;
+# unchained: never, --cuda_relay_chained_min_tokens=-2); tc, chained-tc, pages-tc: relay, chained, pages
 # with every decode on the tensor cores (--cuda_decode_kernel=tensor); cuda: relay with every
 # decode on the CUDA cores (--cuda_decode_kernel=cuda). Env PROMPT_S and PROMPT_MODES narrow it; PROMPT_OWN sets the own tokens (128);
 # PROMPT_FLAGS adds serve flags to every mode.
@@ -263,6 +264,7 @@ run_prompts() {
         none) flags="$flags --min_shared_prompt_tokens=0" ;;
         beside) flags="$flags --cuda_relay_beside_min_tokens=32768" ;;
         chained) flags="$flags --cuda_relay_chained_min_tokens=32768" ;;
+        unchained) flags="$flags --cuda_relay_chained_min_tokens=-2" ;;
         tc) flags="$flags --cuda_decode_kernel=tensor" ;;
         cuda) flags="$flags --cuda_decode_kernel=cuda" ;;
         chained-tc) flags="$flags --cuda_relay_chained_min_tokens=32768 --cuda_decode_kernel=tensor" ;;
