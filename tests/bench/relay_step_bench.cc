@@ -3,7 +3,10 @@
 // random-weight model of Llama-3-8B shapes runs `rows` sequences on one shared prefix of
 // `prefix` tokens, each with `own` tokens after it, and times decode steps (CUDA graphs, as
 // the server runs them, and eager) in each form, one model per form:
-//   - relay, fused: the system and context parts in one grid (the model's default);
+//   - relay, the model's default: chained (below) where the decode runs on the tensor cores
+//     on Hopper (the H200), else the fused grid;
+//   - relay, never chained: the system and context parts in one grid (the three launches
+//     where the decode runs on the tensor cores);
 //   - relay, system part beside the decode on the model's second stream;
 //   - relay, chained: the system part (wgmma form) then the decode as its programmatic
 //     dependent, on the step's stream (Hopper; ordinary launches elsewhere);
