@@ -95,9 +95,10 @@ struct RelayDecodeParams {
   // the side stream; kRelayChainedNever: never. With the CUDA-core decode on the H100 it
   // tied the three launches at the kernel (up to 10% faster at 128-token contexts, up to 5%
   // slower at 1K) and the fused launch in the server; with the tensor-core decode on the
-  // H200 it beats the three launches at the kernel at 32 and 64 rows (64 x 4K x 128: 0.041
-  // against 0.051 ms), in whole decode steps (relay_step_bench 0.96x) and in the server
-  // (issue 15's table at S = 4096: decode steps 7.23 against 7.44 ms; docs/BENCHMARKS.md).
+  // H200 it beats the three launches at the kernel at 11 of 12 shapes of 32 and 64 rows (64
+  // x 4K x 128: 0.040 against 0.049 ms), in whole decode steps (relay_step_bench 0.95-0.96x)
+  // and in the server (issue 15's table at S = 4096: decode steps 0.97-0.99x;
+  // docs/BENCHMARKS.md).
   int64_t chained_min_context_tokens = kRelayChainedOnTensorCores;
   // The rows' typical context (their mean) where they differ: the context part's split has
   // parts no longer than it (decode.h's DecodeAttentionParams::typical_tokens). 0: every
