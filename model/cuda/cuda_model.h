@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/attention/decode.h"
+#include "kernels/attention/relay.h"
 #include "model/model_backend.h"
 #include "model/model_weights.h"
 
@@ -76,7 +77,7 @@ struct CudaModelOptions {
   // graphs, and in the server's A/B 1.05x the fused relay's decode steps; on the H200 with
   // the tensor-core decode 0.96x the three launches' steps in relay_step_bench, 0.99x in the
   // server at 1K own tokens and 0.97x at issue 15's 128 (docs/BENCHMARKS.md).
-  int64_t relay_chained_min_tokens = -1;
+  int64_t relay_chained_min_tokens = kernels::kRelayChainedOnTensorCores;
   // Prefill steps with few query tiles over long histories (a returning turn's new tokens)
   // split each tile's keys across the SMs and merge the parts (kernels/attention/prefill.h).
   // Off: one block per tile walks every key (kept for the benchmark's comparison).

@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/string_view.h"
 #include "kernels/attention/decode.h"
+#include "kernels/attention/relay.h"
 
 // --cuda_decode_kernel's values: auto, cuda, tensor.
 namespace strata::kernels {
@@ -52,7 +53,7 @@ ABSL_FLAG(int64_t, cuda_relay_beside_min_tokens, -1,
           "serve: on the GPU, relay attention's system part runs on a second stream beside the rows' decode where "
           "the rows' own tokens (rows x longest context) reach this many (32768: the kernel's measured rule, "
           "kernels/attention/relay.h); -1 never: end to end it measured slower (docs/BENCHMARKS.md)");
-ABSL_FLAG(int64_t, cuda_relay_chained_min_tokens, -1,
+ABSL_FLAG(int64_t, cuda_relay_chained_min_tokens, strata::kernels::kRelayChainedOnTensorCores,
           "serve: on a Hopper GPU, relay attention's system part runs first on the wgmma form and the rows' decode "
           "as its programmatic dependent on the same stream, where the rows' own tokens (rows x longest context) "
           "reach this many (kernels/attention/relay.h); -1: where the decode runs on the tensor cores (the H200: "

@@ -88,7 +88,7 @@ cudaError_t ReadFlushAsync(const void* buffer, size_t bytes, float* sink, cudaSt
 cudaError_t PagedReadAsync(const kernels::PagedKv& kv, int batch, int64_t max_tokens, float* sink,
                            cudaStream_t stream);
 
-// Two plain reads of the same rows into registers (cuda_bench_read_forms.cu): the decode's
+// Two plain reads of the same rows into registers (cuda_bench_paged_read.cu as well): the decode's
 // order (one warp per KV head, sequence and part, its head's rows) or, with whole_tokens,
 // each page's K and V whole by one block per sequence and part.
 cudaError_t PagedReadFormAsync(const kernels::PagedKv& kv, int batch, int64_t max_tokens, bool whole_tokens,

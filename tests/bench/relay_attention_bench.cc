@@ -36,7 +36,7 @@
 //                                                     of relay's rows in three orders: the decode's
 //                                                     through shared memory (the column above), the
 //                                                     same into registers, and whole tokens
-//                                                     (cuda_bench_read_forms.cu)
+//                                                     (cuda_bench_paged_read.cu)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

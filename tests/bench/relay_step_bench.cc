@@ -217,32 +217,33 @@ int main(int argc, char** argv) {
   std::printf(
       "| form | graphs: step ms | vs the first | floor / step | eager: step ms | vs the first |\n|---|---|---|---|---|---|\n");
   constexpr int64_t kNever = strata::kernels::kRelayChainedNever;
-  std::vector<Form> forms = {{"relay, the default (chained where the decode is on tensor cores)", true, -1, -1},
+  constexpr int64_t kAuto = strata::kernels::kRelayChainedOnTensorCores;
+  std::vector<Form> forms = {{"relay, the default (chained where the decode is on tensor cores)", true, -1, kAuto},
                              {"relay, fused / three launches, never chained", true, -1, kNever},
                              {"relay, system part beside the decode", true, 0, kNever},
                              {"relay, chained (system part on wgmma, decode its dependent)", true, -1, 0},
-                             {"shared pages, no relay", false, -1, -1}};
+                             {"shared pages, no relay", false, -1, kAuto}};
   if (long_tokens > 0 || exponential) {
-    forms.push_back({"relay, the default, split for the longest row", true, -1, -1, false});
+    forms.push_back({"relay, the default, split for the longest row", true, -1, kAuto, false});
     forms.push_back({"relay, chained, split for the longest row", true, -1, 0, false});
-    forms.push_back({"shared pages, split for the longest row", false, -1, -1, false});
+    forms.push_back({"shared pages, split for the longest row", false, -1, kAuto, false});
   }
   if (tensor_decode) {
     constexpr strata::kernels::DecodeKernel kTc = strata::kernels::DecodeKernel::kTensorCores;
     forms.push_back({"relay, three launches, decode on tensor cores", true, -1, kNever, true, kTc});
     forms.push_back({"relay, chained, decode on tensor cores", true, -1, 0, true, kTc});
-    forms.push_back({"shared pages, decode on tensor cores", false, -1, -1, true, kTc});
+    forms.push_back({"shared pages, decode on tensor cores", false, -1, kAuto, true, kTc});
   }
-  double fused[2] = {0, 0}, weight_bytes = 0;
+  double first[2] = {0, 0}, weight_bytes = 0;  // the first form's steps, what the others are against
   for (const Form& f : forms) {
     double t[2];
     for (int graphs = 1; graphs >= 0; --graphs) {
       t[graphs] = TimeForm(&weight_bytes, c, f, graphs == 1, rows, prefix, owns, steps, chunk, long_tokens);
       if (t[graphs] < 0) return 1;
-      if (&f == &forms[0]) fused[graphs] = t[graphs];
+      if (&f == &forms[0]) first[graphs] = t[graphs];
     }
-    std::printf("| %s | %.3f | %.3f | %.2f | %.3f | %.3f |\n", f.name, t[1] * 1e3, t[1] / fused[1],
-                floor_s(weight_bytes) / t[1], t[0] * 1e3, t[0] / fused[0]);
+    std::printf("| %s | %.3f | %.3f | %.2f | %.3f | %.3f |\n", f.name, t[1] * 1e3, t[1] / first[1],
+                floor_s(weight_bytes) / t[1], t[0] * 1e3, t[0] / first[0]);
     std::fflush(stdout);
   }
   return 0;

@@ -252,24 +252,28 @@ run_bench_ssd() {
 # with every decode on the tensor cores (--cuda_decode_kernel=tensor); cuda: relay with every
 # decode on the CUDA cores (--cuda_decode_kernel=cuda). Env PROMPT_S and PROMPT_MODES narrow it; PROMPT_OWN sets the own tokens (128);
 # PROMPT_FLAGS adds serve flags to every mode.
+# The serve flags of a shared-prompt mode (run_prompts' list above; relay and warm: none).
+prompt_mode_flags() {
+  case $1 in
+    pages) echo "--cuda_relay_attention=false" ;;
+    none) echo "--min_shared_prompt_tokens=0" ;;
+    beside) echo "--cuda_relay_beside_min_tokens=32768" ;;
+    chained) echo "--cuda_relay_chained_min_tokens=32768" ;;
+    unchained) echo "--cuda_relay_chained_min_tokens=-2" ;;
+    tc) echo "--cuda_decode_kernel=tensor" ;;
+    cuda) echo "--cuda_decode_kernel=cuda" ;;
+    chained-tc) echo "--cuda_relay_chained_min_tokens=32768 --cuda_decode_kernel=tensor" ;;
+    pages-tc) echo "--cuda_relay_attention=false --cuda_decode_kernel=tensor" ;;
+  esac
+}
 run_prompts() {
   for S in ${PROMPT_S:-0 2048 4096}; do
     for mode in ${PROMPT_MODES:-relay warm pages none}; do
       [ "$S" = 0 ] && [ "$mode" != relay ] && continue
       local flags="$SERVE8B --host_cache_bytes=$((64 << 30)) --max_batch=64 ${PROMPT_FLAGS:-}"
       local sys="--system_prompts=1 --system_prompt_tokens=$S"; [ "$S" = 0 ] && sys="--system_prompts=0"
-      case $mode in
-        warm) sys="$sys --warm_system_prompts" ;;
-        pages) flags="$flags --cuda_relay_attention=false" ;;
-        none) flags="$flags --min_shared_prompt_tokens=0" ;;
-        beside) flags="$flags --cuda_relay_beside_min_tokens=32768" ;;
-        chained) flags="$flags --cuda_relay_chained_min_tokens=32768" ;;
-        unchained) flags="$flags --cuda_relay_chained_min_tokens=-2" ;;
-        tc) flags="$flags --cuda_decode_kernel=tensor" ;;
-        cuda) flags="$flags --cuda_decode_kernel=cuda" ;;
-        chained-tc) flags="$flags --cuda_relay_chained_min_tokens=32768 --cuda_decode_kernel=tensor" ;;
-        pages-tc) flags="$flags --cuda_relay_attention=false --cuda_decode_kernel=tensor" ;;
-      esac
+      [ "$mode" = warm ] && sys="$sys --warm_system_prompts"
+      flags="$flags $(prompt_mode_flags "$mode")"
       "$B/strata" bench --sessions=64 --rate=1000 --turns=1 --prompt_tokens="${PROMPT_OWN:-128}" --output_tokens=128 \
         --max_output_tokens=128 --max_context_tokens=16384 $sys --serve_flags="$flags" --json="$OUT/bench-prompts-$S-$mode.json" \
         >"$OUT/bench-prompts-$S-$mode.txt" 2>"$OUT/bench-prompts-$S-$mode.err"
@@ -285,11 +289,7 @@ run_prompts() {
 # meets 1 s (strata bench --find_rate), relay vs shared pages vs not shared (RATE_MODES).
 run_rate() {
   for mode in ${RATE_MODES:-relay pages none}; do
-    local flags="$SERVE8B --host_cache_bytes=$((64 << 30)) --max_batch=64"
-    case $mode in
-      pages) flags="$flags --cuda_relay_attention=false" ;;
-      none) flags="$flags --min_shared_prompt_tokens=0" ;;
-    esac
+    local flags="$SERVE8B --host_cache_bytes=$((64 << 30)) --max_batch=64 $(prompt_mode_flags "$mode")"
     timeout "${RATE_TIMEOUT:-280}" "$B/strata" bench --find_rate --rate=${RATE_START:-4} --slo_ttft_ms=1000 \
       --find_rate_probes=${RATE_PROBES:-6} --sessions=64 --turns=2 --think_s=1 --prompt_tokens=128 \
       --output_tokens=128 --max_output_tokens=128 --max_context_tokens=16384 --system_prompts=1 \
@@ -315,14 +315,7 @@ run_relay() {
 run_prompts_many() {
   for mode in ${PROMPTS_MANY_MODES:-relay}; do
     local flags="$SERVE8B --host_cache_bytes=$((64 << 30)) --max_batch=64"
-    case $mode in
-      pages) flags="$flags --cuda_relay_attention=false" ;;
-      none) flags="$flags --min_shared_prompt_tokens=0" ;;
-      beside) flags="$flags --cuda_relay_beside_min_tokens=32768" ;;
-      chained) flags="$flags --cuda_relay_chained_min_tokens=32768" ;;
-      tc) flags="$flags --cuda_decode_kernel=tensor" ;;
-      chained-tc) flags="$flags --cuda_relay_chained_min_tokens=32768 --cuda_decode_kernel=tensor" ;;
-    esac
+    flags="$flags $(prompt_mode_flags "$mode")"
     "$B/strata" bench --sessions=64 --rate=1000 --turns=2 --think_s=0.2 --prompt_tokens=640 --output_tokens=64 \
       --max_output_tokens=64 --max_context_tokens=16384 --system_prompts=3 --system_prompt_tokens=4096 \
       --compare=cache_off --max_differing_turns="${PROMPTS_MANY_MAX_DIFFER:-32}" --serve_flags="$flags" \
