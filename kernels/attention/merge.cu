@@ -1,6 +1,7 @@
 // The (o, lse) merge of partial attentions (plain CUDA C++, no Abseil): see merge_launch.h.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/attention/merge_launch.h"
@@ -46,16 +47,34 @@ __global__ void MergePartsKernel(const float* ws_o, const float* ws_lse, int spl
 }
 
 constexpr int kRowMergeWarps = 4;
+constexpr int kFewParts = 8;  // MergeRowPartsKernel's parts loaded all at once
+
+std::atomic<int> parts_at_once{kFewParts};  // SetMergeLoadsAtOnceForBenchmarks
+
+// A lane's 4 merged dims, acc / total, into out's row (or out_bf16's).
+__device__ __forceinline__ void StoreMerged(float4 acc, float total, bool active, int d, int64_t item, int head_dim,
+                                            float* out_row, uint16_t* out_bf16) {
+  if (!active) return;
+  const float4 r = total > 0.0f ? make_float4(acc.x / total, acc.y / total, acc.z / total, acc.w / total)
+                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (out_bf16 != nullptr) {  // 8-byte aligned: the launch checked the row start, head_dim % 4 == 0
+    *reinterpret_cast<uint2*>(out_bf16 + item * head_dim + d) = make_uint2(NarrowPair(r.x, r.y), NarrowPair(r.z, r.w));
+  } else {
+    *reinterpret_cast<float4*>(out_row + d) = r;
+  }
+}
 
 // One warp per (row, head): the parts' weights exp(lse - max) one a lane (32 at a time,
-// passed round by shuffles), each lane accumulating 4 dims (float4) of every part. With
+// passed round by shuffles), each lane accumulating 4 dims (float4) of every part; up to
+// at_once (kFewParts, or 0 to compare) parts at head_dim <= 128, every part's lse and dims
+// loaded at once instead. With
 // out_lse, `out` holds one more part on entry (taken first, as MergePartsKernel does); with
 // lse, the merged lse is written. Each output element is read and written by one lane.
 __global__ void __launch_bounds__(kRowMergeWarps * 32)
     MergeRowPartsKernel(const float* __restrict__ ws_o, const float* __restrict__ ws_lse, int row_parts,
                         int full_rows, int few_parts, int rows, int num_heads, int head_dim,
                         const float* __restrict__ out_lse, float* out, float* __restrict__ lse_out,
-                        uint16_t* __restrict__ out_bf16) {
+                        uint16_t* __restrict__ out_bf16, int at_once) {
   const int lane = threadIdx.x & 31;
   const int64_t item = int64_t{blockIdx.x} * kRowMergeWarps + (threadIdx.x >> 5);
   if (item >= int64_t{rows} * num_heads) return;  // a whole warp
@@ -65,6 +84,45 @@ __global__ void __launch_bounds__(kRowMergeWarps * 32)
   const float* o = ws_o + (int64_t{b} * row_parts * num_heads + h) * head_dim;
   const int64_t part_stride = int64_t{num_heads} * head_dim;
   const float base = out_lse != nullptr ? out_lse[item] : -INFINITY;
+  float* const out_row = out + item * head_dim;
+  if (parts <= at_once && head_dim <= 128) {
+    // Few parts (relay's system part, a decode's few splits): every load issued before the
+    // first is used, every part's lse by every lane and this lane's 4 dims of each part, so the
+    // warp waits for memory once (the loop below waits a round for the lse, then for each
+    // group of parts).
+    const int d = lane * 4;
+    const bool active = d < head_dim;
+    float l[kFewParts];
+    float4 v[kFewParts];
+#pragma unroll
+    for (int s = 0; s < kFewParts; ++s) {
+      l[s] = s < parts ? lse[int64_t{s} * num_heads] : -INFINITY;
+      v[s] = s < parts && active ? *reinterpret_cast<const float4*>(o + s * part_stride + d)
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    const float4 base_v = active && base != -INFINITY ? *reinterpret_cast<const float4*>(out_row + d)
+                                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float m = base;
+#pragma unroll
+    for (int s = 0; s < kFewParts; ++s) m = fmaxf(m, l[s]);
+    const float base_w = base == -INFINITY ? 0.0f : expf(base - m);
+    float total = base_w;
+    float4 acc = make_float4(base_w * base_v.x, base_w * base_v.y, base_w * base_v.z, base_w * base_v.w);
+#pragma unroll
+    for (int s = 0; s < kFewParts; ++s) {
+      const float w = l[s] == -INFINITY ? 0.0f : expf(l[s] - m);
+      total += w;
+      if (w > 0.0f) {
+        acc.x += w * v[s].x;
+        acc.y += w * v[s].y;
+        acc.z += w * v[s].z;
+        acc.w += w * v[s].w;
+      }
+    }
+    StoreMerged(acc, total, active, d, item, head_dim, out_row, out_bf16);
+    if (lse_out != nullptr && lane == 0) lse_out[item] = total > 0.0f ? m + logf(total) : -INFINITY;
+    return;
+  }
   float m = base;
   for (int s = lane; s < parts; s += 32) m = fmaxf(m, lse[int64_t{s} * num_heads]);
   for (int x = 16; x > 0; x >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
@@ -76,7 +134,6 @@ __global__ void __launch_bounds__(kRowMergeWarps * 32)
   }
   for (int x = 16; x > 0; x >>= 1) total += __shfl_xor_sync(0xffffffffu, total, x);
   total += base_w;
-  float* const out_row = out + item * head_dim;
   // Every lane runs every round (the shuffles need the whole warp); lanes past head_dim load nothing.
   for (int d0 = 0; d0 < head_dim; d0 += 128) {
     const int d = d0 + lane * 4;
@@ -102,15 +159,7 @@ __global__ void __launch_bounds__(kRowMergeWarps * 32)
         }
       }
     }
-    if (active) {
-      const float4 r = total > 0.0f ? make_float4(acc.x / total, acc.y / total, acc.z / total, acc.w / total)
-                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (out_bf16 != nullptr) {  // 8-byte aligned: the launch checked the row start, head_dim % 4 == 0
-        *reinterpret_cast<uint2*>(out_bf16 + item * head_dim + d) = make_uint2(NarrowPair(r.x, r.y), NarrowPair(r.z, r.w));
-      } else {
-        *reinterpret_cast<float4*>(out_row + d) = r;
-      }
-    }
+    StoreMerged(acc, total, active, d, item, head_dim, out_row, out_bf16);
   }
   if (lse_out != nullptr && lane == 0) lse_out[item] = total > 0.0f ? m + logf(total) : -INFINITY;
 }
@@ -123,7 +172,7 @@ cudaError_t MergeRowPartsAsync(const float* ws_o, const float* ws_lse, int row_p
   const unsigned blocks = static_cast<unsigned>((items + kRowMergeWarps - 1) / kRowMergeWarps);
   MergeRowPartsKernel<<<blocks, kRowMergeWarps * 32, 0, stream>>>(ws_o, ws_lse, row_parts, full_rows, few_parts,
                                                                   rows, num_heads, head_dim, nullptr, out, nullptr,
-                                                                  nullptr);
+                                                                  nullptr, parts_at_once.load());
   return cudaGetLastError();
 }
 
@@ -137,12 +186,15 @@ cudaError_t MergeStatesAsync(const float* ws_o, const float* ws_lse, int splits,
   if (head_dim % 4 == 0 && IsAligned(ws_o, 16) && IsAligned(out, 16) && IsAligned(out_bf16, 8)) {
     const unsigned blocks = static_cast<unsigned>((items + kRowMergeWarps - 1) / kRowMergeWarps);
     MergeRowPartsKernel<<<blocks, kRowMergeWarps * 32, 0, stream>>>(ws_o, ws_lse, splits, rows, splits, rows,
-                                                                    num_heads, head_dim, out_lse, out, lse, out_bf16);
+                                                                    num_heads, head_dim, out_lse, out, lse, out_bf16,
+                                                                    parts_at_once.load());
     return cudaGetLastError();
   }
   MergePartsKernel<<<dim3(num_heads, rows), kMergeThreads, 0, stream>>>(ws_o, ws_lse, splits, num_heads, head_dim,
                                                                          out_lse, out, lse, out_bf16);
   return cudaGetLastError();
 }
+
+void SetMergeLoadsAtOnceForBenchmarks(bool at_once) { parts_at_once.store(at_once ? kFewParts : 0); }
 
 }  // namespace strata::kernels::internal

@@ -33,6 +33,10 @@ cudaError_t MergeStatesAsync(const float* ws_o, const float* ws_lse, int splits,
 cudaError_t MergeRowPartsAsync(const float* ws_o, const float* ws_lse, int row_parts, int full_rows, int few_parts,
                                int rows, int num_heads, int head_dim, float* out, cudaStream_t stream);
 
+// The warp-per-row merge loads up to 8 parts' rows at once (the default); false: part by part
+// in groups of 4, as before, for benchmarks that compare the two (docs/BENCHMARKS.md).
+void SetMergeLoadsAtOnceForBenchmarks(bool at_once);
+
 }  // namespace strata::kernels::internal
 
 #endif  // STRATA_KERNELS_ATTENTION_MERGE_LAUNCH_H_

@@ -32,6 +32,9 @@
 //                                                     >= 32 with the system part's split aimed at a
 //                                                     share of the SMs (RelayTuning::system_sms), the
 //                                                     decode on CUDA or tensor cores
+//   build/tests/bench/relay_attention_bench --merge_part_by_part   the merges load their parts
+//                                                     a group of 4 at a time, as before the
+//                                                     loads at once (merge_launch.h)
 //   build/tests/bench/relay_attention_bench --reads   and after the table, at batch >= 32, a read
 //                                                     of relay's rows in three orders: the decode's
 //                                                     through shared memory (the column above), the
@@ -50,6 +53,7 @@
 #include <vector>
 
 #include "kernels/attention/decode.h"
+#include "kernels/attention/merge_launch.h"
 #include "kernels/attention/prefill.h"
 #include "kernels/attention/prefill_launch.h"
 #include "kernels/attention/relay.h"
@@ -154,8 +158,11 @@ int main(int argc, char** argv) {
       share = true;
     } else if (std::strcmp(argv[i], "--reads") == 0) {
       reads = true;
+    } else if (std::strcmp(argv[i], "--merge_part_by_part") == 0) {
+      strata::kernels::internal::SetMergeLoadsAtOnceForBenchmarks(false);
     } else if (std::sscanf(argv[i], "--shape=%lld,%lld,%lld", &only_batch, &only_prompt, &only_ctx) != 3) {
-      std::fprintf(stderr, "usage: relay_attention_bench [--sweep] [--share] [--reads] [--shape=batch,S,ctx]\n");
+      std::fprintf(stderr, "usage: relay_attention_bench [--sweep] [--share] [--reads] [--shape=batch,S,ctx] "
+                   "[--merge_part_by_part]\n");
       return 2;
     }
   }

@@ -16,7 +16,7 @@
 // CopyCeiling, L2 flushed).
 //
 //   relay_step_bench [--shape=ROWS,PREFIX,OWN] (default 64,4096,1024) [--steps=N] [--chunk=N]
-//                    [--long=N] [--exponential] [--tensor_decode]
+//                    [--long=N] [--exponential] [--tensor_decode] [--merge_part_by_part]
 // --chunk=N: every step also prefills N tokens of a new sequence on the prefix (mixed steps;
 // the server's default step budget is 512 tokens, so 64 decodes leave 448).
 // --long=N: one more sequence decodes in every step, not on the prefix, of N tokens (a batch's
@@ -26,6 +26,8 @@
 // --exponential: each row's own tokens drawn from an exponential distribution of mean OWN
 // (seeded; at least 1, at most 8 x OWN), as strata bench draws a turn's new tokens, with the
 // relay forms again split for the longest row.
+// --merge_part_by_part: the merges load their parts a group of 4 at a time, as before the
+// loads at once (merge_launch.h), for the comparison.
 // --tensor_decode: the forms again with every decode (relay's context part included) on the
 // tensor cores (CudaModelOptions::decode_kernel; relay then runs as three launches).
 // Without a GPU it says so and exits 0.
@@ -41,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/merge_launch.h"
 #include "kernels/attention/relay.h"
 #include "model/cuda/cuda_model.h"
 #include "tests/bench/cuda_bench.h"
@@ -161,6 +164,10 @@ int main(int argc, char** argv) {
     if (std::sscanf(argv[i], "--steps=%d", &steps) == 1) continue;
     if (std::sscanf(argv[i], "--chunk=%d", &chunk) == 1) continue;
     if (std::sscanf(argv[i], "--long=%d", &long_tokens) == 1) continue;
+    if (std::strcmp(argv[i], "--merge_part_by_part") == 0) {
+      strata::kernels::internal::SetMergeLoadsAtOnceForBenchmarks(false);
+      continue;
+    }
     if (std::strcmp(argv[i], "--exponential") == 0) {
       exponential = true;
       continue;
@@ -170,7 +177,7 @@ int main(int argc, char** argv) {
       continue;
     }
     std::fprintf(stderr, "usage: relay_step_bench [--shape=ROWS,PREFIX,OWN] [--steps=N] [--chunk=N] [--long=N] [--exponential] "
-                 "[--tensor_decode]\n");
+                 "[--tensor_decode] [--merge_part_by_part]\n");
     return 2;
   }
   if (CudaModel::DeviceCount() == 0) {
