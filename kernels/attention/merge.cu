@@ -67,9 +67,9 @@ __device__ __forceinline__ void StoreMerged(float4 acc, float total, bool active
 // One warp per (row, head): the parts' weights exp(lse - max) one a lane (32 at a time,
 // passed round by shuffles), each lane accumulating 4 dims (float4) of every part; up to
 // at_once (kFewParts, or 0 to compare) parts at head_dim <= 128, every part's lse and dims
-// loaded at once instead. With
-// out_lse, `out` holds one more part on entry (taken first, as MergePartsKernel does); with
-// lse, the merged lse is written. Each output element is read and written by one lane.
+// loaded at once instead. With out_lse, `out` holds one more part on entry (taken first, as
+// MergePartsKernel does); with lse, the merged lse is written. Each output element is read
+// and written by one lane.
 __global__ void __launch_bounds__(kRowMergeWarps * 32)
     MergeRowPartsKernel(const float* __restrict__ ws_o, const float* __restrict__ ws_lse, int row_parts,
                         int full_rows, int few_parts, int rows, int num_heads, int head_dim,
