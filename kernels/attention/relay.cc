@@ -1,6 +1,7 @@
 #include "kernels/attention/relay.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <limits>
 
@@ -35,6 +36,8 @@ constexpr int kContextBlocksPerSm = 2;
 constexpr int64_t kManyContextTokens = 64 * 1024;
 constexpr int kManyContextBlocksPerSm = 4;
 
+std::atomic<int64_t> chained_min_part_keys{internal::kRelayChainedMinPartKeys};  // ...ForBenchmarks
+
 using internal::Align4Floats;
 using internal::IsAligned;
 
@@ -59,18 +62,23 @@ int SystemSplits(const RelayShape& s, int blocks_per_sm = kSysBlocksPerSm) {
 // Parts along the prefix for the three launches' system part (64-key tiles): whole rounds
 // of the SMs (WholeRoundParts, decode_parts.h), parts of at least kMinSplitKeys. tile_rows: the form's query rows a block (64, or 128 for two warpgroups); blocks_per_sm:
 // how many of its blocks an SM holds.
-// sms: the SMs the split aims at (0: all of them).
-int ThreeLaunchSplits(const RelayShape& s, int tile_rows, int blocks_per_sm, int sms = 0) {
+// sms: the SMs the split aims at (0: all of them); min_part_keys: the shortest part where the
+// prefix holds kRelayChainedMinParts of them (else, and at 0, kMinSplitKeys).
+int ThreeLaunchSplits(const RelayShape& s, int tile_rows, int blocks_per_sm, int sms = 0, int64_t min_part_keys = 0) {
   if (s.groups <= 0 || s.kv_heads <= 0) return 1;
-  const int most = static_cast<int>(std::clamp<int64_t>(s.max_prefix_tokens / kMinSplitKeys, 1, 64));
+  const int64_t min_keys =
+      s.max_prefix_tokens / std::max<int64_t>(1, min_part_keys) >= internal::kRelayChainedMinParts
+          ? std::max(min_part_keys, kMinSplitKeys)
+          : kMinSplitKeys;
+  const int most = static_cast<int>(std::clamp<int64_t>(s.max_prefix_tokens / min_keys, 1, 64));
   const int device_sms = CurrentDeviceSmCount();
   const int64_t round = sms > 0 ? std::min(sms, device_sms) : device_sms;
   return WholeRoundParts(SystemBlocks(s, tile_rows), int64_t{blocks_per_sm} * round, (s.max_prefix_tokens + 63) / 64,
                          most);
 }
-int ThreeLaunchSplits(const RelayShape& s, internal::RelaySystemForm form, int sms = 0) {
-  if (form == internal::RelaySystemForm::kWgmmaWs) return ThreeLaunchSplits(s, 128, 1, sms);
-  return ThreeLaunchSplits(s, 64, kSysBlocksPerSm, sms);
+int ThreeLaunchSplits(const RelayShape& s, internal::RelaySystemForm form, int sms = 0, int64_t min_part_keys = 0) {
+  if (form == internal::RelaySystemForm::kWgmmaWs) return ThreeLaunchSplits(s, 128, 1, sms, min_part_keys);
+  return ThreeLaunchSplits(s, 64, kSysBlocksPerSm, sms, min_part_keys);
 }
 
 // The fused launch's parts along each row's own tokens, by the split-K decode's rule
@@ -99,7 +107,8 @@ bool FusedShape(const RelayShape& s, DecodeKernel context_kernel) {
 
 int64_t ThreeLaunchWorkspaceFloats(const RelayShape& s, const internal::RelayTuning& t = {}) {
   const int splits = std::max({ThreeLaunchSplits(s, 64, kSysBlocksPerSm), ThreeLaunchSplits(s, 128, 1),
-                               ThreeLaunchSplits(s, t.system_form, t.system_sms)});
+                               ThreeLaunchSplits(s, t.system_form, t.system_sms),
+                               ThreeLaunchSplits(s, t.system_form, t.system_sms, t.system_min_part_keys)});
   return Align4Floats(DecodeWorkspaceFloats(s.rows, s.num_heads, s.head_dim, s.max_context_tokens)) +
          Align4Floats(int64_t{s.rows} * s.num_heads) +
          Align4Floats(int64_t{s.grouped_rows} * splits * s.num_heads * s.head_dim) +
@@ -144,6 +153,7 @@ internal::RelayTuning DefaultTuning(const RelayShape& s, const RelayDecodeParams
   auto chain = [&] {
     t.three_launches = t.chained = true;
     t.system_form = internal::RelaySystemForm::kWgmmaWs;
+    t.system_min_part_keys = chained_min_part_keys.load(std::memory_order_relaxed);
   };
   if (p.chained_min_context_tokens >= 0 && context_tokens >= p.chained_min_context_tokens && dependents) {
     chain();
@@ -260,7 +270,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, co
   } else if (absl::Status s = CheckContextPart(p); !s.ok()) {
     return s;
   }
-  const int splits = ThreeLaunchSplits(shape, form, t.system_sms);
+  const int splits = ThreeLaunchSplits(shape, form, t.system_sms, t.system_min_part_keys);
   float* parts_lse = parts_o + Align4Floats(int64_t{p.grouped_rows} * splits * head_floats);
   PrefillAttentionTcParams prompt_part{p.q,         p.prefixes, p.group_rows,     p.groups, p.grouped_rows,
                                        p.num_heads, p.scale,    p.max_group_rows, nullptr,  nullptr};
@@ -312,9 +322,11 @@ int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTun
   return FusedShape(s, DecodeKernel::kCudaCores) ? std::max(three, FusedWorkspaceFloats(s, t)) : three;
 }
 
-int internal::RelaySystemSplits(const RelayShape& s, RelaySystemForm form, int sms) {
-  return ThreeLaunchSplits(s, form, sms);
+int internal::RelaySystemSplits(const RelayShape& s, RelaySystemForm form, int sms, int64_t min_part_keys) {
+  return ThreeLaunchSplits(s, form, sms, min_part_keys);
 }
+
+void internal::SetRelayChainedMinPartKeysForBenchmarks(int64_t keys) { chained_min_part_keys.store(keys); }
 
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, cudaStream_t stream) {
   return internal::LaunchRelayDecodeAttention(p, DefaultTuning(ShapeOf(p), p), stream);
@@ -353,7 +365,8 @@ absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, co
 
 int64_t RelayDecodeWorkspaceFloats(const RelayShape&) { return 0; }
 int64_t internal::RelayDecodeWorkspaceFloats(const RelayShape&, const RelayTuning&) { return 0; }
-int internal::RelaySystemSplits(const RelayShape&, RelaySystemForm, int) { return 1; }
+int internal::RelaySystemSplits(const RelayShape&, RelaySystemForm, int, int64_t) { return 1; }
+void internal::SetRelayChainedMinPartKeysForBenchmarks(int64_t) {}
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams&, cudaStream_t) { return internal::NoCuda(); }
 absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams&, const RelayTuning&, cudaStream_t) {
   return internal::NoCuda();

@@ -125,8 +125,21 @@ namespace internal {
 // Hopper's warp-specialised wgmma form (prefill_launch.h; 128-row tiles, one block an SM;
 // mma.sync on a device without it). The Hopper form is 1.5x mma.sync's rate at 64 rows of
 // an 8K prompt, but it takes the three launches, which lose end to end (above), so only the
-// chained form (opt-in), relay_attention_bench and the tests take it (docs/BENCHMARKS.md).
+// chained form (the default where the decode runs on the tensor cores), relay_attention_bench
+// and the tests take it (docs/BENCHMARKS.md).
 enum class RelaySystemForm { kMmaSync, kWgmmaWs };
+
+// The default chained form (the decode a programmatic dependent of the wgmma system part,
+// taking the SMs its blocks leave from the start) splits the prompt in parts of at least
+// kRelayChainedMinPartKeys where the prompt holds kRelayChainedMinParts of them (4K+ tokens):
+// shorter parts are mostly their blocks' prologue and epilogue, and their merge costs more
+// than the SMs they would take from the decode (relay_attention_bench on the H200: 32 x 4K x
+// 1K 0.071 -> 0.053 ms; relay_step_bench 64 x 4K x 128 6.12 -> 5.92 ms a step). Fewer parts
+// are slower: at a 1K prompt one part leaves the system part's few blocks the long pole (32 x
+// 1K x 128: 0.018 -> 0.03 ms) or takes SMs the decode's one wave needs (64 x 1K x 1K: 0.089 ->
+// 0.10); there the split stays over all the SMs (docs/BENCHMARKS.md).
+inline constexpr int64_t kRelayChainedMinPartKeys = 1024;
+inline constexpr int kRelayChainedMinParts = 4;
 
 // The fused launch's balance, for relay_attention_bench's comparison of forms: blocks per
 // SM each part is split to give on its own, which part's blocks come first in the grid, or
@@ -135,7 +148,8 @@ enum class RelaySystemForm { kMmaSync, kWgmmaWs };
 // programmatic dependent of it, on a device that has them) or after it, in `system_form`.
 // With the three launches, `system_sms` aims the system part's split at one round of that
 // many SMs (0: all of them), so that a decode beside it or chained behind it has the other
-// SMs from the start, and `context_kernel` picks the decode's kernel (decode.h).
+// SMs from the start, `system_min_part_keys` keeps its parts at least that long, and
+// `context_kernel` picks the decode's kernel (decode.h).
 struct RelayTuning {
   int system_blocks_per_sm = 2;
   int context_blocks_per_sm = 2;
@@ -145,13 +159,19 @@ struct RelayTuning {
   bool chained = false;
   RelaySystemForm system_form = RelaySystemForm::kMmaSync;
   int system_sms = 0;
+  // The system part's shortest part along the prompt, where the prompt holds
+  // kRelayChainedMinParts of them (else, and at 0, 256 keys).
+  int64_t system_min_part_keys = 0;
   DecodeKernel context_kernel = DecodeKernel::kAuto;
 };
 absl::Status LaunchRelayDecodeAttention(const RelayDecodeParams& p, const RelayTuning& t, cudaStream_t stream);
 int64_t RelayDecodeWorkspaceFloats(const RelayShape& s, const RelayTuning& t);
 // The parts the three launches split the system part into along the prefix, in `form`, its
-// blocks aimed at `sms` SMs (0: all).
-int RelaySystemSplits(const RelayShape& s, RelaySystemForm form, int sms = 0);
+// blocks aimed at `sms` SMs (0: all), none shorter than min_part_keys where the prompt holds
+// kRelayChainedMinParts of them (else, and at 0, 256 keys).
+int RelaySystemSplits(const RelayShape& s, RelaySystemForm form, int sms = 0, int64_t min_part_keys = 0);
+// The default chained form's shortest part of the prompt from now on (benches' A/B only).
+void SetRelayChainedMinPartKeysForBenchmarks(int64_t keys);
 }  // namespace internal
 
 }  // namespace strata::kernels

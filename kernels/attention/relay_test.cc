@@ -197,6 +197,7 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
         chained_tc.three_launches = chained_tc.chained = true;
         chained_tc.system_form = internal::RelaySystemForm::kWgmmaWs;
         chained_tc.context_kernel = DecodeKernel::kTensorCores;
+        chained_tc.system_min_part_keys = internal::kRelayChainedMinPartKeys;
         ASSERT_TRUE(internal::LaunchRelayDecodeAttention(pk, chained_tc, stream_).ok()) << form << ")";
         Sync();
         EXPECT_TRUE(out_k.ToHost() == got_default) << form << ", default): not the chained form's bits";
@@ -484,6 +485,14 @@ TEST_F(CudaRelayAttentionTest, SystemPartSplitsFillOneRoundOfTheSms) {
       EXPECT_LE(blocks * parts, slots) << rows << " rows of a " << prefix << "-token prefix: " << parts << " parts";
       EXPECT_GE(blocks * parts * 2, std::min<int64_t>(slots, blocks * (prefix / 256)))
           << rows << " rows of a " << prefix << "-token prefix: " << parts << " parts leave most SMs idle";
+      // Chained by default: where the prompt holds kRelayChainedMinParts parts of
+      // kRelayChainedMinPartKeys, no part shorter, and no fewer parts than that allows where
+      // the SMs hold them; at shorter prompts the split above.
+      const int64_t min_keys = internal::kRelayChainedMinPartKeys;
+      const int chained = internal::RelaySystemSplits(shape, form, 0, min_keys);
+      const bool long_parts = prefix / min_keys >= internal::kRelayChainedMinParts;
+      EXPECT_EQ(chained, long_parts ? std::min<int64_t>(parts, prefix / min_keys) : parts)
+          << rows << " rows of a " << prefix << "-token prefix";
     }
   }
 }

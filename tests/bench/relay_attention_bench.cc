@@ -211,10 +211,11 @@ int main(int argc, char** argv) {
       "relay vs a copy each | paper's bound | relay GB/s read | vs copy | same-size copy GB/s | "
       "vs same-size copy | rule takes relay | three launches (ms) | relay, graph (ms) | fused, one stream (ms) | "
       "three, system part beside (ms) | beside, system part on wgmma (ms) | three, system part on wgmma (ms) | "
-      "chained, wgmma (ms) | chained, wgmma, graph (ms) | "
+      "chained, wgmma (ms) | chained, wgmma, graph (ms) | chained, parts of 1K+ keys (ms) | "
+      "chained, parts of 1K+ keys, graph (ms) | "
       "best form: GB/s read, vs copy | paged read of relay's rows (ms), vs best form | "
       "system part alone: mma.sync / wgmma (TFLOP/s) |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const int kv_heads = 8, heads = 32, head_dim = 128, page = 16;
   const float scale = 0.088f;
   const double token_bytes = 2.0 * kv_heads * head_dim * 2;  // K and V, bf16
@@ -425,6 +426,11 @@ int main(int argc, char** argv) {
         chained_ws.chained = true;
         const float chained_ms = MedianMs(stream, 20, [&] { relay(chained_ws); }, flush);
         const float chained_graph_ms = GraphMedianMs(stream, 20, [&] { relay(chained_ws); }, flush);
+        // The same with no part of the prompt shorter than the default chained form's.
+        strata::kernels::internal::RelayTuning chained_long = chained_ws;
+        chained_long.system_min_part_keys = strata::kernels::internal::kRelayChainedMinPartKeys;
+        const float chained_long_ms = MedianMs(stream, 20, [&] { relay(chained_long); }, flush);
+        const float chained_long_graph_ms = GraphMedianMs(stream, 20, [&] { relay(chained_long); }, flush);
         // The system part alone (the group's rows against the prompt, split along it as the
         // launch splits it for the form), in each form: its arithmetic rate.
         strata::kernels::PrefillAttentionTcParams sys_params{q,     prefixes, d_group_rows, 1,       batch, heads,
@@ -461,16 +467,17 @@ int main(int argc, char** argv) {
         const double bound = (s + c + 2) / (s / batch + c + 7);
         const double read_gbps = relay_bytes / (relay_ms * 1e-3) / 1e9;
         const double best_ms = std::min(
-            {relay_ms, graph_ms, three_ms, fused_ms, beside_ms, beside_ws_ms, three_ws_ms, chained_ms, chained_graph_ms});
+            {relay_ms, graph_ms, three_ms, fused_ms, beside_ms, beside_ws_ms, three_ws_ms, chained_ms, chained_graph_ms,
+             chained_long_ms, chained_long_graph_ms});
         const double best_gbps = relay_bytes / (best_ms * 1e-3) / 1e9;
         const bool rule = batch >= 2 && (batch - 1) * prompt >= defaults.relay_min_saved_tokens;
         std::printf(
             "| %d | %lld | %lld | %.3f | %.3f | %.3f | %.2fx | %.2fx | %.2fx | %.0f | %.2f | %.0f | %.2f | %s | %.3f | "
-            "%.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f, %.2f | %.3f, %.2f | %.0f / %.0f |\n",
+            "%.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f, %.2f | %.3f, %.2f | %.0f / %.0f |\n",
             batch, static_cast<long long>(prompt), static_cast<long long>(ctx), shared_ms, copy_each_ms, relay_ms,
             shared_ms / relay_ms, copy_each_ms / relay_ms, bound, read_gbps, read_gbps / copy_gbps, same_size_gbps,
             read_gbps / same_size_gbps, rule ? "yes" : "no", three_ms, graph_ms, fused_ms, beside_ms, beside_ws_ms,
-            three_ws_ms, chained_ms, chained_graph_ms, best_gbps,
+            three_ws_ms, chained_ms, chained_graph_ms, chained_long_ms, chained_long_graph_ms, best_gbps,
             best_gbps / copy_gbps, read_ms, read_ms / best_ms, mma_tflops, ws_tflops);
         std::fflush(stdout);
         for (void* p :

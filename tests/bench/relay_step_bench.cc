@@ -17,6 +17,7 @@
 //
 //   relay_step_bench [--shape=ROWS,PREFIX,OWN] (default 64,4096,1024) [--steps=N] [--chunk=N]
 //                    [--long=N] [--exponential] [--tensor_decode] [--merge_part_by_part]
+//                    [--chained_part_keys=N]
 // --chunk=N: every step also prefills N tokens of a new sequence on the prefix (mixed steps;
 // the server's default step budget is 512 tokens, so 64 decodes leave 448).
 // --long=N: one more sequence decodes in every step, not on the prefix, of N tokens (a batch's
@@ -28,6 +29,8 @@
 // relay forms again split for the longest row.
 // --merge_part_by_part: the merges load their parts a group of 4 at a time, as before the
 // loads at once (merge_launch.h), for the comparison.
+// --chained_part_keys=N: the chained form's shortest part of the prompt (default
+// kRelayChainedMinPartKeys; 256 splits it as before the rule, over all the SMs).
 // --tensor_decode: the forms again with every decode (relay's context part included) on the
 // tensor cores (CudaModelOptions::decode_kernel; relay then runs as three launches).
 // Without a GPU it says so and exits 0.
@@ -164,6 +167,10 @@ int main(int argc, char** argv) {
     if (std::sscanf(argv[i], "--steps=%d", &steps) == 1) continue;
     if (std::sscanf(argv[i], "--chunk=%d", &chunk) == 1) continue;
     if (std::sscanf(argv[i], "--long=%d", &long_tokens) == 1) continue;
+    if (int keys = 0; std::sscanf(argv[i], "--chained_part_keys=%d", &keys) == 1) {
+      strata::kernels::internal::SetRelayChainedMinPartKeysForBenchmarks(keys);
+      continue;
+    }
     if (std::strcmp(argv[i], "--merge_part_by_part") == 0) {
       strata::kernels::internal::SetMergeLoadsAtOnceForBenchmarks(false);
       continue;
@@ -177,7 +184,7 @@ int main(int argc, char** argv) {
       continue;
     }
     std::fprintf(stderr, "usage: relay_step_bench [--shape=ROWS,PREFIX,OWN] [--steps=N] [--chunk=N] [--long=N] [--exponential] "
-                 "[--tensor_decode] [--merge_part_by_part]\n");
+                 "[--tensor_decode] [--merge_part_by_part] [--chained_part_keys=N]\n");
     return 2;
   }
   if (CudaModel::DeviceCount() == 0) {
