@@ -203,7 +203,9 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   if (!queued.prompt_key.empty() && !queued.prompt_job) {
     MutexLock lock(&mu_);
     auto p = prompts_.find(queued.prompt_key);
-    if (p != prompts_.end() && p->second->state == SharedPrompt::State::kReady) {
+    // The instance it counted itself a user of (not one shared again after a drop since).
+    if (p != prompts_.end() && p->second->state == SharedPrompt::State::kReady &&
+        p->second->instance == queued.prompt_use) {
       // A paged backend shares whole pages: the prompt's last partial page is computed
       // with the session's own tokens.
       const int64_t grain = std::max<int64_t>(1, model_->prefix_granularity());
@@ -233,6 +235,7 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   r->stop_filter = text::StopStringFilter(r->request.stop);
   r->prompt_job = queued.prompt_job;
   r->prompt_key = queued.prompt_key;
+  r->prompt_use = queued.prompt_use;
   r->base_tokens = base_tokens;
   r->base = std::move(base);
   r->admitted = admitted;
@@ -300,7 +303,7 @@ void Engine::Abandon(Queued& queued, const absl::Status& why) {
   queued.stream.reset();  // ended: not to be queued again
   MutexLock lock(&mu_);
   active_sessions_.erase(storage::SessionMapKey(queued.request.key));
-  LeavePromptLocked(queued.prompt_job, queued.prompt_key, why);
+  LeavePromptLocked(queued.prompt_job, queued.prompt_key, queued.prompt_use, why);
 }
 
 void Engine::Requeue(std::vector<Queued> turns) {
@@ -308,7 +311,8 @@ void Engine::Requeue(std::vector<Queued> turns) {
   for (auto it = turns.rbegin(); it != turns.rend(); ++it) {
     active_sessions_.erase(storage::SessionMapKey(it->request.key));
     // Admission counts it on its shared prompt again.
-    if (!it->prompt_job && !it->prompt_key.empty()) ReleasePromptUseLocked(it->prompt_key);
+    if (!it->prompt_job && !it->prompt_key.empty()) ReleasePromptUseLocked(it->prompt_key, it->prompt_use);
+    it->prompt_use = 0;
     queue_.push_front(std::move(*it));
   }
   lookahead_changed_ = true;

@@ -207,6 +207,7 @@ void Engine::Loop() {
     ReleaseSaves(/*wait=*/false);
     std::vector<Queued> admitted;
     std::vector<Promotion> promote;
+    std::vector<storage::SessionKey> touch;
     {
       MutexLock lock(&mu_);
       if (running_.empty()) {
@@ -227,10 +228,12 @@ void Engine::Loop() {
       }
       if (stopping_) break;
       admitted = AdmitLocked(&promote);
+      touch.swap(prompts_to_touch_);
       if (!admitted.empty()) lookahead_changed_ = true;
       if (metrics_) metrics_->queue_depth.Set(static_cast<double>(queue_.size()));
     }
     StartPromotions(std::move(promote));
+    for (const storage::SessionKey& key : touch) store_->Touch(key);
     PublishLookAhead();
     std::vector<Queued> waiting;
     std::vector<Running*> loaded;  // turns whose history this round loads from the host tier
@@ -328,7 +331,7 @@ void Engine::Step() {
       ReleaseSequence(*r);
       MutexLock lock(&mu_);
       active_sessions_.erase(r->session_key);
-      LeavePromptLocked(r->prompt_job, r->prompt_key, s);
+      LeavePromptLocked(r->prompt_job, r->prompt_key, r->prompt_use, s);
     }
     std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->seq == nullptr; });
     return;

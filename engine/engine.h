@@ -134,6 +134,8 @@ class Engine {
     int64_t stored_bytes = 0;
   };
   std::vector<SystemPromptInfo> ListSystemPrompts(const std::string& tenant) const;
+  // How many drops of prompts the engine remembers (for the turns queued before them).
+  size_t RememberedPromptDropsForTesting() const;
   // A batch group's shared prefix (the system part of batch turns) is no longer needed:
   // its KV memory is freed now unless a turn still uses or waits for it, or a chat turn or
   // registration shares the same prompt. Returns whether it was freed. Thread-safe.
@@ -167,6 +169,7 @@ class Engine {
     bool prompt_job = false;
     std::string prompt_key;
     bool prompt_waiting = false;
+    uint64_t prompt_use = 0;  // the prompt instance (SharedPrompt::instance) it is a user of; 0: none
     // Admitted beside its session's write-back, whose sequence it borrows (that save's
     // ticket; 0: none).
     uint64_t borrow = 0;
@@ -234,15 +237,18 @@ class Engine {
   void FinishPromptJob(Running& r);
   // A prompt job ended without its KV: the waiting turns compute the prompt inline.
   void FailPromptJobLocked(const std::string& prompt_key, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A turn on a prompt ended: one user fewer.
-  void ReleasePromptUseLocked(const std::string& prompt_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A turn on a prompt ended: one user fewer, of the prompt instance it used (`use`; a
+  // prompt dropped and shared again since is another one).
+  void ReleasePromptUseLocked(const std::string& prompt_key, uint64_t use) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A turn or prompt job that will not finish (`why`): whichever of the two above it is.
-  void LeavePromptLocked(bool prompt_job, const std::string& prompt_key, const absl::Status& why)
+  void LeavePromptLocked(bool prompt_job, const std::string& prompt_key, uint64_t use, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the least recently used prompt no turn uses from memory; false when none.
   bool EvictIdlePromptLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TrimIdlePromptsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishPromptGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A prompt was dropped at `when` (prompt_dropped_at_), older drops forgotten.
+  void RememberPromptDropLocked(const std::string& map_key, absl::Time when) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Puts turns that could not start back at the head of the queue, in order.
   void Requeue(std::vector<Queued> turns);
@@ -288,6 +294,10 @@ class Engine {
   // Shared prompts known in memory, by map key of their store session.
   absl::flat_hash_map<std::string, std::unique_ptr<SharedPrompt>> prompts_ ABSL_GUARDED_BY(mu_);
   uint64_t prompt_clock_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t prompt_instances_ ABSL_GUARDED_BY(mu_) = 0;  // SharedPrompt::instance, counted
+  // Store sessions of prompts that admitted turns used from memory: touched (their TTL and
+  // LRU place kept) by the loop outside the lock.
+  std::vector<storage::SessionKey> prompts_to_touch_ ABSL_GUARDED_BY(mu_);
   // When each dropped prompt was dropped: turns that arrived before that compute it inline
   // rather than bring it back.
   absl::flat_hash_map<std::string, absl::Time> prompt_dropped_at_ ABSL_GUARDED_BY(mu_);

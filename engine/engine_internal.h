@@ -196,6 +196,7 @@ struct Engine::SharedPrompt {
   // ends (ReleaseBatchPrefix). A chat turn or registration wanting it makes it a lasting one.
   bool ephemeral = false;
   int users = 0;  // turns admitted on it that have not ended
+  uint64_t instance = 0;  // this one of the prompts that had its key (one per drop and share again)
   uint64_t last_use = 0;
   absl::Time failed_at = absl::InfinitePast();
 };
@@ -227,6 +228,7 @@ struct Engine::Running {
   // base_tokens, and its session is saved on the prompt's id (`base`).
   bool prompt_job = false;
   std::string prompt_key;
+  uint64_t prompt_use = 0;  // Queued::prompt_use
   int64_t base_tokens = 0;
   std::string base;
   // A turn that took its session's sequence from the previous turn's write-back still in

@@ -163,7 +163,7 @@ void Engine::End(Running& r, FinishReason reason) {
   const bool saving = !r.request.batch && StartSave(r, nullptr);  // a batch turn has no session
   {
     MutexLock lock(&mu_);
-    if (!r.prompt_key.empty()) ReleasePromptUseLocked(r.prompt_key);
+    if (!r.prompt_key.empty()) ReleasePromptUseLocked(r.prompt_key, r.prompt_use);
   }
   TurnResult result;
   result.usage.prompt_tokens = static_cast<int64_t>(r.request.prompt.size());

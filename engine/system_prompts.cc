@@ -49,6 +49,7 @@ Engine::SharedPrompt& Engine::WantPromptLocked(const storage::SessionKey& key, s
     slot->id = std::move(id);
     slot->key = key;
     slot->tokens = std::move(tokens);
+    slot->instance = ++prompt_instances_;
   }
   slot->state = SharedPrompt::State::kWanted;
   jobs->push_back(PromptJobLocked(slot->key, slot->tokens));
@@ -93,7 +94,9 @@ bool Engine::PromptReadyLocked(Queued& q, std::vector<Queued>* jobs) {
   switch (p.state) {
     case SharedPrompt::State::kReady:
       ++p.users;
+      q.prompt_use = p.instance;
       p.last_use = ++prompt_clock_;
+      if (!p.ephemeral) prompts_to_touch_.push_back(p.key);  // its stored copy is in use too
       return true;
     case SharedPrompt::State::kWanted:
       q.prompt_waiting = true;
@@ -168,17 +171,19 @@ void Engine::FailPromptJobLocked(const std::string& prompt_key, const absl::Stat
   }
 }
 
-void Engine::LeavePromptLocked(bool prompt_job, const std::string& prompt_key, const absl::Status& why) {
+void Engine::LeavePromptLocked(bool prompt_job, const std::string& prompt_key, uint64_t use,
+                               const absl::Status& why) {
   if (prompt_job) {
     FailPromptJobLocked(prompt_key, why);
   } else if (!prompt_key.empty()) {
-    ReleasePromptUseLocked(prompt_key);
+    ReleasePromptUseLocked(prompt_key, use);
   }
 }
 
-void Engine::ReleasePromptUseLocked(const std::string& prompt_key) {
+void Engine::ReleasePromptUseLocked(const std::string& prompt_key, uint64_t use) {
   auto it = prompts_.find(prompt_key);
-  if (it == prompts_.end() || it->second->users == 0) return;
+  // A prompt dropped while the turn ran, and perhaps shared again since, counts it no more.
+  if (it == prompts_.end() || it->second->instance != use || it->second->users == 0) return;
   --it->second->users;
   TrimIdlePromptsLocked();
   PublishPromptGaugesLocked();
@@ -252,17 +257,47 @@ absl::StatusOr<std::string> Engine::RegisterSystemPrompt(const std::string& tena
 
 absl::Status Engine::DropSystemPrompt(const std::string& tenant, const std::string& id) {
   const storage::SessionKey key = SystemPromptKey(tenant, id);
+  const std::string map_key = storage::SessionMapKey(key);
+  const absl::Time now = absl::Now();
   bool found = false;
   {
     MutexLock lock(&mu_);
     // Turns running on it hold its KV through their sequences until they end.
-    found = prompts_.erase(storage::SessionMapKey(key)) > 0;
-    prompt_dropped_at_[storage::SessionMapKey(key)] = absl::Now();
-    PublishPromptGaugesLocked();
+    found = prompts_.erase(map_key) > 0;
+    if (found) {
+      RememberPromptDropLocked(map_key, now);
+      PublishPromptGaugesLocked();
+    }
   }
-  if (store_ != nullptr && store_->Get(key).ok()) found = store_->Drop(key).ok() || found;
+  if (store_ != nullptr && store_->Get(key).ok() && store_->Drop(key).ok() && !found) {
+    found = true;
+    MutexLock lock(&mu_);
+    RememberPromptDropLocked(map_key, now);
+  }
+  // An unknown id changes nothing.
   if (!found) return absl::NotFoundError(absl::StrCat("no system prompt '", id, "'"));
   return absl::OkStatus();
+}
+
+void Engine::RememberPromptDropLocked(const std::string& map_key, absl::Time when) {
+  // Turns that arrived before the drop compute the prompt inline rather than bring it back
+  // (PromptReadyLocked). No queued turn is older than the oldest queued, and a turn is
+  // stamped a moment before it is queued: drops older than both are forgotten.
+  absl::Time oldest = when - absl::Minutes(1);
+  for (const Queued& q : queue_) oldest = std::min(oldest, q.request.arrival);
+  for (auto it = prompt_dropped_at_.begin(); it != prompt_dropped_at_.end();) {
+    if (it->second < oldest) {
+      prompt_dropped_at_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  prompt_dropped_at_[map_key] = when;
+}
+
+size_t Engine::RememberedPromptDropsForTesting() const {
+  MutexLock lock(&mu_);
+  return prompt_dropped_at_.size();
 }
 
 bool Engine::ReleaseBatchPrefix(const std::string& tenant, absl::Span<const int32_t> tokens) {

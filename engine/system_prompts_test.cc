@@ -2,11 +2,13 @@
 // on them answer exactly as with the prompt computed inline and the cache off, sessions
 // store only their own tokens, a restart loads the prompt from the SSD tier, and the
 // registry's Register / Drop / List.
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/metrics.h"
 #include "engine/engine.h"
@@ -198,6 +200,104 @@ TEST_F(SystemPromptEngineTest, RegisterDropAndList) {
   EXPECT_TRUE(absl::IsNotFound(store->Get(SystemPromptKey("t", *id)).status()));
   EXPECT_TRUE(engine->ListSystemPrompts("t").empty());
   EXPECT_TRUE(absl::IsNotFound(engine->DropSystemPrompt("t", SystemPromptId({1, 2, 3}))));
+  // Unknown ids, and another tenant's, change nothing: no drop is remembered for them.
+  const size_t remembered = engine->RememberedPromptDropsForTesting();
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_TRUE(absl::IsNotFound(engine->DropSystemPrompt("t", SystemPromptId({i, i + 1}))));
+    EXPECT_TRUE(absl::IsNotFound(engine->DropSystemPrompt("u", *id)));
+  }
+  EXPECT_EQ(engine->RememberedPromptDropsForTesting(), remembered);
+}
+
+// Turns on a prompt in KV memory read it from there, not from the store, yet its stored
+// copy is in use: each refreshes the copy's last access (its TTL and its place in the LRU).
+TEST_F(SystemPromptEngineTest, TurnsOnAPromptInMemoryKeepItsStoredCopyFresh) {
+  auto store = HostOnlyStore(SmallConfig(), Fingerprint());
+  auto engine = MakeEngine(store.get());
+  const std::vector<int32_t> system = SystemPart(100, 8);
+  auto id = engine->RegisterSystemPrompt("t", system);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  const storage::SessionKey key = SystemPromptKey("t", *id);
+  auto stored = store->Get(key);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  const int64_t saved_at = stored->last_access_unix_ms;
+  absl::SleepFor(absl::Milliseconds(20));
+  const int64_t before_turn = absl::ToUnixMillis(absl::Now());
+  const TurnOutput out = RunAll(*engine, {Turn("s", system, 8, 1, 3)})[0];
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_GE(out.result.usage.cached_tokens, 100) << "ran on the prompt in memory";
+  stored = store->Get(key);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_GT(stored->last_access_unix_ms, saved_at);
+  EXPECT_GE(stored->last_access_unix_ms, before_turn);
+}
+
+// Holds the engine loop in its first step (armed_first), and in the first step whose batch
+// has a single entry once armed_lone.
+class TwoGateBackend final : public testing::CpuBackendWrapper {
+ public:
+  using CpuBackendWrapper::CpuBackendWrapper;
+  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
+    if (armed_first && !first_entered.HasBeenNotified()) {
+      first_entered.Notify();
+      first_open.WaitForNotification();
+    }
+    if (armed_lone && batch.size() == 1 && !lone_entered.HasBeenNotified()) {
+      lone_entered.Notify();
+      lone_open.WaitForNotification();
+    }
+    return inner().Forward(batch);
+  }
+  std::atomic<bool> armed_first{false}, armed_lone{false};
+  absl::Notification first_entered, first_open, lone_entered, lone_open;
+};
+
+// A turn that ran on a prompt dropped and shared again meanwhile counts itself off the
+// prompt it ran on, not the new one: the new one's running turns stay counted (and it stays
+// in memory while they run).
+TEST_F(SystemPromptEngineTest, ATurnOnADroppedPromptDoesNotUncountTheTurnsOnItsSuccessor) {
+  auto store = HostOnlyStore(SmallConfig(), Fingerprint());
+  EngineOptions options;
+  options.min_shared_prompt_tokens = 64;
+  options.warmup_tokens = 0;
+  options.max_running = 4;
+  auto backend = std::make_unique<TwoGateBackend>(
+      std::make_unique<model::CpuModel>(model::ModelWeights::Random(SmallConfig(), 99, tokenizer_.SilentTokens())),
+      "two-gate-cpu");
+  TwoGateBackend* gate = backend.get();
+  auto engine = *Engine::Create(options, std::move(backend), &tokenizer_, store.get(), nullptr);
+  const std::vector<int32_t> system = SystemPart(100, 7);
+  auto id = engine->RegisterSystemPrompt("t", system);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  gate->armed_first = true;
+  auto a = engine->Submit(Turn("a", system, 10, 1, 60));  // on the registered prompt
+  ASSERT_TRUE(a.ok());
+  gate->first_entered.WaitForNotification();
+  ASSERT_TRUE(engine->DropSystemPrompt("t", *id).ok());
+  auto b = engine->Submit(Turn("b", system, 12, 2, 300));  // after the drop: shares it anew
+  ASSERT_TRUE(b.ok());
+  gate->first_open.Notify();
+  TurnStream::Event first;
+  ASSERT_TRUE((*b)->Next(&first, absl::Seconds(30)));  // b runs, beside a
+  gate->armed_lone = true;  // the first step after a ended
+  gate->lone_entered.WaitForNotification();
+  const TurnOutput out_a = Collect(*a);
+  ASSERT_TRUE(out_a.status.ok()) << out_a.status;
+  EXPECT_EQ(static_cast<int>(out_a.tokens.size()), 60);
+  auto listed = engine->ListSystemPrompts("t");
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].running_turns, 1) << "a's end counted b off the prompt shared again";
+  EXPECT_TRUE(listed[0].resident);
+  gate->lone_open.Notify();
+  const TurnOutput out_b = Collect(*b);
+  ASSERT_TRUE(out_b.status.ok()) << out_b.status;
+  EXPECT_GE(out_b.result.usage.cached_tokens, 96) << "b ran on the prompt shared again";
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  listed = engine->ListSystemPrompts("t");
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].running_turns, 0);
 }
 
 // A turn queued before its prompt was dropped runs (computing the prompt inline) and does

@@ -134,6 +134,11 @@ absl::Status SystemPromptRegistry::Add(const std::string& tenant, const std::str
   auto old = registrations_.find(key);
   std::optional<Registration> previous;
   if (old != registrations_.end()) previous = old->second;
+  // The same prompt (its id is its tokens) registered again by its token IDs keeps the
+  // messages it was registered with: chats that send messages with its id go on working.
+  if (previous.has_value() && registration.messages.empty() && registration.tokens == previous->tokens) {
+    registration.messages = previous->messages;
+  }
   registrations_[key] = std::move(registration);
   absl::Status s = WriteLocked();
   if (!s.ok()) {

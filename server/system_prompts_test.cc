@@ -77,6 +77,10 @@ TEST(SystemPromptRegistryTest, RegistrationsSurviveReopeningTheFile) {
   EXPECT_EQ((*registry)->Find("t", "sp-b")->tokens, (std::vector<int32_t>{7, 8}));
   EXPECT_TRUE(absl::IsNotFound((*registry)->Find("u", "sp-b").status())) << "removed before the reopen";
   EXPECT_EQ((*registry)->Ids("t"), (std::vector<std::string>{"sp-a", "sp-b"}));
+  // Registered again by its token IDs, a prompt registered by its messages keeps them.
+  ASSERT_TRUE((*registry)->Add("t", "sp-a", {{}, {1, 2, 3}}).ok());
+  ASSERT_EQ((*registry)->Find("t", "sp-a")->messages.size(), 1u);
+  EXPECT_EQ((*registry)->Find("t", "sp-a")->messages[0].content, "Be brief.");
   // A file that does not parse is refused, naming it.
   std::ofstream(file) << "{not json";
   auto broken = SystemPromptRegistry::Open(file);

@@ -43,6 +43,15 @@ std::pair<int64_t, int64_t> FindRun(absl::Span<const int32_t> stored, int64_t cu
 
 }  // namespace
 
+void SessionStoreImpl::Touch(const SessionKey& key) {
+  MutexLock lock(&mu_);
+  const std::string map_key = SessionMapKey(key);
+  auto it = sessions_.find(map_key);
+  if (it == sessions_.end() || ExpiredLocked(*it->second)) return;  // an expired one goes by its TTL
+  TouchLocked(*it->second);
+  placement_.Used(map_key);
+}
+
 PrefixMatch SessionStoreImpl::MatchAcrossCut(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t cut,
                                              int64_t max_tokens, std::string_view base) {
   MutexLock lock(&mu_);

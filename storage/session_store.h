@@ -297,6 +297,10 @@ class SessionStore {
   // tokens.
   virtual PrefixMatch MatchAcrossCut(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t cut,
                                      int64_t max_tokens, std::string_view base = {}) = 0;
+  // Refreshes the session's last access (its TTL and its place among the least recently
+  // used), as a read would, without a lookup: for a session whose KV is read from memory
+  // (a shared system prompt in KV memory). Nothing when it is not held or has expired.
+  virtual void Touch(const SessionKey& key) = 0;
 
   // A turn of `key` reused `tokens` of its session's KV where its lookup matched only
   // `matched` (the caller held the KV outside the store: a copy still being written here,

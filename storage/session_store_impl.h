@@ -42,6 +42,7 @@ class SessionStoreImpl final : public SessionStore {
   absl::Status Start();
 
   // SessionStore:
+  void Touch(const SessionKey& key) override;
   PrefixMatch Match(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t max_tokens,
                     std::string_view base) override;
   PrefixMatch MatchAcrossCut(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t cut,
