@@ -113,9 +113,13 @@ class Engine {
   // For a graceful shutdown: Drain(), then AwaitIdle().
   void Drain();
 
+  // Whether turns with a system part of `tokens` tokens run on a shared prompt: the cache
+  // is on, the backend shares prefixes and the prompt is min_shared_prompt_tokens or more.
+  bool SharesSystemPrompt(int64_t tokens) const;
   // Shared system prompts of a tenant (system_prompt_names.h). Register makes `tokens` a
   // shared prompt and starts bringing its KV into memory (loaded when stored, else
-  // computed); idempotent, returns its id. InvalidArgument for an empty prompt, a token
+  // computed), where SharesSystemPrompt (else only names it: its turns compute it inline,
+  // as they would without the id); idempotent, returns its id. InvalidArgument for an empty prompt, a token
   // outside the vocabulary or one that leaves no room in the context; FailedPrecondition
   // when prompts cannot be shared (the cache is off). Thread-safe.
   absl::StatusOr<std::string> RegisterSystemPrompt(const std::string& tenant, std::vector<int32_t> tokens);
@@ -219,9 +223,7 @@ class Engine {
   // Ends the turn's hold on its sequence: back to the save that lent it while that save is
   // in flight, else freed.
   void ReleaseSequence(Running& r);
-  // Shared prompts (system_prompts.cc). Whether turns with a system part of `tokens`
-  // tokens run on a shared prompt.
-  bool SharesSystemPrompt(int64_t tokens) const;
+  // Shared prompts (system_prompts.cc).
   // The prompt `tokens` of `key`'s tenant, known from now on and wanted: a prompt job for
   // it is appended to `jobs`.
   SharedPrompt& WantPromptLocked(const storage::SessionKey& key, std::string id, std::vector<int32_t> tokens,

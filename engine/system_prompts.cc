@@ -243,6 +243,7 @@ absl::StatusOr<std::string> Engine::RegisterSystemPrompt(const std::string& tena
   const std::string map_key = storage::SessionMapKey(key);
   MutexLock lock(&mu_);
   if (stopping_ || draining_) return absl::UnavailableError("the server is shutting down");
+  if (!SharesSystemPrompt(n)) return id;  // too short to share, or nothing shares prefixes
   prompt_dropped_at_.erase(map_key);
   auto it = prompts_.find(map_key);
   if (it != prompts_.end() && it->second->state != SharedPrompt::State::kFailed) {

@@ -209,6 +209,27 @@ TEST_F(SystemPromptEngineTest, RegisterDropAndList) {
   EXPECT_EQ(engine->RememberedPromptDropsForTesting(), remembered);
 }
 
+// A prompt too short to share is named, not shared: nothing computed, held or stored, and
+// its turns compute it inline.
+TEST_F(SystemPromptEngineTest, APromptTooShortToShareIsOnlyNamed) {
+  auto store = HostOnlyStore(SmallConfig(), Fingerprint());
+  auto engine = MakeEngine(store.get());
+  auto plain = MakeEngine(nullptr);
+  const std::vector<int32_t> system = SystemPart(50, 9);  // min_shared_prompt_tokens is 64
+  EXPECT_FALSE(engine->SharesSystemPrompt(50));
+  EXPECT_TRUE(engine->SharesSystemPrompt(64));
+  auto id = engine->RegisterSystemPrompt("t", system);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(*id, SystemPromptId(system));
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  EXPECT_TRUE(absl::IsNotFound(store->Get(SystemPromptKey("t", *id)).status())) << "stored";
+  EXPECT_TRUE(engine->ListSystemPrompts("t").empty()) << "held";
+  const TurnOutput out = RunAll(*engine, {Turn("s", system, 8, 1, 4)})[0];
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.result.usage.cached_tokens, 0);
+  EXPECT_EQ(out.tokens, RunAll(*plain, {Turn("s", system, 8, 1, 4)})[0].tokens);
+}
+
 // Turns on a prompt in KV memory read it from there, not from the store, yet its stored
 // copy is in use: each refreshes the copy's last access (its TTL and its place in the LRU).
 TEST_F(SystemPromptEngineTest, TurnsOnAPromptInMemoryKeepItsStoredCopyFresh) {

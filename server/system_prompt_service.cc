@@ -45,6 +45,7 @@ grpc::Status SystemPromptServiceImpl::RegisterSystemPrompt(grpc::ServerContext* 
   if (absl::Status s = registry_->Add(*tenant, *id, std::move(registration)); !s.ok()) return ToGrpcStatus(s);
   response->set_id(*id);
   response->set_tokens(static_cast<uint32_t>(n));
+  response->set_shared(engine_->SharesSystemPrompt(static_cast<int64_t>(n)));
   return grpc::Status::OK;
 }
 

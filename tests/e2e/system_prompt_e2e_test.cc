@@ -193,9 +193,22 @@ TEST_F(SystemPromptE2eTest, RegisteredPromptsAreNamedByIdAndSurviveARestart) {
     ASSERT_TRUE(prompts.Register(req, &resp).ok());
     text_id = resp.id();
     EXPECT_GE(resp.tokens(), 300u);
+    EXPECT_TRUE(resp.shared());
     v1::RegisterSystemPromptResponse again;
     ASSERT_TRUE(prompts.Register(req, &again).ok());
     EXPECT_EQ(again.id(), text_id) << "registering is idempotent";
+    // Shorter than --min_shared_prompt_tokens: named, not shared; its turns compute it.
+    v1::RegisterSystemPromptRequest short_req;
+    short_req.set_text("Be brief.");
+    v1::RegisterSystemPromptResponse short_resp;
+    ASSERT_TRUE(prompts.Register(short_req, &short_resp).ok());
+    EXPECT_FALSE(short_resp.shared());
+    v1::ChatRequest short_named = Request("short", {{"user", "Hello there"}});
+    short_named.set_system_prompt_id(short_resp.id());
+    const Turn short_turn = testing::RunChat(server->target(), short_named);
+    ASSERT_TRUE(short_turn.status.ok()) << short_turn.status.error_message();
+    EXPECT_EQ(short_turn.done.usage().cached_tokens(), 0u);
+    EXPECT_TRUE(prompts.Drop(short_resp.id()).ok()) << "registered, never held";
     v1::RegisterSystemPromptRequest treq;
     for (int32_t t : token_prompt) treq.add_token_ids(t);
     ASSERT_TRUE(prompts.Register(treq, &resp).ok());
