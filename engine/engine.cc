@@ -64,6 +64,7 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend
   if (registry != nullptr) {
     metrics_ = std::make_unique<Metrics>(*registry, options.metrics_tenant_label);
     ExportKvTransferMetrics(*registry, model_.get());
+    if (store_ != nullptr) ExportStoredPromptMetrics(*registry, store_);
   }
   if (store_ != nullptr) {
     hbm_ = std::make_unique<HbmTier>(options_.hbm, model_.get(), registry);

@@ -31,6 +31,9 @@ const char* TurnEndName(TurnEnd end);
 // strata_kv_load_device_seconds_total and strata_kv_load_stall_seconds_total, filled at
 // each scrape from `model`'s KvTransferStats. `model` must outlive the registry's scrapes.
 void ExportKvTransferMetrics(metrics::Registry& r, const model::ModelBackend* model);
+// The shared system prompts the store holds (strata_system_prompts_stored{tier},
+// strata_system_prompt_stored_bytes), read from `store` at each scrape.
+void ExportStoredPromptMetrics(metrics::Registry& r, const storage::SessionStore* store);
 
 // The status a turn its server cancelled fails with: DeadlineExceeded when the call's
 // deadline passed, else Cancelled.

@@ -3,6 +3,7 @@
 #include "absl/time/clock.h"
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
+#include "engine/system_prompt_names.h"
 
 namespace strata::engine {
 
@@ -90,6 +91,21 @@ void ExportKvTransferMetrics(metrics::Registry& r, const model::ModelBackend* mo
     metrics::SyncCounter(loads, static_cast<double>(s.loads));
     metrics::SyncCounter(load_seconds, s.load_seconds);
     metrics::SyncCounter(stall, s.load_stall_seconds);
+  });
+}
+
+void ExportStoredPromptMetrics(metrics::Registry& r, const storage::SessionStore* store) {
+  auto& stored = r.AddGauge("strata_system_prompts_stored",
+                            "Shared system prompts the session store holds (each once per tenant), by tier: "
+                            "host (a copy in host memory) or ssd (persisted: back after a restart).");
+  auto& bytes = r.AddGauge("strata_system_prompt_stored_bytes",
+                           "Bytes of the shared system prompts' KV chunks in the session store.")
+                    .WithLabels({});
+  r.AddCollector([=, &stored, &bytes] {
+    const storage::SessionStore::IdPrefixTotals t = store->TotalsOfIdPrefix(SystemPromptSessionPrefix());
+    stored.WithLabels({{"tier", "host"}}).Set(static_cast<double>(t.on_host));
+    stored.WithLabels({{"tier", "ssd"}}).Set(static_cast<double>(t.persisted));
+    bytes.Set(static_cast<double>(t.bytes));
   });
 }
 

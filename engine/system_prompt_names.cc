@@ -31,6 +31,8 @@ storage::SessionKey SystemPromptKey(const std::string& tenant, const std::string
   return storage::SessionKey{tenant, std::string(kSessionPrefix) + id};
 }
 
+std::string_view SystemPromptSessionPrefix() { return kSessionPrefix; }
+
 std::optional<std::string> SystemPromptIdOfSession(std::string_view session_id) {
   if (session_id.substr(0, kSessionPrefix.size()) != kSessionPrefix) return std::nullopt;
   return std::string(session_id.substr(kSessionPrefix.size()));

@@ -22,6 +22,8 @@ std::string SystemPromptId(absl::Span<const int32_t> tokens);
 bool IsSystemPromptId(std::string_view id);
 // The store session holding the prompt's KV, for `tenant`.
 storage::SessionKey SystemPromptKey(const std::string& tenant, const std::string& id);
+// What every store session ID made by SystemPromptKey starts with.
+std::string_view SystemPromptSessionPrefix();
 // The prompt id of a store session ID made by SystemPromptKey; nullopt for a client's.
 std::optional<std::string> SystemPromptIdOfSession(std::string_view session_id);
 

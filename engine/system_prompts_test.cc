@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/metrics.h"
+#include "base/prometheus_text.h"
 #include "engine/engine.h"
 #include "engine/system_prompt_names.h"
 #include "engine/testing/engine_testing.h"
@@ -27,6 +28,14 @@ using testing::RunAll;
 using testing::HostOnlyStore;
 using testing::SmallConfig;
 using testing::TurnOutput;
+
+// A sample of the registry's exposition (as /metrics has it); -1 when it is not there.
+double Exported(const metrics::Registry& registry, const std::string& key) {
+  auto samples = metrics::ParsePrometheusText(registry.Serialize());
+  if (!samples.ok()) return -1;
+  auto it = samples->find(key);
+  return it == samples->end() ? -1 : it->second;
+}
 
 // A system part of `n` tokens (printable bytes of the built-in tokenizer) for prompt `k`.
 std::vector<int32_t> SystemPart(int n, int k) {
@@ -154,12 +163,19 @@ TEST_F(SystemPromptEngineTest, AfterARestartThePromptIsLoadedFromTheSsdTier) {
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_TRUE(listed[0].persisted);
   EXPECT_FALSE(listed[0].resident);
+  // Counted as stored (on SSD: the restart's host tier is empty), by its chunks' bytes; the
+  // session "a" stored on it is not a prompt.
+  EXPECT_EQ(Exported(registry, "strata_system_prompts_stored{tier=\"ssd\"}"), 1);
+  EXPECT_EQ(Exported(registry, "strata_system_prompts_stored{tier=\"host\"}"), 0);
+  EXPECT_EQ(Exported(registry, "strata_system_prompt_stored_bytes"), static_cast<double>(listed[0].stored_bytes));
+  EXPECT_GT(listed[0].stored_bytes, 0);
   // A new session on the same prompt: the prompt comes from the store, not computed.
   const std::vector<TurnOutput> after = RunAll(*engine, {Turn("b", system, 20, 1, 5)});
   ASSERT_TRUE(after[0].status.ok()) << after[0].status;
   EXPECT_EQ(after[0].tokens, before[0].tokens) << "same conversation, same answer";
   EXPECT_EQ(Count(registry, "strata_system_prompt_loads_total", {{"source", "stored"}}), 1);
   EXPECT_EQ(Count(registry, "strata_system_prompt_loads_total", {{"source", "computed"}}), 0);
+  EXPECT_EQ(Exported(registry, "strata_system_prompts_stored{tier=\"host\"}"), 1) << "promoted to host to load";
 }
 
 TEST_F(SystemPromptEngineTest, RegisterDropAndList) {

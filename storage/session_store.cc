@@ -468,6 +468,19 @@ std::vector<SessionInfo> SessionStoreImpl::List(const std::string& tenant) const
   return out;
 }
 
+SessionStore::IdPrefixTotals SessionStoreImpl::TotalsOfIdPrefix(std::string_view prefix) const {
+  MutexLock lock(&mu_);
+  IdPrefixTotals t;
+  for (const auto& [k, s] : sessions_) {
+    if ((s->host.empty() && !s->persisted) || !std::string_view(s->session_id).starts_with(prefix)) continue;
+    ++t.sessions;
+    t.on_host += !s->host.empty();
+    t.persisted += s->persisted;
+    t.bytes += static_cast<int64_t>(s->checksums.size()) * options_.layout.BlockBytes();
+  }
+  return t;
+}
+
 SessionStoreStats SessionStoreImpl::Stats() const {
   MutexLock lock(&mu_);
   SessionStoreStats s = stats_;

@@ -394,6 +394,15 @@ class SessionStore {
   // Drops the session from every tier (its index record is deleted in the background).
   virtual absl::Status Drop(const SessionKey& key) = 0;
   virtual std::vector<SessionInfo> List(const std::string& tenant) const = 0;
+  // The held sessions (every tenant's) whose ID starts with `prefix`: how many, how many of
+  // them have a host copy and how many are persisted, and their chunks' bytes.
+  struct IdPrefixTotals {
+    int64_t sessions = 0;
+    int64_t on_host = 0;
+    int64_t persisted = 0;
+    int64_t bytes = 0;
+  };
+  virtual IdPrefixTotals TotalsOfIdPrefix(std::string_view prefix) const = 0;
   virtual SessionStoreStats Stats() const = 0;
   // The same, seen by one tenant: its own lookups, hits, reused tokens, evictions and quota
   // counters, its quotas, and its own sessions and the bytes they hold in each tier

@@ -43,6 +43,7 @@ class SessionStoreImpl final : public SessionStore {
 
   // SessionStore:
   void Touch(const SessionKey& key) override;
+  IdPrefixTotals TotalsOfIdPrefix(std::string_view prefix) const override;
   PrefixMatch Match(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t max_tokens,
                     std::string_view base) override;
   PrefixMatch MatchAcrossCut(const SessionKey& key, absl::Span<const int32_t> tokens, int64_t cut,

@@ -254,6 +254,8 @@ TEST_F(SystemPromptE2eTest, RegisteredPromptsAreNamedByIdAndSurviveARestart) {
   EXPECT_EQ(b.tokens, reference.tokens);
   std::map<std::string, double> m = Metrics(*server);
   EXPECT_EQ(m["strata_system_prompt_loads_total{source=\"stored\"}"], 1) << "after the restart, from SSD";
+  EXPECT_EQ(m["strata_system_prompts_stored{tier=\"ssd\"}"], 2) << "both prompts persisted";
+  EXPECT_GT(m["strata_system_prompt_stored_bytes"], 0);
   EXPECT_EQ(m["strata_system_prompt_loads_total{source=\"computed\"}"], 0);
 }
 
