@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from strata.v1 import chat_pb2 as strata_dot_v1_dot_chat__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1estrata/v1/system_prompts.proto\x12\tstrata.v1\x1a\x14strata/v1/chat.proto\"d\n\x1bRegisterSystemPromptRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12$\n\x08messages\x18\x02 \x03(\x0b\x32\x12.strata.v1.Message\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\":\n\x1cRegisterSystemPromptResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x01(\r\"%\n\x17\x44ropSystemPromptRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x1a\n\x18\x44ropSystemPromptResponse\"\x1a\n\x18ListSystemPromptsRequest\"\xa4\x01\n\x10SystemPromptInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x01(\r\x12\x12\n\nregistered\x18\x03 \x01(\x08\x12\x10\n\x08resident\x18\x04 \x01(\x08\x12\x15\n\rrunning_turns\x18\x05 \x01(\r\x12\x0e\n\x06stored\x18\x06 \x01(\x08\x12\x11\n\tpersisted\x18\x07 \x01(\x08\x12\x14\n\x0cstored_bytes\x18\x08 \x01(\x04\"I\n\x19ListSystemPromptsResponse\x12,\n\x07prompts\x18\x01 \x03(\x0b\x32\x1b.strata.v1.SystemPromptInfo2\xbb\x02\n\x13SystemPromptService\x12g\n\x14RegisterSystemPrompt\x12&.strata.v1.RegisterSystemPromptRequest\x1a\'.strata.v1.RegisterSystemPromptResponse\x12[\n\x10\x44ropSystemPrompt\x12\".strata.v1.DropSystemPromptRequest\x1a#.strata.v1.DropSystemPromptResponse\x12^\n\x11ListSystemPrompts\x12#.strata.v1.ListSystemPromptsRequest\x1a$.strata.v1.ListSystemPromptsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1estrata/v1/system_prompts.proto\x12\tstrata.v1\x1a\x14strata/v1/chat.proto\"d\n\x1bRegisterSystemPromptRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12$\n\x08messages\x18\x02 \x03(\x0b\x32\x12.strata.v1.Message\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\"J\n\x1cRegisterSystemPromptResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x01(\r\x12\x0e\n\x06shared\x18\x03 \x01(\x08\"%\n\x17\x44ropSystemPromptRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x1a\n\x18\x44ropSystemPromptResponse\"\x1a\n\x18ListSystemPromptsRequest\"\xa4\x01\n\x10SystemPromptInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x01(\r\x12\x12\n\nregistered\x18\x03 \x01(\x08\x12\x10\n\x08resident\x18\x04 \x01(\x08\x12\x15\n\rrunning_turns\x18\x05 \x01(\r\x12\x0e\n\x06stored\x18\x06 \x01(\x08\x12\x11\n\tpersisted\x18\x07 \x01(\x08\x12\x14\n\x0cstored_bytes\x18\x08 \x01(\x04\"I\n\x19ListSystemPromptsResponse\x12,\n\x07prompts\x18\x01 \x03(\x0b\x32\x1b.strata.v1.SystemPromptInfo2\xbb\x02\n\x13SystemPromptService\x12g\n\x14RegisterSystemPrompt\x12&.strata.v1.RegisterSystemPromptRequest\x1a\'.strata.v1.RegisterSystemPromptResponse\x12[\n\x10\x44ropSystemPrompt\x12\".strata.v1.DropSystemPromptRequest\x1a#.strata.v1.DropSystemPromptResponse\x12^\n\x11ListSystemPrompts\x12#.strata.v1.ListSystemPromptsRequest\x1a$.strata.v1.ListSystemPromptsResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'strata.v1.system_prompts_pb2', globals())
@@ -24,17 +24,17 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _REGISTERSYSTEMPROMPTREQUEST._serialized_start=67
   _REGISTERSYSTEMPROMPTREQUEST._serialized_end=167
   _REGISTERSYSTEMPROMPTRESPONSE._serialized_start=169
-  _REGISTERSYSTEMPROMPTRESPONSE._serialized_end=227
-  _DROPSYSTEMPROMPTREQUEST._serialized_start=229
-  _DROPSYSTEMPROMPTREQUEST._serialized_end=266
-  _DROPSYSTEMPROMPTRESPONSE._serialized_start=268
-  _DROPSYSTEMPROMPTRESPONSE._serialized_end=294
-  _LISTSYSTEMPROMPTSREQUEST._serialized_start=296
-  _LISTSYSTEMPROMPTSREQUEST._serialized_end=322
-  _SYSTEMPROMPTINFO._serialized_start=325
-  _SYSTEMPROMPTINFO._serialized_end=489
-  _LISTSYSTEMPROMPTSRESPONSE._serialized_start=491
-  _LISTSYSTEMPROMPTSRESPONSE._serialized_end=564
-  _SYSTEMPROMPTSERVICE._serialized_start=567
-  _SYSTEMPROMPTSERVICE._serialized_end=882
+  _REGISTERSYSTEMPROMPTRESPONSE._serialized_end=243
+  _DROPSYSTEMPROMPTREQUEST._serialized_start=245
+  _DROPSYSTEMPROMPTREQUEST._serialized_end=282
+  _DROPSYSTEMPROMPTRESPONSE._serialized_start=284
+  _DROPSYSTEMPROMPTRESPONSE._serialized_end=310
+  _LISTSYSTEMPROMPTSREQUEST._serialized_start=312
+  _LISTSYSTEMPROMPTSREQUEST._serialized_end=338
+  _SYSTEMPROMPTINFO._serialized_start=341
+  _SYSTEMPROMPTINFO._serialized_end=505
+  _LISTSYSTEMPROMPTSRESPONSE._serialized_start=507
+  _LISTSYSTEMPROMPTSRESPONSE._serialized_end=580
+  _SYSTEMPROMPTSERVICE._serialized_start=583
+  _SYSTEMPROMPTSERVICE._serialized_end=898
 # @@protoc_insertion_point(module_scope)
