@@ -246,8 +246,14 @@ absl::StatusOr<std::string> Engine::RegisterSystemPrompt(const std::string& tena
   if (!SharesSystemPrompt(n)) return id;  // too short to share, or nothing shares prefixes
   prompt_dropped_at_.erase(map_key);
   auto it = prompts_.find(map_key);
+  if (it != prompts_.end() && it->second->ephemeral && it->second->state == SharedPrompt::State::kReady) {
+    // Built for a batch, held in KV memory only. Registered, it is stored too: brought in
+    // anew by a prompt job that saves it (the batch's turns keep the instance they run on).
+    prompts_.erase(it);
+    it = prompts_.end();
+  }
   if (it != prompts_.end() && it->second->state != SharedPrompt::State::kFailed) {
-    it->second->ephemeral = false;  // registered: it lasts (its KV is stored when next computed)
+    it->second->ephemeral = false;  // registered: it lasts (a job in flight saves it)
     return id;
   }
   std::vector<Queued> jobs;

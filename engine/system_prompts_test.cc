@@ -246,6 +246,30 @@ TEST_F(SystemPromptEngineTest, APromptTooShortToShareIsOnlyNamed) {
   EXPECT_EQ(out.tokens, RunAll(*plain, {Turn("s", system, 8, 1, 4)})[0].tokens);
 }
 
+// A prompt first built for a batch lives in KV memory only; registered, it is stored too.
+TEST_F(SystemPromptEngineTest, APromptBuiltForABatchIsStoredOnceRegistered) {
+  auto store = HostOnlyStore(SmallConfig(), Fingerprint());
+  auto engine = MakeEngine(store.get());
+  const std::vector<int32_t> system = SystemPart(100, 10);
+  TurnRequest batch = Turn("\x01" "batch/0", system, 6, 1, 3);
+  batch.batch = true;
+  const TurnOutput b = RunAll(*engine, {batch})[0];
+  ASSERT_TRUE(b.status.ok()) << b.status;
+  EXPECT_GE(b.result.usage.cached_tokens, 100) << "ran on the prompt built for it";
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  const std::string id = SystemPromptId(system);
+  EXPECT_TRUE(absl::IsNotFound(store->Get(SystemPromptKey("t", id)).status())) << "a batch's prefix is not stored";
+  ASSERT_EQ(*engine->RegisterSystemPrompt("t", system), id);
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  auto stored = store->Get(SystemPromptKey("t", id));
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->cached_tokens, 100);
+  // Turns on it go on as before.
+  const TurnOutput c = RunAll(*engine, {Turn("c", system, 8, 3, 4)})[0];
+  ASSERT_TRUE(c.status.ok()) << c.status;
+  EXPECT_GE(c.result.usage.cached_tokens, 100);
+}
+
 // Turns on a prompt in KV memory read it from there, not from the store, yet its stored
 // copy is in use: each refreshes the copy's last access (its TTL and its place in the LRU).
 TEST_F(SystemPromptEngineTest, TurnsOnAPromptInMemoryKeepItsStoredCopyFresh) {
