@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -140,6 +141,9 @@ class Engine {
   std::vector<SystemPromptInfo> ListSystemPrompts(const std::string& tenant) const;
   // How many drops of prompts the engine remembers (for the turns queued before them).
   size_t RememberedPromptDropsForTesting() const;
+  // Runs `hook` on the engine thread between a prompt job's end and its save's start (set
+  // before the engine has work).
+  void SetBeforePromptSaveForTesting(std::function<void()> hook) { before_prompt_save_ = std::move(hook); }
   // A batch group's shared prefix (the system part of batch turns) is no longer needed:
   // its KV memory is freed now unless a turn still uses or waits for it, or a chat turn or
   // registration shares the same prompt. Returns whether it was freed. Thread-safe.
@@ -237,6 +241,9 @@ class Engine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A prompt job's KV is all in place: the prompt is in memory for its turns, and saved.
   void FinishPromptJob(Running& r);
+  // A prompt's save landed: dropped from the store again where the prompt was dropped after
+  // the save was decided (FinishPromptJob decides, then starts it, outside the lock).
+  void DropPromptSavedAfterItsDrop(const SaveInFlight& f);
   // A prompt job ended without its KV: the waiting turns compute the prompt inline.
   void FailPromptJobLocked(const std::string& prompt_key, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A turn on a prompt ended: one user fewer, of the prompt instance it used (`use`; a
@@ -336,8 +343,10 @@ class Engine {
     // A prompt job's sequence, shared with the turns on the prompt: read by the copy, kept.
     std::shared_ptr<model::SequenceState> shared;
     bool lent = false;
+    absl::Time started = absl::Now();  // when it was decided (a prompt job's: at the job's end)
   };
   std::deque<SaveInFlight> saves_in_flight_;
+  std::function<void()> before_prompt_save_;  // SetBeforePromptSaveForTesting
   std::thread loop_;
 };
 

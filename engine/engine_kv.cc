@@ -218,6 +218,7 @@ void Engine::ReleaseSaves(bool wait) {
         }
       }
       if (f.seq != nullptr) hbm_->Keep(f.key, std::move(f.seq), std::move(f.tokens), f.base_tokens);
+      DropPromptSavedAfterItsDrop(f);
     }
     for (auto& r : running_) {
       if (r->lent_by == f.ticket) r->lent_by = 0;  // its sequence is its own now

@@ -125,8 +125,10 @@ void Engine::FinishPromptJob(Running& r) {
   std::shared_ptr<model::SequenceState> seq(std::move(r.seq));  // the turn has ended
   bool wanted;
   bool ephemeral = false;
+  absl::Time decided;
   {
     MutexLock lock(&mu_);
+    decided = absl::Now();
     auto it = prompts_.find(r.prompt_key);
     wanted = it != prompts_.end() && it->second->state == SharedPrompt::State::kWanted;
     if (wanted) {
@@ -151,9 +153,14 @@ void Engine::FinishPromptJob(Running& r) {
     PublishPromptGaugesLocked();
   }
   // Stored once: saved unless all of it came from the store (or it was dropped meanwhile);
-  // a batch group's prefix lives in KV memory only.
+  // a batch group's prefix lives in KV memory only. A drop from here on is undone when the
+  // save lands (DropPromptSavedAfterItsDrop).
+  if (wanted && before_prompt_save_) before_prompt_save_();
   const bool saving = wanted && !ephemeral && r.reused < static_cast<int64_t>(r.tokens.size()) && StartSave(r, seq);
-  if (saving) return;  // its store session stays active until the write-back completes
+  if (saving) {
+    saves_in_flight_.back().started = decided;
+    return;
+  }  // its store session stays active until the write-back completes
   MutexLock lock(&mu_);
   active_sessions_.erase(r.session_key);
 }
@@ -300,6 +307,20 @@ void Engine::RememberPromptDropLocked(const std::string& map_key, absl::Time whe
     }
   }
   prompt_dropped_at_[map_key] = when;
+}
+
+void Engine::DropPromptSavedAfterItsDrop(const SaveInFlight& f) {
+  if (!SystemPromptIdOfSession(f.key.session_id).has_value()) return;
+  bool dropped;
+  {
+    MutexLock lock(&mu_);
+    auto d = prompt_dropped_at_.find(f.session_key);
+    dropped = d != prompt_dropped_at_.end() && d->second >= f.started;
+  }
+  if (dropped && store_->Drop(f.key).ok()) {
+    LOG(INFO) << "shared system prompt " << f.key.session_id.substr(1) << " was dropped while its save started; "
+              << "the save is dropped too";
+  }
 }
 
 size_t Engine::RememberedPromptDropsForTesting() const {

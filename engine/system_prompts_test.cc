@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -244,6 +245,67 @@ TEST_F(SystemPromptEngineTest, APromptTooShortToShareIsOnlyNamed) {
   ASSERT_TRUE(out.status.ok()) << out.status;
   EXPECT_EQ(out.result.usage.cached_tokens, 0);
   EXPECT_EQ(out.tokens, RunAll(*plain, {Turn("s", system, 8, 1, 4)})[0].tokens);
+}
+
+// Holds the engine loop in the first copy of KV to the store, once armed.
+class SaveGateBackend final : public testing::CpuBackendWrapper {
+ public:
+  using CpuBackendWrapper::CpuBackendWrapper;
+  absl::Status SaveKv(const model::SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+                      const storage::ChunkLayout& layout) override {
+    if (armed && !entered.HasBeenNotified()) {
+      entered.Notify();
+      open.WaitForNotification();
+    }
+    return CpuBackendWrapper::SaveKv(seq, begin, count, payload, layout);
+  }
+  std::atomic<bool> armed{false};
+  absl::Notification entered, open;
+};
+
+// A prompt dropped while its KV is being saved is not brought back by the save.
+TEST_F(SystemPromptEngineTest, APromptDroppedWhileItsSaveStartsStaysDropped) {
+  auto store = HostOnlyStore(SmallConfig(), Fingerprint());
+  EngineOptions options;
+  options.min_shared_prompt_tokens = 64;
+  options.warmup_tokens = 0;
+  auto backend = std::make_unique<SaveGateBackend>(
+      std::make_unique<model::CpuModel>(model::ModelWeights::Random(SmallConfig(), 99, tokenizer_.SilentTokens())),
+      "save-gate-cpu");
+  SaveGateBackend* gate = backend.get();
+  auto engine = *Engine::Create(options, std::move(backend), &tokenizer_, store.get(), nullptr);
+  const std::vector<int32_t> system = SystemPart(100, 11);
+  gate->armed = true;
+  auto id = engine->RegisterSystemPrompt("t", system);
+  ASSERT_TRUE(id.ok());
+  gate->entered.WaitForNotification();  // the prompt job's save has started
+  // The drop takes the prompt out of memory at once; its store part waits for the save's
+  // copy (the store is busy with it), then finds it there or not yet.
+  absl::Status dropped;
+  std::thread drop([&] { dropped = engine->DropSystemPrompt("t", *id); });
+  absl::SleepFor(absl::Milliseconds(50));
+  gate->open.Notify();
+  drop.join();
+  EXPECT_TRUE(dropped.ok()) << dropped;
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  EXPECT_TRUE(absl::IsNotFound(store->Get(SystemPromptKey("t", *id)).status())) << "the save brought it back";
+  EXPECT_TRUE(engine->ListSystemPrompts("t").empty());
+}
+
+// The same with the drop between the prompt job's end (which decides to save it) and its
+// save's start: the landed save is dropped again.
+TEST_F(SystemPromptEngineTest, APromptDroppedBeforeItsSaveStartsStaysDropped) {
+  auto store = HostOnlyStore(SmallConfig(), Fingerprint());
+  auto engine = MakeEngine(store.get());
+  const std::vector<int32_t> system = SystemPart(100, 12);
+  const std::string id = SystemPromptId(system);
+  absl::Status dropped = absl::UnknownError("not dropped");
+  engine->SetBeforePromptSaveForTesting([&] { dropped = engine->DropSystemPrompt("t", id); });
+  ASSERT_EQ(*engine->RegisterSystemPrompt("t", system), id);
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  EXPECT_TRUE(dropped.ok()) << dropped;
+  EXPECT_TRUE(absl::IsNotFound(store->Get(SystemPromptKey("t", id)).status())) << "the save brought it back";
+  EXPECT_TRUE(engine->ListSystemPrompts("t").empty());
 }
 
 // A prompt first built for a batch lives in KV memory only; registered, it is stored too.
