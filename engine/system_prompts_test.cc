@@ -59,8 +59,20 @@ class SystemPromptEngineTest : public ::testing::Test {
  protected:
   std::unique_ptr<Engine> MakeEngine(storage::SessionStore* store, metrics::Registry* registry = nullptr,
                                      int max_running = 64) {
-    const model::ModelConfig c = SmallConfig();
-    auto model = std::make_unique<model::CpuModel>(model::ModelWeights::Random(c, 99, tokenizer_.SilentTokens()));
+    return Make(CpuModel(), store, registry, max_running);
+  }
+  // An engine on the CPU model inside `Wrapper` (a test backend), which `*wrapper` points at.
+  template <typename Wrapper>
+  std::unique_ptr<Engine> MakeWrappedEngine(storage::SessionStore* store, Wrapper** wrapper, int max_running = 64) {
+    auto backend = std::make_unique<Wrapper>(CpuModel(), "test-cpu");
+    *wrapper = backend.get();
+    return Make(std::move(backend), store, nullptr, max_running);
+  }
+  std::unique_ptr<model::CpuModel> CpuModel() const {
+    return std::make_unique<model::CpuModel>(model::ModelWeights::Random(SmallConfig(), 99, tokenizer_.SilentTokens()));
+  }
+  std::unique_ptr<Engine> Make(std::unique_ptr<model::ModelBackend> model, storage::SessionStore* store,
+                               metrics::Registry* registry, int max_running) {
     EngineOptions options;
     options.min_shared_prompt_tokens = 64;
     options.warmup_tokens = 0;
@@ -266,14 +278,8 @@ class SaveGateBackend final : public testing::CpuBackendWrapper {
 // A prompt dropped while its KV is being saved is not brought back by the save.
 TEST_F(SystemPromptEngineTest, APromptDroppedWhileItsSaveStartsStaysDropped) {
   auto store = HostOnlyStore(SmallConfig(), Fingerprint());
-  EngineOptions options;
-  options.min_shared_prompt_tokens = 64;
-  options.warmup_tokens = 0;
-  auto backend = std::make_unique<SaveGateBackend>(
-      std::make_unique<model::CpuModel>(model::ModelWeights::Random(SmallConfig(), 99, tokenizer_.SilentTokens())),
-      "save-gate-cpu");
-  SaveGateBackend* gate = backend.get();
-  auto engine = *Engine::Create(options, std::move(backend), &tokenizer_, store.get(), nullptr);
+  SaveGateBackend* gate = nullptr;
+  auto engine = MakeWrappedEngine(store.get(), &gate);
   const std::vector<int32_t> system = SystemPart(100, 11);
   gate->armed = true;
   auto id = engine->RegisterSystemPrompt("t", system);
@@ -381,15 +387,8 @@ class TwoGateBackend final : public testing::CpuBackendWrapper {
 // in memory while they run).
 TEST_F(SystemPromptEngineTest, ATurnOnADroppedPromptDoesNotUncountTheTurnsOnItsSuccessor) {
   auto store = HostOnlyStore(SmallConfig(), Fingerprint());
-  EngineOptions options;
-  options.min_shared_prompt_tokens = 64;
-  options.warmup_tokens = 0;
-  options.max_running = 4;
-  auto backend = std::make_unique<TwoGateBackend>(
-      std::make_unique<model::CpuModel>(model::ModelWeights::Random(SmallConfig(), 99, tokenizer_.SilentTokens())),
-      "two-gate-cpu");
-  TwoGateBackend* gate = backend.get();
-  auto engine = *Engine::Create(options, std::move(backend), &tokenizer_, store.get(), nullptr);
+  TwoGateBackend* gate = nullptr;
+  auto engine = MakeWrappedEngine(store.get(), &gate, /*max_running=*/4);
   const std::vector<int32_t> system = SystemPart(100, 7);
   auto id = engine->RegisterSystemPrompt("t", system);
   ASSERT_TRUE(id.ok());
