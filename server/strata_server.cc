@@ -189,7 +189,7 @@ absl::StatusOr<std::unique_ptr<StrataServer>> StrataServer::Start(const ServerOp
   if (prompts_file.empty() && options.cache_enabled && !options.store.ssd_dirs.empty()) {
     prompts_file = options.store.ssd_dirs[0] + "/system_prompts.json";
   }
-  auto prompts = SystemPromptRegistry::Open(prompts_file);
+  auto prompts = SystemPromptRegistry::Open(prompts_file, fingerprint);
   if (!prompts.ok()) return prompts.status();
   server->prompts_ = *std::move(prompts);
   server->chat_service_ =

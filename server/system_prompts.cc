@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::server {
@@ -90,14 +91,22 @@ absl::Status SyncPath(const std::string& path, int flags) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SystemPromptRegistry>> SystemPromptRegistry::Open(std::string file) {
-  std::unique_ptr<SystemPromptRegistry> registry(new SystemPromptRegistry(std::move(file)));
+absl::StatusOr<std::unique_ptr<SystemPromptRegistry>> SystemPromptRegistry::Open(std::string file,
+                                                                                uint64_t model_fingerprint) {
+  std::unique_ptr<SystemPromptRegistry> registry(new SystemPromptRegistry(std::move(file), model_fingerprint));
   if (registry->file_.empty() || !std::filesystem::exists(registry->file_)) return registry;
   std::ifstream in(registry->file_);
   std::stringstream text;
   text << in.rdbuf();
   try {
     const nlohmann::json all = nlohmann::json::parse(text.str());
+    if (all.contains("model_fingerprint") && model_fingerprint != 0 &&
+        all.at("model_fingerprint").get<std::string>() != absl::StrCat(absl::Hex(model_fingerprint))) {
+      LOG(WARNING) << "the system prompt registrations in " << registry->file_ << " are for model "
+                   << all.at("model_fingerprint").get<std::string>() << "; this server runs "
+                   << absl::StrCat(absl::Hex(model_fingerprint)) << ": they are not taken (register the prompts again)";
+      return registry;
+    }
     MutexLock lock(&registry->mu_);
     for (const nlohmann::json& j : all.at("prompts")) {
       Registration r;
@@ -119,6 +128,7 @@ absl::StatusOr<std::unique_ptr<SystemPromptRegistry>> SystemPromptRegistry::Open
 absl::Status SystemPromptRegistry::WriteLocked() const {
   if (file_.empty()) return absl::OkStatus();
   nlohmann::json all = {{"prompts", nlohmann::json::array()}};
+  if (model_fingerprint_ != 0) all["model_fingerprint"] = absl::StrCat(absl::Hex(model_fingerprint_));
   for (const auto& [key, r] : registrations_) all["prompts"].push_back(ToJson(key.first, key.second, r));
   const std::string tmp = file_ + ".tmp";
   {

@@ -62,8 +62,11 @@ class SystemPromptRegistry {
     std::vector<int32_t> tokens;              // the prompt as the model sees it
   };
   // `file` "" keeps registrations in memory only. A file that does not parse is
-  // InvalidArgument (naming it); a missing one is an empty registry.
-  static absl::StatusOr<std::unique_ptr<SystemPromptRegistry>> Open(std::string file);
+  // InvalidArgument (naming it); a missing one is an empty registry. Registrations are
+  // for the model whose fingerprint the file names (their tokens are its tokenizer's): a
+  // file written for another model opens empty, as the store drops that model's sessions
+  // (the prompts are registered again); 0 (or a file that names none) takes them as they are.
+  static absl::StatusOr<std::unique_ptr<SystemPromptRegistry>> Open(std::string file, uint64_t model_fingerprint = 0);
 
   absl::Status Add(const std::string& tenant, const std::string& id, Registration registration);
   // Whether there was one; the file is rewritten first.
@@ -74,10 +77,12 @@ class SystemPromptRegistry {
   std::vector<std::string> Ids(const std::string& tenant) const;
 
  private:
-  explicit SystemPromptRegistry(std::string file) : file_(std::move(file)) {}
+  SystemPromptRegistry(std::string file, uint64_t model_fingerprint)
+      : file_(std::move(file)), model_fingerprint_(model_fingerprint) {}
   absl::Status WriteLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string file_;
+  const uint64_t model_fingerprint_;
   mutable Mutex mu_;
   std::map<std::pair<std::string, std::string>, Registration> registrations_ ABSL_GUARDED_BY(mu_);
 };

@@ -85,6 +85,18 @@ TEST(SystemPromptRegistryTest, RegistrationsSurviveReopeningTheFile) {
   ASSERT_TRUE((*registry)->Add("t", "sp-a", {{}, {1, 2, 3}}).ok());
   ASSERT_EQ((*registry)->Find("t", "sp-a")->messages.size(), 1u);
   EXPECT_EQ((*registry)->Find("t", "sp-a")->messages[0].content, "Be brief.");
+  // Written for another model: opens empty (the tokens are another tokenizer's); for this
+  // one, or without a fingerprint, as written.
+  {
+    auto mine = SystemPromptRegistry::Open(file + ".fp", 0x1234);
+    ASSERT_TRUE(mine.ok());
+    ASSERT_TRUE((*mine)->Add("t", "sp-a", {{}, {1, 2, 3}}).ok());
+  }
+  EXPECT_EQ((*SystemPromptRegistry::Open(file + ".fp", 0x1234))->Ids("t"), (std::vector<std::string>{"sp-a"}));
+  EXPECT_EQ((*SystemPromptRegistry::Open(file + ".fp", 0))->Ids("t"), (std::vector<std::string>{"sp-a"}));
+  EXPECT_TRUE((*SystemPromptRegistry::Open(file + ".fp", 0x5678))->Ids("t").empty()) << "another model's";
+  EXPECT_EQ((*SystemPromptRegistry::Open(file, 0x5678))->Ids("t"), (std::vector<std::string>{"sp-a", "sp-b"}))
+      << "a file that names no model";
   // A file that does not parse is refused, naming it.
   std::ofstream(file) << "{not json";
   auto broken = SystemPromptRegistry::Open(file);
