@@ -159,8 +159,8 @@ void Engine::FinishPromptJob(Running& r) {
   const bool saving = wanted && !ephemeral && r.reused < static_cast<int64_t>(r.tokens.size()) && StartSave(r, seq);
   if (saving) {
     saves_in_flight_.back().started = decided;
-    return;
-  }  // its store session stays active until the write-back completes
+    return;  // its store session stays active until the write-back completes
+  }
   MutexLock lock(&mu_);
   active_sessions_.erase(r.session_key);
 }
