@@ -1,6 +1,7 @@
 // A session saved on a base (its KV follows a shared system prompt the session does not
 // store itself): served only to a caller naming the same base, kept across a restart and
-// across a fallback to the persisted version.
+// across a fallback to the persisted version. And what the shared prompts' own sessions
+// use: Touch, and the totals of an ID prefix.
 #include <string>
 
 #include "gtest/gtest.h"
@@ -32,6 +33,35 @@ TEST_F(SessionStoreTest, AMatchNeedsTheBaseTheSessionWasSavedOn) {
   const SessionStoreStats st = store_->Stats();
   EXPECT_EQ(st.lookups, 6);
   EXPECT_EQ(st.hits, 3);
+}
+
+// Touch refreshes a session's place as a read would (a shared prompt read from KV memory),
+// without counting a lookup; an unknown key is nothing.
+TEST_F(SessionStoreTest, TouchKeepsASessionFromBeingTheLeastRecentlyUsed) {
+  MakeStore(3);  // three one-chunk sessions fill the host tier
+  for (const char* id : {"a", "b", "c"}) ASSERT_TRUE(SaveAll({"t", id}, Iota(4), 0).ok());
+  const int64_t before = store_->Get({"t", "a"})->last_access_unix_ms;
+  store_->Touch({"t", "a"});
+  store_->Touch({"t", "nobody"});
+  EXPECT_GE(store_->Get({"t", "a"})->last_access_unix_ms, before);
+  EXPECT_EQ(store_->Stats().lookups, 0) << "a touch is not a lookup";
+  ASSERT_TRUE(SaveAll({"t", "d"}, Iota(4), 0).ok());  // room made by evicting one
+  EXPECT_TRUE(store_->Get({"t", "a"}).ok()) << "the touched session was evicted";
+  EXPECT_TRUE(absl::IsNotFound(store_->Get({"t", "b"}).status())) << "the least recently used stayed";
+}
+
+// Totals of the sessions whose ID starts with a prefix (the shared prompts' metrics).
+TEST_F(SessionStoreTest, TotalsOfAnIdPrefix) {
+  MakeStore(16);
+  ASSERT_TRUE(SaveAll({"t", "\x01p/a"}, Iota(4), 0).ok());
+  ASSERT_TRUE(SaveAll({"u", "\x01p/b"}, Iota(8), 0).ok());
+  ASSERT_TRUE(SaveAll({"t", "plain"}, Iota(4), 0).ok());
+  const SessionStore::IdPrefixTotals t = store_->TotalsOfIdPrefix("\x01p/");
+  EXPECT_EQ(t.sessions, 2) << "every tenant's";
+  EXPECT_EQ(t.on_host, 2);
+  EXPECT_EQ(t.persisted, 0);
+  EXPECT_EQ(t.bytes, 3 * store_->layout().BlockBytes());
+  EXPECT_EQ(store_->TotalsOfIdPrefix("\x01q/").sessions, 0);
 }
 
 TEST_F(TieredStoreTest, TheBaseIsPersistedAndRecovered) {
