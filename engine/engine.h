@@ -127,8 +127,10 @@ class Engine {
   // Drops the prompt from memory and from the store. Turns running on it finish, and
   // turns queued before the drop compute it inline (they do not bring it back); later
   // lookups of the id are NotFound (until the same tokens are shared again by a newer
-  // turn or registration). NotFound when the tenant has no such prompt.
-  absl::Status DropSystemPrompt(const std::string& tenant, const std::string& id);
+  // turn or registration). NotFound when the tenant has no such prompt; an unknown one
+  // changes nothing unless `known` (the caller registered it: the queued turns on it still
+  // compute it inline).
+  absl::Status DropSystemPrompt(const std::string& tenant, const std::string& id, bool known = false);
   struct SystemPromptInfo {
     std::string id;
     int64_t tokens = 0;

@@ -264,29 +264,28 @@ absl::StatusOr<std::string> Engine::RegisterSystemPrompt(const std::string& tena
     return id;
   }
   std::vector<Queued> jobs;
-  WantPromptLocked(key, id, std::move(tokens), &jobs);
+  WantPromptLocked(key, id, std::move(tokens), &jobs).ephemeral = false;  // (a batch's that failed too)
   queue_.push_back(std::move(jobs.front()));
   return id;
 }
 
-absl::Status Engine::DropSystemPrompt(const std::string& tenant, const std::string& id) {
+absl::Status Engine::DropSystemPrompt(const std::string& tenant, const std::string& id, bool known) {
   const storage::SessionKey key = SystemPromptKey(tenant, id);
   const std::string map_key = storage::SessionMapKey(key);
-  const absl::Time now = absl::Now();
+  absl::Time now;
   bool found = false;
   {
     MutexLock lock(&mu_);
+    now = absl::Now();  // under the lock: ordered with a prompt job's decision to save
     // Turns running on it hold its KV through their sequences until they end.
     found = prompts_.erase(map_key) > 0;
-    if (found) {
-      RememberPromptDropLocked(map_key, now);
-      PublishPromptGaugesLocked();
-    }
+    if (found || known) RememberPromptDropLocked(map_key, now);
+    if (found) PublishPromptGaugesLocked();
   }
   if (store_ != nullptr && store_->Get(key).ok() && store_->Drop(key).ok() && !found) {
     found = true;
     MutexLock lock(&mu_);
-    RememberPromptDropLocked(map_key, now);
+    if (!known) RememberPromptDropLocked(map_key, now);
   }
   // An unknown id changes nothing.
   if (!found) return absl::NotFoundError(absl::StrCat("no system prompt '", id, "'"));
@@ -296,8 +295,9 @@ absl::Status Engine::DropSystemPrompt(const std::string& tenant, const std::stri
 void Engine::RememberPromptDropLocked(const std::string& map_key, absl::Time when) {
   // Turns that arrived before the drop compute the prompt inline rather than bring it back
   // (PromptReadyLocked). No queued turn is older than the oldest queued, and a turn is
-  // stamped a moment before it is queued: drops older than both are forgotten.
-  absl::Time oldest = when - absl::Minutes(1);
+  // stamped before it is queued (a batch's items at the batch's start, submitted as it
+  // goes): drops older than both the oldest and an hour are forgotten.
+  absl::Time oldest = when - absl::Hours(1);
   for (const Queued& q : queue_) oldest = std::min(oldest, q.request.arrival);
   for (auto it = prompt_dropped_at_.begin(); it != prompt_dropped_at_.end();) {
     if (it->second < oldest) {

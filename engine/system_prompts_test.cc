@@ -236,6 +236,9 @@ TEST_F(SystemPromptEngineTest, RegisterDropAndList) {
     EXPECT_TRUE(absl::IsNotFound(engine->DropSystemPrompt("u", *id)));
   }
   EXPECT_EQ(engine->RememberedPromptDropsForTesting(), remembered);
+  // One the caller registered, though nothing of it is held: remembered for the turns queued on it.
+  EXPECT_TRUE(absl::IsNotFound(engine->DropSystemPrompt("t", SystemPromptId({7, 7}), /*known=*/true)));
+  EXPECT_EQ(engine->RememberedPromptDropsForTesting(), remembered + 1);
 }
 
 // A prompt too short to share is named, not shared: nothing computed, held or stored, and

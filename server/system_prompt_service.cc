@@ -60,7 +60,7 @@ grpc::Status SystemPromptServiceImpl::DropSystemPrompt(grpc::ServerContext* cont
   }
   auto registered = registry_->Remove(*tenant, id);
   if (!registered.ok()) return ToGrpcStatus(registered.status());
-  absl::Status dropped = engine_->DropSystemPrompt(*tenant, id);
+  absl::Status dropped = engine_->DropSystemPrompt(*tenant, id, /*known=*/*registered);
   if (*registered && absl::IsNotFound(dropped)) return grpc::Status::OK;  // registered, not yet held
   return ToGrpcStatus(dropped);
 }

@@ -25,15 +25,8 @@ absl::StatusOr<std::vector<int32_t>> RenderSystemPart(const text::Tokenizer& tok
   if (!ra.ok()) return ra.status();
   auto rb = tokenizer.RenderChat(b);
   if (!rb.ok()) return rb.status();
-  auto end = std::mismatch(ra->begin(), ra->end(), rb->begin(), rb->end()).first;
-  // Up to the end of the system messages, whoever speaks next: an assistant's message first
-  // too (a template that refuses one, requiring a user's first, keeps the part above).
-  std::vector<text::ChatMessage> c(system.begin(), system.end());
-  c.push_back({"assistant", "a"});
-  if (auto rc = tokenizer.RenderChat(c); rc.ok()) {
-    end = std::min(end, std::mismatch(ra->begin(), end, rc->begin(), rc->end()).first);
-  }
-  std::vector<int32_t> part(ra->begin(), end);
+  const auto mismatch = std::mismatch(ra->begin(), ra->end(), rb->begin(), rb->end());
+  std::vector<int32_t> part(ra->begin(), mismatch.first);
   if (part.empty()) return absl::InvalidArgumentError("the chat template renders no system part");
   return part;
 }

@@ -20,9 +20,8 @@
 namespace strata::server {
 
 // The tokens every conversation that starts with `system` (system messages) shares under
-// the tokenizer's chat template, up to the end of the system messages: the longest common
-// prefix of the conversation rendered with two different user messages and with an
-// assistant's (where the template renders one after the system messages).
+// the tokenizer's chat template, up to where the first user message's content begins: the
+// longest common prefix of the conversation rendered with two different user messages.
 // InvalidArgument when the template renders nothing in common (or cannot render).
 absl::StatusOr<std::vector<int32_t>> RenderSystemPart(const text::Tokenizer& tokenizer,
                                                       absl::Span<const text::ChatMessage> system);
