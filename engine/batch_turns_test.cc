@@ -171,8 +171,12 @@ TEST_F(BatchTurnsTest, ChatTurnsGoAheadOfQueuedBatchTurns) {
 TEST_F(BatchTurnsTest, BatchTurnsInAPoolOfTheirOwnRunBesideChatTurns) {
   // Two chat slots and a batch pool of eight: eight batch turns share one step, and a chat
   // turn still starts at once.
-  auto engine = MakeEngine(nullptr, nullptr, /*max_running=*/2, /*reserved=*/1, /*batch_pool=*/8);
+  // The first step waits (the gate) until every turn is queued: the loop cannot start the
+  // first turns' steps before the last are submitted.
+  testing::GatedBackend* gate = nullptr;
+  auto engine = MakeEngine(nullptr, nullptr, /*max_running=*/2, /*reserved=*/1, /*batch_pool=*/8, &gate);
   auto [batch, chat_stream] = BatchThenChat(*engine, 8, 24);
+  gate->open.Notify();
   EXPECT_TRUE(Collect(chat_stream).status.ok());
   for (auto& s : batch) EXPECT_TRUE(Collect(s).status.ok());
   EXPECT_GE(engine->Stats().max_batch_turns, 8);
