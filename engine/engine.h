@@ -345,7 +345,7 @@ class Engine {
     // A prompt job's sequence, shared with the turns on the prompt: read by the copy, kept.
     std::shared_ptr<model::SequenceState> shared;
     bool lent = false;
-    absl::Time started = absl::Now();  // when it was decided (a prompt job's: at the job's end)
+    absl::Time started = absl::InfiniteFuture();  // a prompt job's: when its save was decided
   };
   std::deque<SaveInFlight> saves_in_flight_;
   std::function<void()> before_prompt_save_;  // SetBeforePromptSaveForTesting

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "base/metrics.h"
-#include "base/prometheus_text.h"
 #include "engine/engine.h"
 #include "engine/testing/engine_testing.h"
 #include "gtest/gtest.h"
@@ -71,15 +70,7 @@ class EngineMetricsTest : public ::testing::Test {
 
   TurnOutput Run(const std::string& session, int max_new) { return Collect(*engine_->Submit(Turn(session, max_new))); }
 
-  // A sample of the registry's exposition; -1 (and a failure) when it is not there.
-  double Value(const std::string& key) {
-    auto samples = metrics::ParsePrometheusText(registry_.Serialize());
-    EXPECT_TRUE(samples.ok()) << samples.status();
-    if (!samples.ok()) return -1;
-    auto it = samples->find(key);
-    EXPECT_NE(it, samples->end()) << key << " is not exported";
-    return it == samples->end() ? -1 : it->second;
-  }
+  double Value(const std::string& key) { return testing::Exported(registry_, key); }
   double Finished(const std::string& reason) {
     return Value("strata_finished_turns_total{reason=\"" + reason + "\"}");
   }

@@ -9,7 +9,6 @@
 
 #include "engine/engine.h"
 #include "base/metrics.h"
-#include "base/prometheus_text.h"
 #include "engine/testing/engine_testing.h"
 #include "gtest/gtest.h"
 #include "model/cpu/cpu_model.h"
@@ -82,10 +81,7 @@ class FetchOrRecomputeTest : public ::testing::Test {
 
   // strata_ssd_fetch_decisions_total{choice}: what operators see of the choice.
   double Decisions(const std::string& choice) {
-    auto samples = metrics::ParsePrometheusText(registry_->Serialize());
-    EXPECT_TRUE(samples.ok()) << samples.status();
-    auto it = samples->find("strata_ssd_fetch_decisions_total{choice=\"" + choice + "\"}");
-    return it == samples->end() ? -1 : it->second;
+    return testing::Exported(*registry_, "strata_ssd_fetch_decisions_total{choice=\"" + choice + "\"}");
   }
 
   text::ByteTokenizer tokenizer_;

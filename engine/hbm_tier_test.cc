@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "base/prometheus_text.h"
 #include "engine/engine.h"
 #include "engine/testing/engine_testing.h"
 #include "gtest/gtest.h"
@@ -92,13 +91,7 @@ TEST_F(HbmTierTest, ReturningTurnReusesItsResidentKvAndAnswersAsWithoutIt) {
 TEST_F(HbmTierTest, TransferBytesCountWhatWasLoadedAndSaved) {
   const model::ModelConfig c = SmallConfig();
   const double token_bytes = 2.0 * c.num_layers * c.kv_dim() * 4;  // K and V rows, fp32, every layer
-  auto value = [&](const std::string& key) {
-    auto samples = metrics::ParsePrometheusText(registry_->Serialize());
-    EXPECT_TRUE(samples.ok()) << samples.status();
-    auto it = samples->find(key);
-    EXPECT_NE(it, samples->end()) << key << " is not exported";
-    return it == samples->end() ? -1.0 : it->second;
-  };
+  auto value = [&](const std::string& key) { return testing::Exported(*registry_, key); };
   const std::string load = "strata_kv_transfer_bytes_total{direction=\"load\"}";
   const std::string save = "strata_kv_transfer_bytes_total{direction=\"save\"}";
   for (int hbm : {0, 1}) {

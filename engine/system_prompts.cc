@@ -279,13 +279,14 @@ absl::Status Engine::DropSystemPrompt(const std::string& tenant, const std::stri
     now = absl::Now();  // under the lock: ordered with a prompt job's decision to save
     // Turns running on it hold its KV through their sequences until they end.
     found = prompts_.erase(map_key) > 0;
-    if (found || known) RememberPromptDropLocked(map_key, now);
+    if (found || known) RememberPromptDropLocked(map_key, now);  // with the erase: no turn between
     if (found) PublishPromptGaugesLocked();
   }
-  if (store_ != nullptr && store_->Get(key).ok() && store_->Drop(key).ok() && !found) {
+  const bool remembered = found || known;
+  if (store_ != nullptr && store_->Get(key).ok() && store_->Drop(key).ok()) {
     found = true;
     MutexLock lock(&mu_);
-    if (!known) RememberPromptDropLocked(map_key, now);
+    if (!remembered) RememberPromptDropLocked(map_key, now);
   }
   // An unknown id changes nothing.
   if (!found) return absl::NotFoundError(absl::StrCat("no system prompt '", id, "'"));

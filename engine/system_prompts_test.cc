@@ -12,7 +12,6 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/metrics.h"
-#include "base/prometheus_text.h"
 #include "engine/engine.h"
 #include "engine/system_prompt_names.h"
 #include "engine/testing/engine_testing.h"
@@ -25,18 +24,11 @@ namespace {
 
 using testing::Collect;
 using testing::Count;
+using testing::Exported;
 using testing::RunAll;
 using testing::HostOnlyStore;
 using testing::SmallConfig;
 using testing::TurnOutput;
-
-// A sample of the registry's exposition (as /metrics has it); -1 when it is not there.
-double Exported(const metrics::Registry& registry, const std::string& key) {
-  auto samples = metrics::ParsePrometheusText(registry.Serialize());
-  if (!samples.ok()) return -1;
-  auto it = samples->find(key);
-  return it == samples->end() ? -1 : it->second;
-}
 
 // A system part of `n` tokens (printable bytes of the built-in tokenizer) for prompt `k`.
 std::vector<int32_t> SystemPart(int n, int k) {

@@ -12,8 +12,10 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "base/metrics.h"
+#include "base/prometheus_text.h"
 #include "engine/engine.h"
 #include "engine/turn.h"
+#include "gtest/gtest.h"
 #include "model/cpu/cpu_model.h"
 #include "model/model_backend.h"
 #include "storage/session_store.h"
@@ -57,6 +59,17 @@ inline std::vector<TurnOutput> RunAll(Engine& engine, const std::vector<TurnRequ
   std::vector<TurnOutput> out;
   for (auto& s : streams) out.push_back(Collect(s));
   return out;
+}
+
+// A sample of `registry`'s exposition as a scrape of /metrics reads it (`name{label="v"}`);
+// -1, and a test failure, when it is not exported.
+inline double Exported(const metrics::Registry& registry, const std::string& key) {
+  auto samples = metrics::ParsePrometheusText(registry.Serialize());
+  EXPECT_TRUE(samples.ok()) << samples.status();
+  if (!samples.ok()) return -1;
+  auto it = samples->find(key);
+  EXPECT_NE(it, samples->end()) << key << " is not exported";
+  return it == samples->end() ? -1 : it->second;
 }
 
 // A counter's value in `registry` (0 when it was never incremented).

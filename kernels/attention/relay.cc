@@ -107,8 +107,7 @@ bool FusedShape(const RelayShape& s, DecodeKernel context_kernel) {
 
 int64_t ThreeLaunchWorkspaceFloats(const RelayShape& s, const internal::RelayTuning& t = {}) {
   const int splits = std::max({ThreeLaunchSplits(s, 64, kSysBlocksPerSm), ThreeLaunchSplits(s, 128, 1),
-                               ThreeLaunchSplits(s, t.system_form, t.system_sms),
-                               ThreeLaunchSplits(s, t.system_form, t.system_sms, t.system_min_part_keys)});
+                               ThreeLaunchSplits(s, t.system_form, t.system_sms)});  // (longer parts: fewer)
   return Align4Floats(DecodeWorkspaceFloats(s.rows, s.num_heads, s.head_dim, s.max_context_tokens)) +
          Align4Floats(int64_t{s.rows} * s.num_heads) +
          Align4Floats(int64_t{s.grouped_rows} * splits * s.num_heads * s.head_dim) +
