@@ -80,10 +80,12 @@ absl::Status PromptBuilder::Build(const std::string& tenant, const v1::ChatReque
       if (cut->dropped_tokens > 0) messages = std::move(kept);
       TakeCut(*std::move(cut), turn);
     }
-    // A registered prompt's part is known; another conversation's is recognised. Where the
-    // template did not render it as a prefix of the prompt, it is computed inline.
-    turn->system_tokens = system.has_value() ? SharedPrefixTokens(system->tokens, turn->prompt)
-                                             : system_parts_.Recognise(messages, turn->prompt);
+    // A registered prompt's part is known; another conversation's is recognised (as is a
+    // registered prompt's in a conversation the assistant opens, whose part lacks the user's
+    // header). Where the template did not render it as a prefix of the prompt, it is
+    // computed inline.
+    turn->system_tokens = system.has_value() ? SharedPrefixTokens(system->tokens, turn->prompt) : 0;
+    if (turn->system_tokens == 0) turn->system_tokens = system_parts_.Recognise(messages, turn->prompt);
   } else {
     if (system.has_value()) turn->prompt = system->tokens;
     turn->prompt.insert(turn->prompt.end(), request.token_ids().begin(), request.token_ids().end());

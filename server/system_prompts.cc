@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -16,18 +17,62 @@
 
 namespace strata::server {
 
-absl::StatusOr<std::vector<int32_t>> RenderSystemPart(const text::Tokenizer& tokenizer,
-                                                      absl::Span<const text::ChatMessage> system) {
-  std::vector<text::ChatMessage> a(system.begin(), system.end()), b = a;
-  a.push_back({"user", "a"});
-  b.push_back({"user", "b"});
-  auto ra = tokenizer.RenderChat(a);
+namespace {
+
+// The longest common prefix of `system` followed by `a` and by `b`, rendered.
+absl::StatusOr<std::vector<int32_t>> CommonRender(const text::Tokenizer& tokenizer,
+                                                  absl::Span<const text::ChatMessage> system,
+                                                  std::initializer_list<text::ChatMessage> a,
+                                                  std::initializer_list<text::ChatMessage> b) {
+  std::vector<text::ChatMessage> ma(system.begin(), system.end()), mb = ma;
+  ma.insert(ma.end(), a);
+  mb.insert(mb.end(), b);
+  auto ra = tokenizer.RenderChat(ma);
   if (!ra.ok()) return ra.status();
-  auto rb = tokenizer.RenderChat(b);
+  auto rb = tokenizer.RenderChat(mb);
   if (!rb.ok()) return rb.status();
   const auto mismatch = std::mismatch(ra->begin(), ra->end(), rb->begin(), rb->end());
-  std::vector<int32_t> part(ra->begin(), mismatch.first);
-  if (part.empty()) return absl::InvalidArgumentError("the chat template renders no system part");
+  return std::vector<int32_t>(ra->begin(), mismatch.first);
+}
+
+// The tokens both a user's and an assistant's first message follow.
+absl::StatusOr<std::vector<int32_t>> BeforeEitherFirstMessage(const text::Tokenizer& tokenizer,
+                                                              absl::Span<const text::ChatMessage> system) {
+  auto user = CommonRender(tokenizer, system, {{"user", "a"}}, {{"user", "b"}});
+  if (!user.ok()) return user.status();
+  auto assistant =
+      CommonRender(tokenizer, system, {{"assistant", "a"}, {"user", "q"}}, {{"assistant", "b"}, {"user", "q"}});
+  if (!assistant.ok()) return assistant.status();
+  const auto mismatch = std::mismatch(user->begin(), user->end(), assistant->begin(), assistant->end());
+  return std::vector<int32_t>(user->begin(), mismatch.first);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int32_t>> RenderSystemPart(const text::Tokenizer& tokenizer,
+                                                      absl::Span<const text::ChatMessage> system) {
+  auto part = CommonRender(tokenizer, system, {{"user", "a"}}, {{"user", "b"}});
+  if (!part.ok()) return part.status();
+  if (part->empty()) return absl::InvalidArgumentError("the chat template renders no system part");
+  return part;
+}
+
+absl::StatusOr<std::vector<int32_t>> RenderSystemPartBeforeAssistant(const text::Tokenizer& tokenizer,
+                                                                     absl::Span<const text::ChatMessage> system) {
+  if (system.empty()) return absl::InvalidArgumentError("no system messages");
+  auto part = BeforeEitherFirstMessage(tokenizer, system);
+  if (!part.ok()) return part.status();
+  // The part must hold the whole system text: the last system message changed at its end
+  // changes it. (A template that renders the system text elsewhere, or not at all, when the
+  // assistant speaks first leaves the two the same, before the text.)
+  std::vector<text::ChatMessage> changed(system.begin(), system.end());
+  changed.back().content += "\n.";
+  auto other = BeforeEitherFirstMessage(tokenizer, changed);
+  if (!other.ok()) return other.status();
+  if (part->empty() || *part == *other) {
+    return absl::InvalidArgumentError(
+        "the chat template does not render the system text before an assistant's first message");
+  }
   return part;
 }
 
@@ -40,16 +85,19 @@ int64_t SystemPartCache::Recognise(absl::Span<const text::ChatMessage> messages,
   size_t k = 0;
   while (k < messages.size() && messages[k].role == "system") ++k;
   if (k == 0 || k == messages.size()) return 0;
-  std::string key;
-  for (size_t i = 0; i < k; ++i) absl::StrAppend(&key, messages[i].role, std::string(1, '\0'), messages[i].content,
-                                                  std::string(1, '\0'));
+  // A conversation the assistant opens has its own part (the user's header is not in it).
+  const bool assistant_first = messages[k].role == "assistant";
+  std::string key(assistant_first ? "a" : "u");
+  for (size_t i = 0; i < k; ++i) absl::StrAppend(&key, std::string(1, '\0'), messages[i].role, std::string(1, '\0'),
+                                                  messages[i].content);
   std::shared_ptr<const std::vector<int32_t>> part;
   {
     MutexLock lock(&mu_);
     if (auto it = parts_.find(key); it != parts_.end()) part = it->second;
   }
   if (part == nullptr) {
-    auto rendered = RenderSystemPart(*tokenizer_, messages.subspan(0, k));
+    auto rendered = assistant_first ? RenderSystemPartBeforeAssistant(*tokenizer_, messages.subspan(0, k))
+                                    : RenderSystemPart(*tokenizer_, messages.subspan(0, k));
     part = std::make_shared<const std::vector<int32_t>>(rendered.ok() ? *std::move(rendered)
                                                                       : std::vector<int32_t>());
     MutexLock lock(&mu_);

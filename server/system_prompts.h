@@ -26,6 +26,15 @@ namespace strata::server {
 absl::StatusOr<std::vector<int32_t>> RenderSystemPart(const text::Tokenizer& tokenizer,
                                                       absl::Span<const text::ChatMessage> system);
 
+// The system part of a conversation the assistant opens (a greeting before the user's first
+// message): the tokens both a user's and an assistant's first message follow (the common
+// prefix of RenderSystemPart and the conversation rendered with two different assistant
+// messages first), so without the user's header. InvalidArgument where that prefix does not
+// hold the whole system text (templates that fold it into the first user turn, or refuse an
+// assistant first): such conversations compute their system part inline.
+absl::StatusOr<std::vector<int32_t>> RenderSystemPartBeforeAssistant(const text::Tokenizer& tokenizer,
+                                                                     absl::Span<const text::ChatMessage> system);
+
 // Recognises the system part of conversations on the request path. The same few system
 // prompts come back turn after turn, so each one's part is rendered once and kept (up to
 // `capacity` of them; past that the cache starts over). Thread-safe.

@@ -165,6 +165,37 @@ TEST_F(SystemPromptE2eTest, SixtyFourSessionsOverThreePromptsAnswerAsTheCacheOff
   EXPECT_GT(two.done.usage().cached_tokens(), shared[5].done.usage().cached_tokens());
 }
 
+TEST_F(SystemPromptE2eTest, ConversationsTheAssistantOpensShareTheirSystemPrompt) {
+  // A greeting from the assistant before the user's first message: the system part is
+  // shared (computed once) as in conversations the user opens, and the answers are the
+  // cache-off server's.
+  auto server = Start({});
+  auto off = ServerProcess::Start({"--cache=off", "--device=cpu"});
+  ASSERT_TRUE(server != nullptr && off.ok());
+  constexpr int kSessions = 4;
+  std::vector<Turn> shared(kSessions), plain(kSessions);
+  std::vector<std::thread> threads;
+  for (int s = 0; s < kSessions; ++s) {
+    threads.emplace_back([&, s] {
+      const v1::ChatRequest r = Request(absl::StrCat("g", s), {{"system", SystemText(7)},
+                                                               {"assistant", "Hello! What can I do for you?"},
+                                                               {"user", absl::StrCat("Tell me about ", s * 11, ".")}});
+      shared[s] = testing::RunChat(server->target(), r);
+      plain[s] = testing::RunChat((*off)->target(), r);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int s = 0; s < kSessions; ++s) {
+    ASSERT_TRUE(shared[s].status.ok()) << s << ": " << shared[s].status.error_message();
+    ASSERT_TRUE(plain[s].status.ok()) << s << ": " << plain[s].status.error_message();
+    EXPECT_EQ(shared[s].tokens, plain[s].tokens) << "session " << s;
+    EXPECT_GE(shared[s].done.usage().cached_tokens(), 300u) << "session " << s << " did not share its system prompt";
+  }
+  std::map<std::string, double> m = Metrics(*server);
+  EXPECT_EQ(m["strata_system_prompt_loads_total{source=\"computed\"}"], 1) << "the prompt computed once";
+  EXPECT_EQ(m["strata_system_prompt_hits_total"], kSessions);
+}
+
 TEST_F(SystemPromptE2eTest, RegisteredPromptsAreNamedByIdAndSurviveARestart) {
   auto off = ServerProcess::Start({"--cache=off", "--device=cpu"});
   ASSERT_TRUE(off.ok());
