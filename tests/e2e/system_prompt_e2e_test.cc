@@ -288,6 +288,18 @@ TEST_F(SystemPromptE2eTest, RegisteredPromptsAreNamedByIdAndSurviveARestart) {
   EXPECT_EQ(m["strata_system_prompts_stored{tier=\"ssd\"}"], 2) << "both prompts persisted";
   EXPECT_GT(m["strata_system_prompt_stored_bytes"], 0);
   EXPECT_EQ(m["strata_system_prompt_loads_total{source=\"computed\"}"], 0);
+  // By id in a conversation the assistant opens: its part (without the user's header) is
+  // recognised and shared too, and it answers as the same conversation inline, cache off.
+  v1::ChatRequest greeted = Request("greeted", {{"assistant", "Hi! Ask away."}, {"user", "Hello there"}});
+  greeted.set_system_prompt_id(text_id);
+  const Turn g = testing::RunChat(server->target(), greeted);
+  const Turn g_inline = testing::RunChat(
+      (*off)->target(),
+      Request("greeted", {{"system", SystemText(7)}, {"assistant", "Hi! Ask away."}, {"user", "Hello there"}}));
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  ASSERT_TRUE(g_inline.status.ok()) << g_inline.status.error_message();
+  EXPECT_EQ(g.tokens, g_inline.tokens);
+  EXPECT_GE(g.done.usage().cached_tokens(), 300u) << "the registered prompt's text was not shared";
 }
 
 TEST_F(SystemPromptE2eTest, BadInputGetsClearCodesAndChangesNothing) {
