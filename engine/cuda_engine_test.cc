@@ -287,6 +287,7 @@ TEST_F(CudaEngineTest, SharedSystemPromptsAnswerAsInline) {
     eo.min_shared_prompt_tokens = 64;
     auto engine = *Engine::Create(eo, *std::move(model), &tokenizer, store.get(), registry);
     std::vector<std::vector<int32_t>> answers;
+    std::vector<int64_t> own_tokens(16);  // what each session's last turn stores: its own tokens
     for (int turn = 0; turn < 2; ++turn) {
       std::vector<std::shared_ptr<TurnStream>> streams;
       for (int s = 0; s < 16; ++s) {
@@ -308,13 +309,26 @@ TEST_F(CudaEngineTest, SharedSystemPromptsAnswerAsInline) {
           ++r.system_tokens;
         }
         r.max_new_tokens = 12;
+        own_tokens[static_cast<size_t>(s)] = static_cast<int64_t>(r.prompt.size()) - r.system_tokens;
         streams.push_back(*engine->Submit(std::move(r)));
       }
-      for (auto& stream : streams) {
-        testing::TurnOutput out = testing::Collect(stream);
+      for (size_t s = 0; s < streams.size(); ++s) {
+        testing::TurnOutput out = testing::Collect(streams[s]);
         EXPECT_TRUE(out.status.ok()) << out.status;
         if (turn == 0) answers.push_back(out.tokens);
         if (turn == 1 && share) EXPECT_GT(out.result.usage.cached_tokens, 150);
+        own_tokens[s] += static_cast<int64_t>(out.tokens.size()) - 1;  // every answer token but the last
+      }
+    }
+    if (share) {
+      // Each session stores only its own tokens, from the prompt's end on (the prompts are
+      // not whole pages: their last rows are copied into each session's first page).
+      EXPECT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+      EXPECT_TRUE(store->AwaitWriteBacks(absl::Seconds(30)).ok());
+      for (int s = 0; s < 16; ++s) {
+        auto info = store->Get({"t", absl::StrCat("s", s)});
+        EXPECT_TRUE(info.ok()) << info.status();
+        if (info.ok()) EXPECT_EQ(info->cached_tokens, own_tokens[static_cast<size_t>(s)]) << "session " << s;
       }
     }
     return answers;

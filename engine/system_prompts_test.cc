@@ -3,6 +3,7 @@
 // store only their own tokens, a restart loads the prompt from the SSD tier, and the
 // registry's Register / Drop / List.
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/metrics.h"
@@ -111,7 +113,8 @@ TEST_F(SystemPromptEngineTest, AnswersEqualThePromptInlineWithTheCacheOff) {
     EXPECT_EQ(info->cached_tokens, static_cast<int64_t>(first[s].prompt.size() - prompts[s % 3].size() +
                                                          a[s].tokens.size() - 1))
         << "session " << s << " stores more than its own tokens";
-    EXPECT_EQ(info->base, SystemPromptId(prompts[s % 3]));
+    EXPECT_EQ(info->base, absl::StrCat(SystemPromptId(prompts[s % 3]), "@", prompts[s % 3].size()))
+        << "the base names the prompt and where the session's own tokens start";
   }
   auto listed = shared->ListSystemPrompts("t");
   ASSERT_EQ(listed.size(), 3u);
@@ -577,6 +580,28 @@ TEST_F(SystemPromptEngineTest, APromptWhoseStoredChunksAreCorruptIsComputedAgain
   auto listed = engine->ListSystemPrompts("t");
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_TRUE(listed[0].stored) << "stored anew";
+}
+
+TEST_F(SystemPromptEngineTest, ARecordWhoseOwnTokensStartElsewhereIsNotReused) {
+  // A record named by the prompt's id alone is from before a base named where the session's
+  // own tokens start (CUDA sequences then shared whole pages: a record's first tokens were
+  // the prompt's last, at other positions). Tokens that happen to equal the turn's own would
+  // otherwise serve KV computed at other positions: it never matches; the turn computes.
+  const std::vector<int32_t> system = SystemPart(150, 2);
+  auto store = HostOnlyStore(SmallConfig(), Fingerprint());
+  auto engine = MakeEngine(store.get(), nullptr, 64, /*hbm_bytes=*/0);
+  auto plain = MakeEngine(nullptr);
+  const TurnRequest turn = Turn("old", system, 40, 3, 6);
+  const std::vector<int32_t> own(turn.prompt.begin() + static_cast<std::ptrdiff_t>(system.size()), turn.prompt.end());
+  ASSERT_TRUE(store
+                  ->Save(turn.key, own, 0, [](int64_t, int, absl::Span<std::byte> p) { std::memset(p.data(), 0x3c, p.size()); },
+                         SystemPromptId(system))
+                  .ok());
+  const std::vector<TurnOutput> got = RunAll(*engine, {turn});
+  const std::vector<TurnOutput> want = RunAll(*plain, {turn});
+  ASSERT_TRUE(got[0].status.ok()) << got[0].status;
+  EXPECT_EQ(got[0].tokens, want[0].tokens);
+  EXPECT_EQ(got[0].result.usage.cached_tokens, static_cast<int64_t>(system.size())) << "the old record was reused";
 }
 
 TEST_F(SystemPromptEngineTest, ASystemPartAsLongAsThePromptIsRefused) {

@@ -301,16 +301,16 @@ absl::StatusOr<std::unique_ptr<SequenceState>> CudaModel::NewSequenceOnPrefix(
   auto p = std::dynamic_pointer_cast<const CudaSequence>(prefix);
   if (p == nullptr || p->pool() != &m.pool) return absl::InvalidArgumentError("a prefix of another backend");
   if (p->on_prefix()) return absl::InvalidArgumentError("a prefix on a prefix");
-  const int page = m.options.page_tokens;
-  if (prefix_tokens <= 0 || prefix_tokens % page != 0 || prefix_tokens > p->capacity()) {
-    return absl::InvalidArgumentError(absl::StrCat("a shared prefix of ", prefix_tokens, " tokens (whole pages of ",
-                                                   page, ") from a sequence of ", p->capacity()));
+  if (prefix_tokens <= 0 || prefix_tokens > p->capacity()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a shared prefix of ", prefix_tokens, " tokens from a sequence of ", p->capacity()));
   }
   if (capacity_tokens <= 0 || prefix_tokens + capacity_tokens > m.config.max_context) {
     return absl::InvalidArgumentError(absl::StrCat("a sequence of ", prefix_tokens, " + ", capacity_tokens,
                                                    " tokens does not fit the context of ", m.config.max_context));
   }
-  return m.pool.NewSequenceOn(std::move(p), prefix_tokens, capacity_tokens);
+  if (absl::Status s = m.UseDevice(); !s.ok()) return s;
+  return m.pool.NewSequenceOn(std::move(p), prefix_tokens, capacity_tokens, m.stream);
 }
 
 absl::Status CudaModel::Forward(absl::Span<const ForwardEntry> batch) {

@@ -47,7 +47,8 @@ struct CudaModelOptions {
   int64_t kv_read_group_tokens = 4096;
   int64_t kv_read_copy_bytes = int64_t{8} << 20;  // about what one DMA moves
   // Sequences on a shared prefix (a system prompt) share the prefix's whole pages in
-  // their page lists. Off: the engine computes prompts inline per sequence.
+  // their page lists (the rows of a last partial page are copied into their first own
+  // page). Off: the engine computes prompts inline per sequence.
   bool share_prefixes = true;
   // Decode rows of two or more sequences on one shared prefix attend to it as a group
   // (relay attention, kernels/attention/relay.h): the prefix's KV is read once per group
@@ -146,7 +147,6 @@ class CudaModel final : public ModelBackend {
   absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity_tokens) override;
   absl::Status ResizeSequence(SequenceState& seq, int64_t capacity_tokens) override;
   bool shares_prefixes() const override;
-  int64_t prefix_granularity() const override { return page_tokens(); }
   absl::StatusOr<std::unique_ptr<SequenceState>> NewSequenceOnPrefix(std::shared_ptr<const SequenceState> prefix,
                                                                      int64_t prefix_tokens,
                                                                      int64_t capacity_tokens) override;

@@ -317,9 +317,10 @@ TEST_F(CudaModelTest, PoolRunsOutAndRecovers) {
   EXPECT_TRUE((*model)->NewSequence(32 * 40).ok()) << "pages of an ended sequence come back";
 }
 
-// Sequences on a shared prefix (whole pages of it in their page lists) give the logits of
-// the prompt computed inline, batched with a plain sequence, for prefill and decode; the
-// prefix's pages are never written and go back to the pool only with the last user.
+// Sequences on a shared prefix (whole pages of it in their page lists, the rows of its last
+// partial page copied into their own first page) give the logits of the prompt computed
+// inline, batched with a plain sequence, for prefill and decode; the prefix's pages are never
+// written and go back to the pool only with the last user.
 TEST_F(CudaModelTest, SequencesOnASharedPrefixGiveTheInlineLogits) {
   ModelConfig c = Config();
   CudaModelOptions o = SmallPool();
@@ -329,7 +330,7 @@ TEST_F(CudaModelTest, SequencesOnASharedPrefixGiveTheInlineLogits) {
   ASSERT_TRUE(model.ok()) << model.status();
   CudaModel& m = **model;
   const int page = m.page_tokens();
-  const std::vector<int32_t> system = Tokens(3 * page + 5, 1);  // the last 5 stay each sequence's own
+  const std::vector<int32_t> system = Tokens(3 * page + 5, 1);  // 3 whole pages and 5 rows
   const int64_t shared = 3 * page;
   auto prefix_seq = m.NewSequence(static_cast<int64_t>(system.size()));
   ASSERT_TRUE(prefix_seq.ok());
@@ -337,19 +338,24 @@ TEST_F(CudaModelTest, SequencesOnASharedPrefixGiveTheInlineLogits) {
   ForwardEntry pe{prefix.get(), 0, system};
   ASSERT_TRUE(m.Forward({&pe, 1}).ok());
   const int64_t free_before = m.free_pages();
-  EXPECT_TRUE(absl::IsInvalidArgument(m.NewSequenceOnPrefix(prefix, shared + 1, 8).status())) << "not whole pages";
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      m.NewSequenceOnPrefix(prefix, static_cast<int64_t>(system.size()) + 1, 8).status()))
+      << "more than the prefix holds";
+  // Sequence 0 on the whole prompt (its 5 last rows copied), sequence 1 on its whole pages
+  // (computing the 5 rows with its own tokens). own[i]: what each feeds from `from[i]` on.
   std::vector<std::vector<int32_t>> own = {Tokens(7, 2), Tokens(page + 3, 3)};
+  own[1].insert(own[1].begin(), system.begin() + shared, system.end());
+  const int64_t from[2] = {static_cast<int64_t>(system.size()), shared};
   std::vector<std::unique_ptr<SequenceState>> seqs;
-  for (auto& o2 : own) {
-    // The prompt's tail past its whole pages, then the sequence's own tokens.
-    o2.insert(o2.begin(), system.begin() + shared, system.end());
-    auto sq = m.NewSequenceOnPrefix(prefix, shared, static_cast<int64_t>(o2.size()) + 4);
+  for (int i = 0; i < 2; ++i) {
+    auto sq = m.NewSequenceOnPrefix(prefix, from[i], static_cast<int64_t>(own[i].size()) + 4);
     ASSERT_TRUE(sq.ok()) << sq.status();
     seqs.push_back(std::move(*sq));
   }
   CpuModel cpu(std::move(weights));
-  auto inline_logits = [&](const std::vector<int32_t>& tail) {
-    std::vector<int32_t> all(system.begin(), system.begin() + shared);
+  // The logits of the prompt's first `n` tokens and `tail` computed inline on the CPU.
+  auto inline_logits = [&](int64_t n, const std::vector<int32_t>& tail) {
+    std::vector<int32_t> all(system.begin(), system.begin() + n);
     all.insert(all.end(), tail.begin(), tail.end());
     auto seq = cpu.NewSequence(static_cast<int64_t>(all.size()));
     std::vector<float> logits(static_cast<size_t>(c.vocab_size));
@@ -360,26 +366,28 @@ TEST_F(CudaModelTest, SequencesOnASharedPrefixGiveTheInlineLogits) {
   auto plain = m.NewSequence(16);
   const std::vector<int32_t> other = Tokens(9, 4);
   std::vector<std::vector<float>> logits(2, std::vector<float>(static_cast<size_t>(c.vocab_size)));
-  std::vector<ForwardEntry> batch = {{seqs[0].get(), shared, own[0], logits[0].data()},
-                                     {seqs[1].get(), shared, own[1], logits[1].data()},
+  std::vector<ForwardEntry> batch = {{seqs[0].get(), from[0], own[0], logits[0].data()},
+                                     {seqs[1].get(), from[1], own[1], logits[1].data()},
                                      {plain->get(), 0, other}};
   ASSERT_TRUE(m.Forward(batch).ok());
   for (int i = 0; i < 2; ++i) {
-    EXPECT_LT(RelativeError(logits[i], inline_logits(own[i])), 3e-2) << "prefill of sequence " << i;
+    EXPECT_LT(RelativeError(logits[i], inline_logits(from[i], own[i])), 3e-2) << "prefill of sequence " << i;
   }
   // A decode each.
   for (int i = 0; i < 2; ++i) {
     const std::vector<int32_t> next = {static_cast<int32_t>(40 + i)};
-    ForwardEntry d{seqs[i].get(), shared + static_cast<int64_t>(own[i].size()), next, logits[i].data()};
+    ForwardEntry d{seqs[i].get(), from[i] + static_cast<int64_t>(own[i].size()), next, logits[i].data()};
     ASSERT_TRUE(m.Forward({&d, 1}).ok());
     own[i].push_back(next[0]);
-    EXPECT_LT(RelativeError(logits[i], inline_logits(own[i])), 3e-2) << "decode of sequence " << i;
+    EXPECT_LT(RelativeError(logits[i], inline_logits(from[i], own[i])), 3e-2) << "decode of sequence " << i;
   }
   // Writing into the prefix is refused; the prefix's KV is unchanged (its own next token
   // still gives the inline logits).
   const std::vector<int32_t> t = {1};
   ForwardEntry inside{seqs[0].get(), shared - 1, t};
   EXPECT_TRUE(absl::IsInvalidArgument(m.Forward({&inside, 1})));
+  ForwardEntry copied{seqs[0].get(), shared + 2, t};
+  EXPECT_TRUE(absl::IsInvalidArgument(m.Forward({&copied, 1}))) << "the copied rows are the prefix's";
   // Only the sequences' own pages come back when they go; the prefix's with the prefix.
   seqs.clear();
   plain->reset();

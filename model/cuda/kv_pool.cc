@@ -48,9 +48,10 @@ absl::StatusOr<std::unique_ptr<SequenceState>> KvPool::NewSequence(int64_t capac
 }
 
 absl::StatusOr<std::unique_ptr<SequenceState>> KvPool::NewSequenceOn(std::shared_ptr<const CudaSequence> prefix,
-                                                                     int64_t prefix_tokens, int64_t capacity_tokens) {
-  const int64_t shared = prefix_tokens / page_tokens_;
-  const int64_t need = (capacity_tokens + page_tokens_ - 1) / page_tokens_;
+                                                                     int64_t prefix_tokens, int64_t capacity_tokens,
+                                                                     cudaStream_t stream) {
+  const int64_t shared = prefix_tokens / page_tokens_, tail = prefix_tokens % page_tokens_;
+  const int64_t need = (tail + capacity_tokens + page_tokens_ - 1) / page_tokens_;
   if (need > static_cast<int64_t>(free_pages_.size())) {
     return absl::ResourceExhaustedError(absl::StrCat("the GPU KV pool has ", free_pages_.size(), " free pages of ",
                                                      pages_, "; a sequence of ", capacity_tokens,
@@ -58,6 +59,21 @@ absl::StatusOr<std::unique_ptr<SequenceState>> KvPool::NewSequenceOn(std::shared
   }
   std::vector<int32_t> pages(prefix->pages().begin(), prefix->pages().begin() + shared);
   pages.insert(pages.end(), free_pages_.end() - need, free_pages_.end());
+  if (tail > 0) {  // the prefix's last rows, as the sequence's first
+    const int64_t row = int64_t{num_kv_heads_} * head_dim_;
+    const int64_t from = int64_t{prefix->pages()[static_cast<size_t>(shared)]} * page_tokens_ * row;
+    const int64_t to = int64_t{pages[static_cast<size_t>(shared)]} * page_tokens_ * row;
+    for (const DeviceBuffer* plane : {&k_rot_, &k_raw_, &v_}) {
+      uint16_t* base = plane->as<uint16_t>();
+      const size_t pitch = static_cast<size_t>(layer_stride_) * 2;
+      if (cudaError_t e = cudaMemcpy2DAsync(base + to, pitch, base + from, pitch, static_cast<size_t>(tail * row) * 2,
+                                            static_cast<size_t>(num_layers_), cudaMemcpyDeviceToDevice, stream);
+          e != cudaSuccess) {
+        cudaGetLastError();
+        return absl::InternalError(absl::StrCat("copying a shared prefix's last rows: ", cudaGetErrorString(e)));
+      }
+    }
+  }
   free_pages_.resize(free_pages_.size() - static_cast<size_t>(need));
   return std::unique_ptr<SequenceState>(std::make_unique<CudaSequence>(
       this, std::move(pages), prefix_tokens + capacity_tokens, std::move(prefix), prefix_tokens,

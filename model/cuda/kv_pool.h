@@ -8,8 +8,8 @@
 // them back when it goes, so a running turn never runs out of KV memory.
 //
 // Ownership: the pool owns the planes (freed with it); a CudaSequence owns its page list
-// and must not outlive the pool. Streams: Randomize enqueues on the stream it is given;
-// nothing else here touches the GPU after Allocate. Not thread-safe: the engine loop is
+// and must not outlive the pool. Streams: Randomize and NewSequenceOn enqueue on the stream
+// they are given; nothing else here touches the GPU after Allocate. Not thread-safe: the engine loop is
 // the only caller.
 #ifndef STRATA_MODEL_CUDA_KV_POOL_H_
 #define STRATA_MODEL_CUDA_KV_POOL_H_
@@ -32,9 +32,10 @@ namespace strata::model::cuda_internal {
 class KvPool;
 
 // A sequence's pages in the pool; gives them back when it ends. A sequence on a shared
-// prefix starts its page list with the prefix's first() / page_tokens pages (read, never
-// written, not its own: the prefix sequence, kept alive here, owns them) and holds its
-// own tokens from first() on, which is a multiple of page_tokens.
+// prefix starts its page list with the prefix's whole pages, shared_pages() of them (read,
+// never written, not its own: the prefix sequence, kept alive here, owns them) and holds
+// its own tokens from first() on: the prefix's length. Where that is not a multiple of
+// page_tokens, its first own page starts with a copy of the prefix's last rows.
 class CudaSequence final : public SequenceState {
  public:
   CudaSequence(KvPool* pool, std::vector<int32_t> pages, int64_t capacity,
@@ -79,11 +80,14 @@ class KvPool {
   // fewer pages are free.
   absl::StatusOr<std::unique_ptr<SequenceState>> NewSequence(int64_t capacity_tokens);
 
-  // A sequence on `prefix`'s first `prefix_tokens` tokens (a multiple of page_tokens, at
-  // most what its pages hold) with pages of its own for `capacity_tokens` more.
+  // A sequence on `prefix`'s first `prefix_tokens` tokens (at most what its pages hold)
+  // with pages of its own for `capacity_tokens` more. The prefix's whole pages are shared;
+  // the rows of a last partial one are copied (every plane and layer) into the first own
+  // page, enqueued on `stream`, which must be the stream that runs the sequence's steps.
   // ResourceExhausted when fewer pages are free.
   absl::StatusOr<std::unique_ptr<SequenceState>> NewSequenceOn(std::shared_ptr<const CudaSequence> prefix,
-                                                               int64_t prefix_tokens, int64_t capacity_tokens);
+                                                               int64_t prefix_tokens, int64_t capacity_tokens,
+                                                               cudaStream_t stream);
 
   // Gives `seq` the pages for `capacity_tokens` tokens (positions, the prefix's included):
   // takes more from the free list or returns its last ones. ResourceExhausted (nothing
