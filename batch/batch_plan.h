@@ -15,7 +15,8 @@
 // where n(v) counts the prompts under node v and e(v) those that end at v. The root
 // (depth 0) always splits. That is BatchLLM's Algorithm 1 (prefix enlargement), exact on
 // the compressed tree. Depths are counted in the granularity the backend shares at (a
-// paged KV pool shares whole pages), and a prefix shorter than `min_prefix_tokens` is not
+// token on both backends today: the CUDA pool copies a prefix's partial last page into
+// each sequence), and a prefix shorter than `min_prefix_tokens` is not
 // worth a group: its prompts run alone.
 #ifndef STRATA_BATCH_BATCH_PLAN_H_
 #define STRATA_BATCH_BATCH_PLAN_H_
