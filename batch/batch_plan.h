@@ -44,7 +44,7 @@ enum class Planning {
 struct PlanOptions {
   Planning planning = Planning::kGlobal;
   // Shared prefixes are whole multiples of this many tokens (the backend's prefix
-  // granularity, e.g. its KV page).
+  // granularity; a token on both backends today).
   int64_t granularity = 1;
   // A shared prefix shorter than this is not used (its prompts run alone).
   int64_t min_prefix_tokens = 16;
