@@ -145,7 +145,9 @@ constexpr int SmemBytes(int tile_rows, int key_tile, int stages) {
 // feeds twice the MMAs (shared-memory bandwidth, not the tensor cores, bounds the one-tile
 // form), and Q's fragments are re-read from shared memory; with one they stay in
 // registers. K/V tiles of kKeyTile keys are gathered from the pages into shared memory with
-// cp.async, kStages - 1 tiles ahead of the one in use. Scores are kept unscaled; the online softmax
+// cp.async, kStages - 1 tiles ahead of the one in use (the one-warp decode form's tiles as
+// tensor-map boxes, every stage in flight, measured no faster: docs/BENCHMARKS.md). Scores
+// are kept unscaled; the online softmax
 // works in log2 units (exp2((s - max) * scale * log2 e)). Key tiles past the tile's last
 // query position are skipped; only tiles that cross the diagonal are masked. Blocks run
 // the heaviest (last) query tiles first.
