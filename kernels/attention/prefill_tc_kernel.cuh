@@ -147,8 +147,8 @@ constexpr int SmemBytes(int tile_rows, int key_tile, int stages) {
 // registers. K/V tiles of kKeyTile keys are gathered from the pages into shared memory with
 // cp.async, kStages - 1 tiles ahead of the one in use (the one-warp decode form's tiles as
 // tensor-map boxes, every stage in flight, measured no faster: docs/BENCHMARKS.md). Scores
-// are kept unscaled; the online softmax
-// works in log2 units (exp2((s - max) * scale * log2 e)). Key tiles past the tile's last
+// are kept unscaled; the online softmax works in log2 units (exp2((s - max) * scale *
+// log2 e)). Key tiles past the tile's last
 // query position are skipped; only tiles that cross the diagonal are masked. Blocks run
 // the heaviest (last) query tiles first.
 //
