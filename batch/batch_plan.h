@@ -14,9 +14,8 @@
 //
 // where n(v) counts the prompts under node v and e(v) those that end at v. The root
 // (depth 0) always splits. That is BatchLLM's Algorithm 1 (prefix enlargement), exact on
-// the compressed tree. Depths are counted in the granularity the backend shares at (a
-// token on both backends today: the CUDA pool copies a prefix's partial last page into
-// each sequence), and a prefix shorter than `min_prefix_tokens` is not
+// the compressed tree. Depths are counted in PlanOptions::granularity (tokens by default:
+// both backends share prefixes of any length), and a prefix shorter than `min_prefix_tokens` is not
 // worth a group: its prompts run alone.
 #ifndef STRATA_BATCH_BATCH_PLAN_H_
 #define STRATA_BATCH_BATCH_PLAN_H_
@@ -43,8 +42,7 @@ enum class Planning {
 
 struct PlanOptions {
   Planning planning = Planning::kGlobal;
-  // Shared prefixes are whole multiples of this many tokens (the backend's prefix
-  // granularity; a token on both backends today).
+  // Shared prefixes are whole multiples of this many tokens.
   int64_t granularity = 1;
   // A shared prefix shorter than this is not used (its prompts run alone).
   int64_t min_prefix_tokens = 16;

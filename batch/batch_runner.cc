@@ -50,9 +50,7 @@ RunSummary BatchRunner::Run(std::vector<engine::TurnRequest> items, const std::f
     view.push_back(PlanPrompt{t.prompt, t.max_new_tokens});
   }
   const model::ModelBackend& model = engine_->model();
-  PlanOptions plan_options{.planning = options_.planning,
-                           .granularity = std::max<int64_t>(1, model.prefix_granularity()),
-                           .min_prefix_tokens = options_.min_prefix_tokens};
+  PlanOptions plan_options{.planning = options_.planning, .min_prefix_tokens = options_.min_prefix_tokens};
   // A backend that computes prefixes per sequence shares nothing.
   if (!model.shares_prefixes()) plan_options.min_prefix_tokens = std::numeric_limits<int64_t>::max();
   summary.plan = MakePlan(view, plan_options);

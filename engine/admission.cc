@@ -206,17 +206,13 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
     // The instance it counted itself a user of (not one shared again after a drop since).
     if (p != prompts_.end() && p->second->state == SharedPrompt::State::kReady &&
         p->second->instance == queued.prompt_use) {
-      // A backend that shares at a coarser grain computes the prompt's last tokens past it
-      // with the session's own (none does today: the CUDA pool copies a partial page's rows).
-      const int64_t grain = std::max<int64_t>(1, model_->prefix_granularity());
-      base_tokens = static_cast<int64_t>(p->second->tokens.size()) / grain * grain;
-      if (base_tokens > 0) {
-        prefix = p->second->seq;
-        // The session's base names the prompt and where its own tokens start: a record
-        // whose own tokens start elsewhere (written when whole pages were all a CUDA
-        // sequence shared, its first rows the prompt's last) never matches.
-        base = absl::StrCat(p->second->id, "@", base_tokens);
-      }
+      // The whole prompt, at any length (the CUDA pool copies a partial last page's rows).
+      base_tokens = static_cast<int64_t>(p->second->tokens.size());
+      prefix = p->second->seq;
+      // The session's base names the prompt and where its own tokens start: a record whose
+      // own tokens start elsewhere (written when a CUDA sequence shared whole pages only,
+      // its first rows the prompt's last) never matches.
+      base = absl::StrCat(p->second->id, "@", base_tokens);
     }
   }
   const absl::Time admitted = absl::Now();  // its prefill starts: a sequence, cached KV loaded

@@ -86,9 +86,6 @@ class ModelBackend {
   // for all the sequences on it in a step (relay attention). Unimplemented where
   // shares_prefixes() is false: the caller then computes the prefix inline, per sequence.
   virtual bool shares_prefixes() const { return false; }
-  // prefix_tokens must be a multiple of this (1, any length, on both backends today: the
-  // CUDA pool shares the prefix's whole pages and copies the rows of a partial last one).
-  virtual int64_t prefix_granularity() const { return 1; }
   virtual absl::StatusOr<std::unique_ptr<SequenceState>> NewSequenceOnPrefix(
       std::shared_ptr<const SequenceState> /*prefix*/, int64_t /*prefix_tokens*/, int64_t /*capacity_tokens*/) {
     return absl::UnimplementedError(name() + " does not share prefixes between sequences");

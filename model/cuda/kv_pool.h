@@ -9,8 +9,8 @@
 //
 // Ownership: the pool owns the planes (freed with it); a CudaSequence owns its page list
 // and must not outlive the pool. Streams: Randomize and NewSequenceOn enqueue on the stream
-// they are given; nothing else here touches the GPU after Allocate. Not thread-safe: the engine loop is
-// the only caller.
+// they are given; nothing else here touches the GPU after Allocate. Not thread-safe: the
+// engine loop is the only caller.
 #ifndef STRATA_MODEL_CUDA_KV_POOL_H_
 #define STRATA_MODEL_CUDA_KV_POOL_H_
 

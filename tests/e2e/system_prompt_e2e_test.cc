@@ -54,6 +54,31 @@ std::map<std::string, double> Metrics(const ServerProcess& server) {
   return samples.ok() ? *samples : std::map<std::string, double>{};
 }
 
+// Each request on the cache-on server and on the cache-off one, all at once (a thread a
+// request): every turn ok, the answers equal, and each cache-on turn reading at least the
+// 300-token system prompt from its shared KV. The cache-on turns, then the cache-off ones.
+std::pair<std::vector<testing::ChatTurn>, std::vector<testing::ChatTurn>> RunOnBoth(
+    const std::string& on, const std::string& off, const std::vector<v1::ChatRequest>& requests) {
+  const size_t n = requests.size();
+  std::vector<testing::ChatTurn> shared(n), plain(n);
+  std::vector<std::thread> threads;
+  for (size_t s = 0; s < n; ++s) {
+    threads.emplace_back([&, s] {
+      shared[s] = testing::RunChat(on, requests[s]);
+      plain[s] = testing::RunChat(off, requests[s]);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t s = 0; s < n; ++s) {
+    EXPECT_TRUE(shared[s].status.ok()) << s << ": " << shared[s].status.error_message();
+    EXPECT_TRUE(plain[s].status.ok()) << s << ": " << plain[s].status.error_message();
+    if (!shared[s].status.ok() || !plain[s].status.ok()) continue;
+    EXPECT_EQ(shared[s].tokens, plain[s].tokens) << "session " << s;
+    EXPECT_GE(shared[s].done.usage().cached_tokens(), 300u) << "session " << s << " did not share its system prompt";
+  }
+  return {std::move(shared), std::move(plain)};
+}
+
 class Prompts {
  public:
   Prompts(const std::string& target, const std::string& api_key = "")
@@ -111,22 +136,9 @@ TEST_F(SystemPromptE2eTest, SixtyFourSessionsOverThreePromptsAnswerAsTheCacheOff
     requests.push_back(Request(absl::StrCat("s", s), {{"system", SystemText(s % 3)},
                                                        {"user", absl::StrCat("Question ", s, ": what is ", s * 7, "?")}}));
   }
-  std::vector<Turn> shared(kSessions), plain(kSessions);
-  std::vector<std::thread> threads;
-  for (int s = 0; s < kSessions; ++s) {
-    threads.emplace_back([&, s] {
-      shared[s] = testing::RunChat(server->target(), requests[s]);
-      plain[s] = testing::RunChat((*off)->target(), requests[s]);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (int s = 0; s < kSessions; ++s) {
-    ASSERT_TRUE(shared[s].status.ok()) << s << ": " << shared[s].status.error_message();
-    ASSERT_TRUE(plain[s].status.ok()) << s << ": " << plain[s].status.error_message();
-    EXPECT_EQ(shared[s].tokens, plain[s].tokens) << "session " << s;
-    EXPECT_GE(shared[s].done.usage().cached_tokens(), 300u) << "session " << s << " did not reuse its system prompt";
-    EXPECT_EQ(plain[s].done.usage().cached_tokens(), 0u);
-  }
+  const auto [shared, plain] = RunOnBoth(server->target(), (*off)->target(), requests);
+  ASSERT_FALSE(::testing::Test::HasFailure()) << "a turn failed or differed: turn 2 below builds on them";
+  for (int s = 0; s < kSessions; ++s) EXPECT_EQ(plain[s].done.usage().cached_tokens(), 0u);
   std::map<std::string, double> m = Metrics(*server);
   EXPECT_EQ(m["strata_system_prompt_loads_total{source=\"computed\"}"], 3) << "each prompt computed once";
   EXPECT_EQ(m["strata_system_prompt_hits_total"], kSessions);
@@ -173,24 +185,13 @@ TEST_F(SystemPromptE2eTest, ConversationsTheAssistantOpensShareTheirSystemPrompt
   auto off = ServerProcess::Start({"--cache=off", "--device=cpu"});
   ASSERT_TRUE(server != nullptr && off.ok());
   constexpr int kSessions = 4;
-  std::vector<Turn> shared(kSessions), plain(kSessions);
-  std::vector<std::thread> threads;
+  std::vector<v1::ChatRequest> requests;
   for (int s = 0; s < kSessions; ++s) {
-    threads.emplace_back([&, s] {
-      const v1::ChatRequest r = Request(absl::StrCat("g", s), {{"system", SystemText(7)},
-                                                               {"assistant", "Hello! What can I do for you?"},
-                                                               {"user", absl::StrCat("Tell me about ", s * 11, ".")}});
-      shared[s] = testing::RunChat(server->target(), r);
-      plain[s] = testing::RunChat((*off)->target(), r);
-    });
+    requests.push_back(Request(absl::StrCat("g", s), {{"system", SystemText(7)},
+                                                      {"assistant", "Hello! What can I do for you?"},
+                                                      {"user", absl::StrCat("Tell me about ", s * 11, ".")}}));
   }
-  for (std::thread& t : threads) t.join();
-  for (int s = 0; s < kSessions; ++s) {
-    ASSERT_TRUE(shared[s].status.ok()) << s << ": " << shared[s].status.error_message();
-    ASSERT_TRUE(plain[s].status.ok()) << s << ": " << plain[s].status.error_message();
-    EXPECT_EQ(shared[s].tokens, plain[s].tokens) << "session " << s;
-    EXPECT_GE(shared[s].done.usage().cached_tokens(), 300u) << "session " << s << " did not share its system prompt";
-  }
+  RunOnBoth(server->target(), (*off)->target(), requests);
   std::map<std::string, double> m = Metrics(*server);
   EXPECT_EQ(m["strata_system_prompt_loads_total{source=\"computed\"}"], 1) << "the prompt computed once";
   EXPECT_EQ(m["strata_system_prompt_hits_total"], kSessions);
