@@ -203,9 +203,19 @@ EngineStats Engine::Stats() const {
   return stats_;
 }
 
+double Engine::Lap(LoopPart part) {
+  const absl::Time now = absl::Now();
+  const double seconds = absl::ToDoubleSeconds(now - last_lap_);
+  last_lap_ = now;
+  if (metrics_) metrics_->thread_parts[static_cast<int>(part)]->Increment(seconds);
+  return seconds;
+}
+
 void Engine::Loop() {
+  last_lap_ = absl::Now();
   for (;;) {
     ReleaseSaves(/*wait=*/false);
+    Lap(LoopPart::kRelease);
     std::vector<Queued> admitted;
     std::vector<Promotion> promote;
     std::vector<storage::SessionKey> touch;
@@ -226,6 +236,7 @@ void Engine::Loop() {
         } else {
           (void)mu_.AwaitWithTimeout(has_work, kSavePoll);
         }
+        Lap(LoopPart::kIdle);
       }
       if (stopping_) break;
       admitted = AdmitLocked(&promote);
@@ -260,10 +271,15 @@ void Engine::Loop() {
     StartLoads(loaded);
     // Nothing runs, and the queued turns wait for their sessions' write-backs: poll them
     // without spinning.
-    if (running_.empty() && !saves_in_flight_.empty()) absl::SleepFor(kSavePoll);
+    if (running_.empty() && !saves_in_flight_.empty()) {
+      Lap(LoopPart::kSchedule);
+      absl::SleepFor(kSavePoll);
+      Lap(LoopPart::kIdle);
+    }
     Step();
     ReleaseLoads(/*wait=*/false);
     ReleaseSaves(/*wait=*/false);
+    Lap(LoopPart::kRelease);
   }
   ReleaseSaves(/*wait=*/true);
   ReleaseLoads(/*wait=*/true);
@@ -284,7 +300,10 @@ void Engine::Step() {
     }
   }
   std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->seq == nullptr; });
-  if (running_.empty()) return;
+  if (running_.empty()) {
+    Lap(LoopPart::kSchedule);
+    return;
+  }
 
   // Decodes first (one token each), then prompt chunks within the step's token budget:
   // chat turns' before batch turns'.
@@ -322,22 +341,24 @@ void Engine::Step() {
       ++decodes;
     }
   }
-  const absl::Time step_start = absl::Now();
-  if (absl::Status s = model_->Forward(batch); !s.ok()) {
+  Lap(LoopPart::kSchedule);
+  const absl::Status forward = model_->Forward(batch);
+  const double step_seconds = Lap(LoopPart::kForward);
+  if (!forward.ok()) {
     // A backend fault: the turns in the step cannot go on; nothing of them is saved.
-    LOG(ERROR) << "forward step failed: " << s;
+    LOG(ERROR) << "forward step failed: " << forward;
     for (Running* r : in_batch) {
       if (metrics_) metrics_->TurnEnded(TurnEnd::kError, *r);
-      r->stream->Fail(absl::InternalError(absl::StrCat("the model step failed: ", s.message())));
+      r->stream->Fail(absl::InternalError(absl::StrCat("the model step failed: ", forward.message())));
       ReleaseSequence(*r);
       MutexLock lock(&mu_);
       active_sessions_.erase(r->session_key);
-      LeavePromptLocked(r->prompt_job, r->prompt_key, r->prompt_use, s);
+      LeavePromptLocked(r->prompt_job, r->prompt_key, r->prompt_use, forward);
     }
     std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->seq == nullptr; });
+    Lap(LoopPart::kEmit);
     return;
   }
-  const double step_seconds = absl::ToDoubleSeconds(absl::Now() - step_start);
   {
     MutexLock lock(&mu_);
     ++stats_.steps;
@@ -366,6 +387,7 @@ void Engine::Step() {
   std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->seq == nullptr; });
   // After the finished turns are gone: an idle server reads 0.
   if (metrics_) metrics_->running.Set(static_cast<double>(running_.size()));
+  Lap(LoopPart::kEmit);
 }
 
 bool Engine::AfterStep(Running& r) {

@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "base/mutex.h"
 #include "base/metrics.h"
 #include "model/model_backend.h"
@@ -283,6 +284,11 @@ class Engine {
   // session's next turn may start.
   void ReleaseSaves(bool wait);
   void Step();
+  // Where the engine thread's time goes (strata_engine_thread_seconds_total{part}): the
+  // time since the last lap added to `part` (engine loop only).
+  // Returns that time in seconds.
+  enum class LoopPart { kIdle, kSchedule, kForward, kEmit, kRelease };
+  double Lap(LoopPart part);
   // Samples after a step; returns true when the turn has ended.
   bool AfterStep(Running& r);
   void End(Running& r, FinishReason reason);
@@ -296,6 +302,7 @@ class Engine {
   const text::Tokenizer* tokenizer_;
   storage::SessionStore* store_;
   std::unique_ptr<Metrics> metrics_;
+  absl::Time last_lap_;  // Lap (engine loop only)
   // The HBM tier (engine loop only); null with the cache off. Declared after model_: its
   // sequences go before the backend does.
   std::unique_ptr<HbmTier> hbm_;

@@ -130,6 +130,15 @@ struct Engine::Metrics {
     step_decode = &steps.WithLabels({{"kind", "decode"}});
     step_prefill = &steps.WithLabels({{"kind", "prefill"}});
     step_mixed = &steps.WithLabels({{"kind", "mixed"}});
+    metrics::Family<metrics::Counter>& thread =
+        r.AddCounter("strata_engine_thread_seconds_total",
+                     "Where the engine thread's time went, by part: forward (the model's forward steps), schedule "
+                     "(admitting and starting turns, their loads queued, a step's batch built), emit (after a "
+                     "step: tokens to the streams, ended turns' write-backs started), release (landed loads and "
+                     "write-backs released) and idle (waiting for work).");
+    for (const char* part : {"idle", "schedule", "forward", "emit", "release"}) {
+      thread_parts.push_back(&thread.WithLabels({{"part", part}}));
+    }
     metrics::Family<metrics::Counter>& ended =
         r.AddCounter("strata_finished_turns_total",
                      "Turns that ended, by reason: stop, length, cancelled, deadline, error, shutdown.");
@@ -163,6 +172,7 @@ struct Engine::Metrics {
   metrics::Family<metrics::Counter>* hits;
   metrics::Histogram& batch_size;
   metrics::Histogram *step_decode, *step_prefill, *step_mixed;  // strata_step_seconds by kind
+  std::vector<metrics::Counter*> thread_parts;  // strata_engine_thread_seconds_total by Engine::LoopPart
   metrics::Family<metrics::Counter>* ssd_decisions;
   metrics::Gauge& queue_depth;
   metrics::Gauge& running;

@@ -1,13 +1,15 @@
 // The engine's per-turn metrics (strata_e2e_request_seconds, strata_queue_seconds, strata_admit_seconds,
 // strata_prefill_seconds, strata_decode_seconds, strata_prompt_tokens,
 // strata_generation_tokens, strata_finished_turns_total{reason}): what each turn adds to
-// them, by how it ended, read from the registry's exposition as a scrape would; and the
-// steps' times by what they held (strata_step_seconds{kind}).
+// them, by how it ended, read from the registry's exposition as a scrape would; the
+// steps' times by what they held (strata_step_seconds{kind}); and where the engine
+// thread's time went (strata_engine_thread_seconds_total{part}).
 #include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "base/metrics.h"
 #include "engine/engine.h"
 #include "engine/testing/engine_testing.h"
@@ -35,14 +37,34 @@ class ChosenStopTokenizer final : public text::Tokenizer {
   absl::StatusOr<std::vector<int32_t>> RenderChat(absl::Span<const text::ChatMessage> messages) const override {
     return bytes_.RenderChat(messages);
   }
-  std::string_view TokenBytes(int32_t token) const override { return bytes_.TokenBytes(token); }
+  std::string_view TokenBytes(int32_t token) const override {
+    if (const int64_t us = token_delay_us_.load(); us > 0) absl::SleepFor(absl::Microseconds(us));
+    return bytes_.TokenBytes(token);
+  }
   bool IsStopToken(int32_t token) const override { return token == stop_.load(); }
   std::vector<int32_t> SilentTokens() const override { return bytes_.SilentTokens(); }
   void StopOn(int32_t token) { stop_ = token; }
+  // Each token's bytes looked up `delay` late (the engine thread's work after a step).
+  void DelayTokenBytes(absl::Duration delay) { token_delay_us_ = absl::ToInt64Microseconds(delay); }
 
  private:
   text::ByteTokenizer bytes_;
   std::atomic<int32_t> stop_{-1};
+  std::atomic<int64_t> token_delay_us_{0};
+};
+
+// A CPU backend whose every forward step takes at least `delay`.
+class SlowBackend final : public testing::CpuBackendWrapper {
+ public:
+  SlowBackend(std::unique_ptr<model::CpuModel> inner, absl::Duration delay)
+      : CpuBackendWrapper(std::move(inner), "slow-cpu"), delay_(delay) {}
+  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
+    absl::SleepFor(delay_);
+    return inner().Forward(batch);
+  }
+
+ private:
+  const absl::Duration delay_;
 };
 
 class EngineMetricsTest : public ::testing::Test {
@@ -158,6 +180,41 @@ TEST_F(EngineMetricsTest, StepsAreTimedByWhatTheyHeld) {
   EXPECT_EQ(Value("strata_step_seconds_count{kind=\"decode\"}"), 6);
   EXPECT_EQ(engine_->Stats().steps, 8);
   EXPECT_GT(Value("strata_step_seconds_sum{kind=\"decode\"}"), 0);
+}
+
+// The engine thread's time by part: its forward steps (the same time strata_step_seconds
+// sums), the work after each step (a token's bytes looked up 3 ms late: emit), and the
+// wait for work (idle); every part exported from the start.
+TEST_F(EngineMetricsTest, TheEngineThreadsTimeIsSplitIntoItsParts) {
+  const absl::Time built = absl::Now();
+  Build(std::make_unique<SlowBackend>(Model(), absl::Milliseconds(10)));
+  auto part = [&](const char* name) {
+    return Value(std::string("strata_engine_thread_seconds_total{part=\"") + name + "\"}");
+  };
+  for (const char* name : {"idle", "schedule", "forward", "emit", "release"}) {
+    EXPECT_GE(part(name), 0) << name << " exported from the start";
+  }
+  EXPECT_EQ(part("forward"), 0) << "no step yet";
+  tokenizer_.DelayTokenBytes(absl::Milliseconds(3));
+  ASSERT_TRUE(Run("first", 8).status.ok());
+  // 8 steps (the prompt, then 7 decodes), each at least 10 ms; 8 tokens emitted.
+  double step_sum = 0;
+  for (const char* kind : {"decode", "prefill", "mixed"}) {
+    step_sum += Value(std::string("strata_step_seconds_sum{kind=\"") + kind + "\"}");
+  }
+  EXPECT_GE(part("forward"), 0.080);
+  EXPECT_NEAR(part("forward"), step_sum, 1e-6) << "the same laps time both";
+  // The last step's emit is counted once its turn has ended: it may not be in yet.
+  EXPECT_GE(part("emit"), 0.021);
+  EXPECT_LT(part("emit"), part("forward"));
+  // Nothing to do for 100 ms: counted as idle once the next turn wakes the thread.
+  const double idle_before = part("idle");
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_TRUE(Run("second", 2).status.ok());
+  EXPECT_GE(part("idle") - idle_before, 0.095);
+  double total = 0;
+  for (const char* name : {"idle", "schedule", "forward", "emit", "release"}) total += part(name);
+  EXPECT_LE(total, absl::ToDoubleSeconds(absl::Now() - built)) << "the parts never overlap";
 }
 
 // A turn cancelled while it runs because its call's deadline passed, and one its client

@@ -87,6 +87,9 @@ ServerCounters CountersBetween(const MetricsSample& before, const MetricsSample&
     if (auto labels = LabelsOf(key, "strata_step_seconds_sum"); labels && labels->contains("kind")) {
       c.step_seconds_by_kind[labels->at("kind")] = value - Get(before, key);
     }
+    if (auto labels = LabelsOf(key, "strata_engine_thread_seconds_total"); labels && labels->contains("part")) {
+      c.engine_seconds_by_part[labels->at("part")] = value - Get(before, key);
+    }
     if (LabelsOf(key, "strata_ttft_seconds_sum")) c.ttft_sum_s += value - Get(before, key);
     // The Chat calls (the bench's own), by code.
     if (auto labels = LabelsOf(key, "strata_requests_total");
@@ -112,6 +115,7 @@ void Accumulate(ServerCounters& total, const ServerCounters& part) {
   for (const auto& [k, v] : part.requests_by_code) total.requests_by_code[k] += v;
   for (const auto& [k, v] : part.steps_by_kind) total.steps_by_kind[k] += v;
   for (const auto& [k, v] : part.step_seconds_by_kind) total.step_seconds_by_kind[k] += v;
+  for (const auto& [k, v] : part.engine_seconds_by_part) total.engine_seconds_by_part[k] += v;
   total.host_bytes = part.host_bytes;
   total.host_sessions = part.host_sessions;
 }

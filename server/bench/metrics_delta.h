@@ -44,6 +44,9 @@ struct ServerCounters {
   // The server's forward steps by what they held (strata_step_seconds{kind}: decode, prefill,
   // mixed): how many, and their summed time.
   std::map<std::string, double> steps_by_kind, step_seconds_by_kind;
+  // Where the server's engine thread spent the run (strata_engine_thread_seconds_total{part}:
+  // forward, schedule, emit, release, idle), seconds.
+  std::map<std::string, double> engine_seconds_by_part;
   double system_prompt_hits = 0;      // strata_system_prompt_hits_total
   double system_prompts_computed = 0; // strata_system_prompt_loads_total{source="computed"}
   // Gauges at the end of the run (not deltas): what the host tier holds.

@@ -169,6 +169,16 @@ void PrintSummary(std::FILE* out, const RunSummary& s) {
                       " ms");
     }
     if (!steps.empty()) std::fprintf(out, "  server steps (mean time): %s\n", steps.c_str());
+    double step_count = 0;
+    for (const auto& [kind, n] : c.steps_by_kind) step_count += n;
+    std::string thread;
+    for (const char* part : {"forward", "schedule", "emit", "release", "idle"}) {
+      auto t = c.engine_seconds_by_part.find(part);
+      if (t == c.engine_seconds_by_part.end() || step_count <= 0) continue;
+      absl::StrAppend(&thread, thread.empty() ? "" : ", ", part, " ",
+                      absl::StrFormat("%.3f", 1000 * t->second / step_count));
+    }
+    if (!thread.empty()) std::fprintf(out, "  server engine thread (ms a step): %s\n", thread.c_str());
     if (c.kv_load_bytes > 0 || c.kv_save_bytes > 0) {
       std::fprintf(out, "  cached KV moved: %.1f MiB loaded, %.1f MiB saved", c.kv_load_bytes / (1 << 20),
                    c.kv_save_bytes / (1 << 20));
@@ -239,7 +249,8 @@ nlohmann::json SummaryToJson(const RunSummary& s) {
                     {"host_bytes", c.host_bytes},
                     {"host_sessions", c.host_sessions},
                     {"steps_by_kind", c.steps_by_kind},
-                    {"step_seconds_by_kind", c.step_seconds_by_kind}};
+                    {"step_seconds_by_kind", c.step_seconds_by_kind},
+                    {"engine_seconds_by_part", c.engine_seconds_by_part}};
   }
   return j;
 }

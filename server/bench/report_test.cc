@@ -76,13 +76,16 @@ TEST(CountersBetweenTest, SubtractsAndSplitsLabels) {
                          {"strata_sessions{tier=\"host\"}", 2},
                          {"strata_step_seconds_count{kind=\"decode\"}", 30},
                          {"strata_step_seconds_sum{kind=\"decode\"}", 0.6},
-                         {"strata_step_seconds_count{kind=\"mixed\"}", 4}};
+                         {"strata_step_seconds_count{kind=\"mixed\"}", 4},
+                         {"strata_engine_thread_seconds_total{part=\"forward\"}", 2.5},
+                         {"strata_engine_thread_seconds_total{part=\"emit\"}", 0.25}};
   before["strata_system_prompt_hits_total"] = 2;
   before["strata_kv_transfer_bytes_total{direction=\"load\"}"] = 1000;
   before["strata_queue_seconds_sum"] = 0.5;
   before["strata_tier_bytes{tier=\"host\"}"] = 1024;
   before["strata_step_seconds_count{kind=\"decode\"}"] = 10;
   before["strata_step_seconds_sum{kind=\"decode\"}"] = 0.2;
+  before["strata_engine_thread_seconds_total{part=\"forward\"}"] = 0.5;
   ServerCounters c = CountersBetween(before, after);
   EXPECT_EQ(c.system_prompt_hits, 10);
   EXPECT_EQ(c.kv_load_bytes, 2000);
@@ -100,16 +103,20 @@ TEST(CountersBetweenTest, SubtractsAndSplitsLabels) {
   EXPECT_EQ(c.steps_by_kind.at("decode"), 20);
   EXPECT_NEAR(c.step_seconds_by_kind.at("decode"), 0.4, 1e-12);
   EXPECT_EQ(c.steps_by_kind.at("mixed"), 4);
+  EXPECT_NEAR(c.engine_seconds_by_part.at("forward"), 2.0, 1e-12);
+  EXPECT_NEAR(c.engine_seconds_by_part.at("emit"), 0.25, 1e-12);
+  EXPECT_EQ(c.engine_seconds_by_part.count("idle"), 0u) << "a part the server did not export";
 }
 
 // The server's steps by kind, as the summary prints them (mean milliseconds a step) and the
-// JSON keeps them; kinds without steps are left out.
-TEST(PrintSummaryTest, PrintsTheServersStepsByKind) {
+// JSON keeps them; kinds without steps are left out. The engine thread's parts likewise.
+TEST(PrintSummaryTest, PrintsTheServersStepsByKindAndItsEngineThread) {
   RunSummary s;
   s.label = "strata";
   ServerCounters c;
   c.steps_by_kind = {{"decode", 20}, {"mixed", 4}, {"prefill", 0}};
   c.step_seconds_by_kind = {{"decode", 0.4}, {"mixed", 0.1}};
+  c.engine_seconds_by_part = {{"forward", 0.5}, {"emit", 0.012}, {"idle", 0.3}};
   s.server = c;
   char* text = nullptr;
   size_t size = 0;
@@ -122,9 +129,14 @@ TEST(PrintSummaryTest, PrintsTheServersStepsByKind) {
   EXPECT_NE(printed.find("server steps (mean time): decode 20 x 20.00 ms, mixed 4 x 25.00 ms\n"), std::string::npos)
       << printed;
   EXPECT_EQ(printed.find("prefill 0 x"), std::string::npos) << printed;
+  // Per step over all 24 steps, in the order the thread's loop runs them.
+  EXPECT_NE(printed.find("server engine thread (ms a step): forward 20.833, emit 0.500, idle 12.500\n"),
+            std::string::npos)
+      << printed;
   const nlohmann::json j = SummaryToJson(s);
   EXPECT_EQ(j["metrics"]["steps_by_kind"]["decode"], 20);
   EXPECT_EQ(j["metrics"]["step_seconds_by_kind"]["mixed"], 0.1);
+  EXPECT_EQ(j["metrics"]["engine_seconds_by_part"]["emit"], 0.012);
 }
 
 }  // namespace
