@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "base/log.h"
 #include "engine/engine_internal.h"
@@ -21,7 +22,8 @@ constexpr absl::Duration kSavePoll = absl::Microseconds(500);
 absl::Status EngineOptions::Validate() const {
   if (max_running <= 0 || max_step_tokens <= 0 || max_new_tokens_limit <= 0 || max_queued <= 0 ||
       warmup_tokens < 0 || min_shared_prompt_tokens < 0 || max_idle_shared_prompts < 0 || max_queued_per_tenant < 0 ||
-      max_context < 0 || max_context == 1 || batch_reserved_running < 0 || max_running_batch < 0) {
+      max_context < 0 || max_context == 1 || batch_reserved_running < 0 || max_running_batch < 0 ||
+      stream_wake_threads < 0 || stream_wake_threads > 64) {
     return absl::InvalidArgumentError("engine limits must be positive");
   }
   return context_window.Validate();
@@ -79,6 +81,7 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<model::ModelBackend
     }
   }
   if (options_.warmup_tokens > 0) Warmup();
+  if (options_.stream_wake_threads > 0) waker_ = std::make_unique<StreamWaker>(options_.stream_wake_threads);
   loop_ = std::thread([this] { Loop(); });
 }
 
@@ -293,7 +296,11 @@ void Engine::Loop() {
 void Engine::Step() {
   // Cancelled turns leave first; what they computed is still saved.
   for (auto& r : running_) {
-    if (r->stream->cancelled()) End(*r, FinishReason::kCancelled);
+    if (r->stream->cancelled()) {
+      Lap(LoopPart::kSchedule);
+      End(*r, FinishReason::kCancelled);
+      Lap(LoopPart::kFinish);
+    }
     // A prompt job whose KV was all loaded from the store has nothing to compute.
     if (r->prompt_job && r->seq != nullptr && r->computed == static_cast<int64_t>(r->tokens.size())) {
       FinishPromptJob(*r);
@@ -379,11 +386,14 @@ void Engine::Step() {
     r->computed += r->step_tokens;
     if (r->computed != static_cast<int64_t>(r->tokens.size())) continue;
     if (r->prompt_job) {
+      Lap(LoopPart::kEmit);
       FinishPromptJob(*r);
+      Lap(LoopPart::kFinish);
     } else {
       AfterStep(*r);
     }
   }
+  if (!to_wake_.empty()) waker_->Wake(std::exchange(to_wake_, {}));
   std::erase_if(running_, [](const std::unique_ptr<Running>& r) { return r->seq == nullptr; });
   // After the finished turns are gone: an idle server reads 0.
   if (metrics_) metrics_->running.Set(static_cast<double>(running_.size()));
@@ -416,10 +426,13 @@ bool Engine::AfterStep(Running& r) {
     if (!r.stop_filter.stopped()) visible += r.stop_filter.Feed(r.utf8.Flush());
     if (!r.stop_filter.stopped()) visible += r.stop_filter.Flush();
     r.stream->PushDelta({&token, 1}, visible);
+    Lap(LoopPart::kEmit);
     End(r, (stop_token || r.stop_filter.stopped()) ? FinishReason::kStop : FinishReason::kLength);
+    Lap(LoopPart::kFinish);
     return true;
   }
-  r.stream->PushDelta({&token, 1}, visible);
+  r.stream->PushDelta({&token, 1}, visible, /*wake=*/waker_ == nullptr);
+  if (waker_ != nullptr) to_wake_.push_back(r.stream);
   r.tokens.push_back(token);  // fed in the next step
   return false;
 }

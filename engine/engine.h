@@ -29,6 +29,7 @@
 #include "text/tokenizer.h"
 #include "engine/context_window.h"
 #include "engine/hbm_tier.h"
+#include "engine/stream_waker.h"
 #include "engine/turn.h"
 #include "storage/session_store.h"
 
@@ -75,6 +76,10 @@ struct EngineOptions {
   // Also count turns and tokens per tenant (tenant_metrics.h): one series per tenant, so
   // off unless the operator asks.
   bool metrics_tenant_label = false;
+  // Threads that wake the request threads waiting on the turns' streams after each step
+  // (StreamWaker), so that the engine loop goes on to the next step at once; 0: the loop
+  // wakes them itself.
+  int stream_wake_threads = 2;
 
   absl::Status Validate() const;
 };
@@ -287,7 +292,7 @@ class Engine {
   // Where the engine thread's time goes (strata_engine_thread_seconds_total{part}): the
   // time since the last lap added to `part` (engine loop only).
   // Returns that time in seconds.
-  enum class LoopPart { kIdle, kSchedule, kForward, kEmit, kRelease };
+  enum class LoopPart { kIdle, kSchedule, kForward, kEmit, kFinish, kRelease };
   double Lap(LoopPart part);
   // Samples after a step; returns true when the turn has ended.
   bool AfterStep(Running& r);
@@ -303,6 +308,10 @@ class Engine {
   storage::SessionStore* store_;
   std::unique_ptr<Metrics> metrics_;
   absl::Time last_lap_;  // Lap (engine loop only)
+  // Wakes the streams a step pushed to; null: the loop wakes them (stream_wake_threads 0).
+  // Its threads stop after the loop's (declared before loop_).
+  std::unique_ptr<StreamWaker> waker_;
+  std::vector<std::shared_ptr<TurnStream>> to_wake_;  // this step's, for waker_ (engine loop only)
   // The HBM tier (engine loop only); null with the cache off. Declared after model_: its
   // sequences go before the backend does.
   std::unique_ptr<HbmTier> hbm_;

@@ -134,9 +134,9 @@ struct Engine::Metrics {
         r.AddCounter("strata_engine_thread_seconds_total",
                      "Where the engine thread's time went, by part: forward (the model's forward steps), schedule "
                      "(admitting and starting turns, their loads queued, a step's batch built), emit (after a "
-                     "step: tokens to the streams, ended turns' write-backs started), release (landed loads and "
-                     "write-backs released) and idle (waiting for work).");
-    for (const char* part : {"idle", "schedule", "forward", "emit", "release"}) {
+                     "step: tokens to the streams), finish (ended turns: their write-backs started, their ends "
+                     "sent), release (landed loads and write-backs released) and idle (waiting for work).");
+    for (const char* part : {"idle", "schedule", "forward", "emit", "finish", "release"}) {
       thread_parts.push_back(&thread.WithLabels({{"part", part}}));
     }
     metrics::Family<metrics::Counter>& ended =

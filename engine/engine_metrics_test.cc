@@ -53,19 +53,6 @@ class ChosenStopTokenizer final : public text::Tokenizer {
   std::atomic<int64_t> token_delay_us_{0};
 };
 
-// A CPU backend whose every forward step takes at least `delay`.
-class SlowBackend final : public testing::CpuBackendWrapper {
- public:
-  SlowBackend(std::unique_ptr<model::CpuModel> inner, absl::Duration delay)
-      : CpuBackendWrapper(std::move(inner), "slow-cpu"), delay_(delay) {}
-  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
-    absl::SleepFor(delay_);
-    return inner().Forward(batch);
-  }
-
- private:
-  const absl::Duration delay_;
-};
 
 class EngineMetricsTest : public ::testing::Test {
  protected:
@@ -187,11 +174,11 @@ TEST_F(EngineMetricsTest, StepsAreTimedByWhatTheyHeld) {
 // wait for work (idle); every part exported from the start.
 TEST_F(EngineMetricsTest, TheEngineThreadsTimeIsSplitIntoItsParts) {
   const absl::Time built = absl::Now();
-  Build(std::make_unique<SlowBackend>(Model(), absl::Milliseconds(10)));
+  Build(std::make_unique<testing::SlowBackend>(Model(), absl::Milliseconds(10)));
   auto part = [&](const char* name) {
     return Value(std::string("strata_engine_thread_seconds_total{part=\"") + name + "\"}");
   };
-  for (const char* name : {"idle", "schedule", "forward", "emit", "release"}) {
+  for (const char* name : {"idle", "schedule", "forward", "emit", "finish", "release"}) {
     EXPECT_GE(part(name), 0) << name << " exported from the start";
   }
   EXPECT_EQ(part("forward"), 0) << "no step yet";
@@ -204,16 +191,17 @@ TEST_F(EngineMetricsTest, TheEngineThreadsTimeIsSplitIntoItsParts) {
   }
   EXPECT_GE(part("forward"), 0.080);
   EXPECT_NEAR(part("forward"), step_sum, 1e-6) << "the same laps time both";
-  // The last step's emit is counted once its turn has ended: it may not be in yet.
-  EXPECT_GE(part("emit"), 0.021);
+  // The last token's emit is counted before its turn's end (finish): all 8 are in.
+  EXPECT_GE(part("emit"), 0.024);
   EXPECT_LT(part("emit"), part("forward"));
+  EXPECT_GT(part("finish"), 0) << "the turn's end";
   // Nothing to do for 100 ms: counted as idle once the next turn wakes the thread.
   const double idle_before = part("idle");
   absl::SleepFor(absl::Milliseconds(100));
   ASSERT_TRUE(Run("second", 2).status.ok());
   EXPECT_GE(part("idle") - idle_before, 0.095);
   double total = 0;
-  for (const char* name : {"idle", "schedule", "forward", "emit", "release"}) total += part(name);
+  for (const char* name : {"idle", "schedule", "forward", "emit", "finish", "release"}) total += part(name);
   EXPECT_LE(total, absl::ToDoubleSeconds(absl::Now() - built)) << "the parts never overlap";
 }
 

@@ -5,7 +5,7 @@ namespace strata::engine {
 bool TurnStream::Next(Event* event, absl::Duration timeout) {
   MutexLock lock(&mu_);
   if (drained_) return false;
-  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty(); };
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty() && !asleep_; };
   if (!mu_.AwaitWithTimeout(ready, timeout)) return false;
   *event = std::move(events_.front());
   events_.pop_front();
@@ -30,9 +30,15 @@ CancelReason TurnStream::cancel_reason() const {
   return cancel_reason_;
 }
 
-void TurnStream::PushDelta(absl::Span<const int32_t> token_ids, std::string_view text) {
+void TurnStream::PushDelta(absl::Span<const int32_t> token_ids, std::string_view text, bool wake) {
   MutexLock lock(&mu_);
   if (closed_) return;
+  // Events already there to be taken stay so; a first one pushed without a wake waits for it.
+  if (wake) {
+    asleep_ = false;
+  } else if (events_.empty()) {
+    asleep_ = true;
+  }
   // Coalesce into the last undelivered delta, so a slow reader costs no memory per token.
   if (!events_.empty() && !events_.back().done.has_value() && events_.back().error.ok()) {
     Event& e = events_.back();
@@ -46,10 +52,16 @@ void TurnStream::PushDelta(absl::Span<const int32_t> token_ids, std::string_view
   events_.push_back(std::move(e));
 }
 
+void TurnStream::Wake() {
+  MutexLock lock(&mu_);
+  asleep_ = false;  // the unlock wakes a consumer waiting in Next
+}
+
 void TurnStream::Finish(const TurnResult& result) {
   MutexLock lock(&mu_);
   if (closed_) return;
   closed_ = true;
+  asleep_ = false;
   Event e;
   e.done = result;
   events_.push_back(std::move(e));
@@ -59,6 +71,7 @@ void TurnStream::Fail(const absl::Status& status) {
   MutexLock lock(&mu_);
   if (closed_) return;
   closed_ = true;
+  asleep_ = false;
   Event e;
   e.error = status.ok() ? absl::InternalError("turn failed without a reason") : status;
   events_.push_back(std::move(e));

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "base/metrics.h"
 #include "base/prometheus_text.h"
 #include "engine/engine.h"
@@ -208,6 +209,20 @@ class LimitedBackend final : public CpuBackendWrapper {
   bool says_capacity_;
   std::shared_ptr<int> live_ = std::make_shared<int>(0);
   std::shared_ptr<int> peak_ = std::make_shared<int>(0);
+};
+
+// A CPU backend whose every forward step takes at least `delay`.
+class SlowBackend final : public CpuBackendWrapper {
+ public:
+  SlowBackend(std::unique_ptr<model::CpuModel> inner, absl::Duration delay)
+      : CpuBackendWrapper(std::move(inner), "slow-cpu"), delay_(delay) {}
+  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
+    absl::SleepFor(delay_);
+    return inner().Forward(batch);
+  }
+
+ private:
+  const absl::Duration delay_;
 };
 
 // A CPU backend whose first Forward after arm() (from the start unless constructed

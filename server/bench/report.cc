@@ -172,7 +172,7 @@ void PrintSummary(std::FILE* out, const RunSummary& s) {
     double step_count = 0;
     for (const auto& [kind, n] : c.steps_by_kind) step_count += n;
     std::string thread;
-    for (const char* part : {"forward", "schedule", "emit", "release", "idle"}) {
+    for (const char* part : {"forward", "schedule", "emit", "finish", "release", "idle"}) {
       auto t = c.engine_seconds_by_part.find(part);
       if (t == c.engine_seconds_by_part.end() || step_count <= 0) continue;
       absl::StrAppend(&thread, thread.empty() ? "" : ", ", part, " ",

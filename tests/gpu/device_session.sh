@@ -280,7 +280,7 @@ run_prompts() {
       local rc=$?
       note "bench prompts S=$S $mode: rc=$rc"
       [ $rc = 0 ] || tail -5 "$OUT/bench-prompts-$S-$mode.err" >>"$summary"
-      grep -E "TTFT \(client\)|inter-token|turns:|host tier|server steps" "$OUT/bench-prompts-$S-$mode.txt" >>"$summary"
+      grep -E "TTFT \(client\)|inter-token|turns:|host tier|server steps|engine thread" "$OUT/bench-prompts-$S-$mode.txt" >>"$summary"
     done
   done
 }
