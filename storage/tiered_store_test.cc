@@ -334,6 +334,41 @@ TEST_F(TieredStoreTest, WriteBackSealsChunksAndTheRecordBindsThem) {
   EXPECT_EQ(store_->Stats().promotions, 1);
 }
 
+// A partial chunk saved into a block another session's full chunk filled: its unused rows
+// still hold that session's bytes until the write-back zeroes them, before hashing and
+// writing them, so the disk (and, after a restart, every read) sees zeros there.
+TEST_F(TieredStoreTest, APartialChunksUnusedRowsReachTheDiskZeroed) {
+  MakeTiered(1, 32);  // one host block: the second session's chunk reuses the first's
+  const ChunkLayout& layout = store_->layout();
+  ASSERT_TRUE(SaveAll({"t", "full"}, Iota(4), 0, /*salt=*/7).ok());
+  ASSERT_TRUE(store_->Drop({"t", "full"}).ok());
+  const SessionKey key{"t", "partial"};
+  ASSERT_TRUE(SaveAll(key, Iota(3), 0).ok());
+  ASSERT_TRUE(store_->Flush(key, absl::Seconds(10)).ok());
+  auto zeroed_past_its_rows = [&](const LeasedChunk& c) {
+    for (int l = 0; l < layout.layers; ++l) {
+      for (int kv = 0; kv < 2; ++kv) {
+        for (int64_t b = layout.RowOffset(l, kv, c.count); b < layout.RowOffset(l, kv, layout.chunk_tokens); ++b) {
+          if (c.payload[static_cast<size_t>(b)] != std::byte{0}) return false;
+        }
+      }
+    }
+    return true;
+  };
+  for (bool restarted : {false, true}) {
+    if (restarted) MakeTiered(1, 32);  // the chunk comes back from the disk, verified
+    auto lease = store_->Lease(key, 3);
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    ASSERT_EQ(lease->chunks().size(), 1u);
+    const LeasedChunk& c = lease->chunks()[0];
+    EXPECT_EQ(c.count, 3);
+    EXPECT_TRUE(HoldsSavedBytes(c)) << restarted;
+    EXPECT_TRUE(zeroed_past_its_rows(c)) << (restarted ? "on disk" : "in host memory after the write-back");
+    lease->Release();
+  }
+  EXPECT_EQ(store_->Stats().corrupt_chunks, 0);
+}
+
 TEST_F(TieredStoreTest, PayloadCorruptedInHostMemoryNeverReachesSsd) {
   MakeTiered(8, 32);
   SessionKey a{"t", "a"};
