@@ -1,9 +1,8 @@
 // Wakes the consumers of turn streams on threads of its own. A decode step pushes a token
 // to every running turn's stream; waking each stream's sleeping request thread costs the
-// waker tens of microseconds where an idle vCPU must be woken (2 ms a step for 64 turns
-// measured on the GPU machine, docs/BENCHMARKS.md), time the engine loop would otherwise
-// take from the next step. The engine pushes without waking (TurnStream::PushDelta's
-// `wake`) and hands the streams here.
+// waker a few microseconds (~0.2 ms of every decode step for 64 turns on the H200 VM,
+// docs/BENCHMARKS.md), time the engine loop would otherwise take from the next step. The
+// engine pushes without waking (TurnStream::PushDelta's `wake`) and hands the streams here.
 #ifndef STRATA_ENGINE_STREAM_WAKER_H_
 #define STRATA_ENGINE_STREAM_WAKER_H_
 

@@ -92,8 +92,8 @@ class TurnStream {
 
   // Producer side (the engine loop).
   // `wake`: false leaves a consumer sleeping in Next until Wake() (the engine hands that to
-  // a StreamWaker: waking a sleeping thread costs its caller tens of microseconds where an
-  // idle vCPU must be woken, 64 of them a decode step). Finish and Fail always wake.
+  // a StreamWaker: waking a sleeping thread costs its caller a few microseconds, 64 of them
+  // a decode step). Finish and Fail always wake.
   void PushDelta(absl::Span<const int32_t> token_ids, std::string_view text, bool wake = true);
   void Wake();
   void Finish(const TurnResult& result);

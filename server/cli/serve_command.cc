@@ -90,7 +90,8 @@ ABSL_FLAG(int, cpu_idle_poll_threads, 0,
           "that read busy (-1: every CPU; 0: off)");
 ABSL_FLAG(int, stream_wake_threads, 2,
           "serve: threads that wake the calls waiting for a step's tokens, so the engine goes on to the next step "
-          "at once (waking 64 sleeping threads took 2 ms a decode step on a VM); 0: the engine wakes them itself");
+          "at once (waking 64 sleeping threads took ~0.2 ms of each decode step on the H200 VM); 0: the engine wakes "
+          "them itself");
 ABSL_FLAG(std::string, port_file, "", "serve: write 'grpc_port metrics_port' here once listening");
 ABSL_FLAG(int, max_queued_per_tenant, 0,
           "serve: turns one tenant may have waiting (RESOURCE_EXHAUSTED past it, naming the limit); 0: no "
