@@ -126,6 +126,20 @@ TEST(CliE2eTest, CpuIdlePollersRunAtIdlePriorityAndABadCountIsRefused) {
   EXPECT_EQ(chat.exit_code, 0) << chat.output;
 }
 
+// --stream_wake_threads: out of [0, 64] is refused before anything starts; 0 (the engine
+// wakes the calls itself) serves a chat as the default does.
+TEST(CliE2eTest, StreamWakeThreadsOutOfRangeAreRefusedAndZeroServes) {
+  for (const char* bad : {"-1", "65"}) {
+    const CommandRun run = RunStrata(absl::StrCat("serve --port=0 --metrics_port=-1 --stream_wake_threads=", bad));
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_TRUE(absl::StrContains(run.output, "--stream_wake_threads must be in [0, 64]")) << run.output;
+  }
+  auto server = ServerProcess::Start({"--stream_wake_threads=0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const CommandRun chat = RunStrata(absl::StrCat("chat --target=", (*server)->target(), " --session=inline-wakes"));
+  EXPECT_EQ(chat.exit_code, 0) << chat.output;
+}
+
 TEST(CliE2eTest, TooFewRpcThreadsAreRefusedAtStart) {
   const CommandRun run = RunStrata("serve --port=0 --metrics_port=-1 --max_rpc_threads=2");
   EXPECT_EQ(run.exit_code, 1) << run.output;
