@@ -289,10 +289,9 @@ class Engine {
   // session's next turn may start.
   void ReleaseSaves(bool wait);
   void Step();
-  // Where the engine thread's time goes (strata_engine_thread_seconds_total{part}): the
-  // time since the last lap added to `part` (engine loop only).
-  // Returns that time in seconds.
-  enum class LoopPart { kIdle, kSchedule, kForward, kEmit, kFinish, kRelease };
+  // Where the engine thread's time goes (strata_engine_thread_seconds_total{part}): Lap adds
+  // the time since the last lap to `part` and returns it in seconds (engine loop only).
+  enum class LoopPart { kIdle, kSchedule, kForward, kEmit, kFinish, kRelease, kCount };
   double Lap(LoopPart part);
   // Samples after a step; returns true when the turn has ended.
   bool AfterStep(Running& r);

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -136,9 +137,11 @@ struct Engine::Metrics {
                      "(admitting and starting turns, their loads queued, a step's batch built), emit (after a "
                      "step: tokens to the streams), finish (ended turns: their write-backs started, their ends "
                      "sent), release (landed loads and write-backs released) and idle (waiting for work).");
-    for (const char* part : {"idle", "schedule", "forward", "emit", "finish", "release"}) {
-      thread_parts.push_back(&thread.WithLabels({{"part", part}}));
-    }
+    const std::pair<LoopPart, const char*> parts[] = {
+        {LoopPart::kIdle, "idle"}, {LoopPart::kSchedule, "schedule"}, {LoopPart::kForward, "forward"},
+        {LoopPart::kEmit, "emit"}, {LoopPart::kFinish, "finish"},     {LoopPart::kRelease, "release"}};
+    static_assert(std::size(parts) == static_cast<size_t>(LoopPart::kCount), "every part is named");
+    for (const auto& [part, name] : parts) thread_parts[static_cast<int>(part)] = &thread.WithLabels({{"part", name}});
     metrics::Family<metrics::Counter>& ended =
         r.AddCounter("strata_finished_turns_total",
                      "Turns that ended, by reason: stop, length, cancelled, deadline, error, shutdown.");
@@ -172,7 +175,7 @@ struct Engine::Metrics {
   metrics::Family<metrics::Counter>* hits;
   metrics::Histogram& batch_size;
   metrics::Histogram *step_decode, *step_prefill, *step_mixed;  // strata_step_seconds by kind
-  std::vector<metrics::Counter*> thread_parts;  // strata_engine_thread_seconds_total by Engine::LoopPart
+  metrics::Counter* thread_parts[static_cast<int>(LoopPart::kCount)];  // strata_engine_thread_seconds_total
   metrics::Family<metrics::Counter>* ssd_decisions;
   metrics::Gauge& queue_depth;
   metrics::Gauge& running;
