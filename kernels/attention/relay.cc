@@ -8,6 +8,7 @@
 #include "kernels/attention/decode.h"
 #include "kernels/attention/decode_parts.h"
 #include "kernels/attention/prefill.h"
+#include "kernels/elementwise/elementwise.h"
 #include "kernels/alignment.h"
 #include "kernels/launch_checks.h"
 
@@ -166,6 +167,14 @@ internal::RelayTuning DefaultTuning(const RelayShape& s, const RelayDecodeParams
   return t;
 }
 
+// With out_bf16, rows [first, rows) of `out` cast into it (the rows no merge stored there).
+absl::Status CastRows(const RelayDecodeParams& p, int first, cudaStream_t stream) {
+  if (p.out_bf16 == nullptr || first >= p.rows) return absl::OkStatus();
+  const int64_t row_floats = int64_t{p.num_heads} * p.context.head_dim;
+  return LaunchToBf16({p.out + first * row_floats, p.out_bf16 + first * row_floats, (p.rows - first) * row_floats},
+                      stream);
+}
+
 // What LaunchPagedDecodeAttention checks of the context part, for the fused launch that
 // runs its kernel directly.
 absl::Status CheckContextPart(const RelayDecodeParams& p) {
@@ -227,7 +236,7 @@ absl::Status LaunchFused(const RelayDecodeParams& p, const RelayShape& shape, co
   STRATA_CUDA_RETURN_IF_ERROR(e);
   STRATA_CUDA_RETURN_IF_ERROR(internal::MergeRowPartsAsync(parts_o, parts_lse, parts, p.grouped_rows, context.parts,
                                                            p.rows, p.num_heads, kv.head_dim, p.out, stream));
-  return absl::OkStatus();
+  return CastRows(p, 0, stream);
 }
 
 // The system part's kernel (RelaySystemForm): the Hopper form only where asked for and the
@@ -260,6 +269,7 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, co
   DecodeAttentionParams context_part{p.q,         kv,    p.rows, p.num_heads, p.scale, p.max_context_tokens,
                                      p.workspace, p.out, ctx_lse};
   context_part.launch = {.dependent = chained};
+  if (p.groups == 0) context_part.out_bf16 = p.out_bf16;  // else the merge needs its fp32 rows
   context_part.typical_tokens = p.typical_context_tokens;
   context_part.kernel = t.context_kernel;
   if (!beside && !chained) {
@@ -298,8 +308,8 @@ absl::Status LaunchThree(const RelayDecodeParams& p, const RelayShape& shape, co
   }
   // The system part's pieces merged with the context part already in `out`.
   STRATA_CUDA_RETURN_IF_ERROR(internal::MergeStatesAsync(parts_o, parts_lse, splits, p.grouped_rows, p.num_heads,
-                                                         kv.head_dim, p.out, nullptr, stream, ctx_lse));
-  return absl::OkStatus();
+                                                         kv.head_dim, p.out, nullptr, stream, ctx_lse, p.out_bf16));
+  return CastRows(p, p.grouped_rows, stream);
 }
 
 }  // namespace
@@ -343,6 +353,7 @@ absl::Status internal::LaunchRelayDecodeAttention(const RelayDecodeParams& p, co
       kv.kv_heads != p.prefixes.kv_heads || kv.head_dim != p.prefixes.head_dim) {
     return absl::InvalidArgumentError("relay attention: context and prefixes must be views of one pool");
   }
+  if (!IsAligned(p.out_bf16, 8)) return absl::InvalidArgumentError("relay attention: out_bf16 must be 8-byte aligned");
   if (p.rows == 0) return absl::OkStatus();
   if (p.groups > 65535) return absl::InvalidArgumentError("relay attention takes at most 65535 groups");
   const RelaySide& side = p.side;

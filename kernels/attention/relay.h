@@ -83,6 +83,11 @@ struct RelayDecodeParams {
   float* workspace;            // RelayDecodeWorkspaceFloats(...) floats
   float* out;                  // [rows][num_heads][head_dim]
   RelaySide side = {};         // optional (see RelaySide)
+  // When set, the rows go here as bf16 (ToBf16's rounding of what `out` would hold: the o
+  // projection's input) and `out` is scratch: the merge of the grouped rows stores bf16, the
+  // rows in no group are cast from the decode's (the plain decode stores them itself where
+  // there are no groups), so a step needs no cast of its own after relay. 8-byte aligned.
+  uint16_t* out_bf16 = nullptr;
   // Where the rows' own tokens (rows x max_context_tokens) reach this many, on a device
   // with programmatic dependent launch (compute capability 9.0 or later), the three launches
   // run chained on the launch's stream: the system part first (on Hopper's wgmma form where

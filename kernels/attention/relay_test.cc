@@ -29,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "kernels/attention/decode.h"
 #include "kernels/cuda_check.h"
+#include "kernels/elementwise/bf16.h"
 #include "kernels/testing/attention_compare.h"
 #include "kernels/testing/attention_cpu.h"
 #include "kernels/testing/cuda_testing.h"
@@ -188,6 +189,23 @@ class CudaRelayAttentionTest : public test_support::GpuTest {
       EXPECT_TRUE(std::all_of(after.begin() + static_cast<std::ptrdiff_t>(ws_floats), after.end(),
                               [](float x) { return x == -7.0f; }))
           << form << ": wrote past the workspace RelayDecodeWorkspaceFloats sized)";
+      // The o projection's bf16 input written by the launch itself (out_bf16): the bf16
+      // rounding of this form's rows, every one (grouped rows from the merge, the others
+      // cast or, with no groups, from the decode).
+      {
+        const std::vector<float> rows_fp32 = out_k.ToHost();
+        DeviceVector<uint16_t> out_bf16{std::vector<uint16_t>(q.size(), 0x7fc1)};  // a NaN no rounding gives
+        DeviceVector<float> scratch{std::vector<float>(q.size(), std::nanf(""))};
+        RelayDecodeParams pb = pk;
+        pb.out = scratch.get();
+        pb.out_bf16 = out_bf16.get();
+        ASSERT_TRUE(LaunchRelayDecodeAttention(pb, stream_).ok()) << form << ", bf16 out)";
+        Sync();
+        const std::vector<uint16_t> got_bf16 = out_bf16.ToHost();
+        int wrong = 0;
+        for (size_t i = 0; i < got_bf16.size(); ++i) wrong += got_bf16[i] != FloatToBf16(rows_fp32[i]);
+        EXPECT_EQ(wrong, 0) << form << ", bf16 out): elements not the bf16 of the fp32 rows";
+      }
       // With programmatic dependent launch (Hopper) and the context part on the tensor cores,
       // the default form is the three launches chained (kRelayChainedOnTensorCores): their
       // bits; kRelayChainedNever keeps the three launches on one stream.
@@ -518,6 +536,10 @@ TEST_F(CudaRelayAttentionTest, RejectsBadCounts) {
   p.grouped_rows = 3;
   EXPECT_EQ(LaunchRelayDecodeAttention(p, stream_).code(), absl::StatusCode::kInvalidArgument);
   p.grouped_rows = 0;
+  EXPECT_EQ(LaunchRelayDecodeAttention(p, stream_).code(), absl::StatusCode::kInvalidArgument);
+  // Good counts, but bf16 rows that could not be stored 4 at a time.
+  p.grouped_rows = p.max_group_rows = 2;
+  p.out_bf16 = reinterpret_cast<uint16_t*>(uintptr_t{2});
   EXPECT_EQ(LaunchRelayDecodeAttention(p, stream_).code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -67,9 +67,9 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
   // ... for their rows rounded up to a tuned count (rows past r are computed, never read).
   const int pr_rows = static_cast<int>(ProductRows(r, decode));
   const int head_rows = static_cast<int>(ProductRows(step.logit_rows, decode));
-  // A step of decodes only, none in relay groups: its decode attention writes the o
-  // projection's bf16 input itself (else the attention's fp32 rows are cast after it).
-  const bool attention_writes_bf16 = decode && step.groups == 0;
+  // A step of decodes only: its decode (or relay) attention writes the o projection's bf16
+  // input itself (else the attention's fp32 rows are cast after it).
+  const bool attention_writes_bf16 = decode;
   // Which kernel each product takes (ProductPath: the skinny kernel for decode steps' large
   // weights, and for the LM head of any step).
   const kernels::MatMulPath qkv_mm = ProductPath(decode, h, w), o_mm = ProductPath(decode, qd, h),
@@ -100,7 +100,8 @@ absl::Status CudaModel::Impl::Enqueue(const Step& step, bool wait_loads) {
           {q.as<float>(), pool.LayerKv(l, d_indptr, d_indices, d_last),
            pool.LayerKv(l, d_relay_indptr, d_relay_indices, d_relay_last), d_relay_rows, step.decodes, step.groups,
            step.grouped_rows, step.max_group_rows, c.num_heads, scale, step.max_tokens, step.prefix_bucket,
-           attn_ws.as<float>(), attn.as<float>(), relay_side, options.relay_chained_min_tokens,
+           attn_ws.as<float>(), attn.as<float>(), relay_side,
+           attention_writes_bf16 ? ab.as<uint16_t>() : nullptr, options.relay_chained_min_tokens,
            step.typical_tokens, options.decode_kernel},
           st));
     } else if (step.decodes > 0) {
