@@ -78,14 +78,16 @@ __device__ __forceinline__ bool LocateBlock(const PrefillTcParams& p, int bx, in
   t.split = bx % p.key_splits;
   const int tile = grid_x / p.key_splits - 1 - bx / p.key_splits;
   // Without qo_indptr (decode), row b is sequence b's one new token, the last of its keys.
+  // The sequence's pages are read before the early return below, so that both rounds of
+  // loads are in flight at once (the block's first K/V copies wait on them).
   t.q_begin = p.qo_indptr != nullptr ? p.qo_indptr[b] : b;
   t.new_tokens = p.qo_indptr != nullptr ? p.qo_indptr[b + 1] - t.q_begin : 1;
+  t.first_page = p.indptr[b];
+  const int pages = p.indptr[b + 1] - t.first_page, last_page_len = p.last_page_len[b];
   t.m0 = tile * kTileRows;
   if (t.m0 >= t.new_tokens * kGroup) return false;
-  t.first_page = p.indptr[b];
-  const int pages = p.indptr[b + 1] - t.first_page;
   // A decode row's sequence may be empty (no key tiles: its output is zero, its lse -inf).
-  t.len = pages == 0 ? 0 : (pages - 1) * p.page_size + p.last_page_len[b];
+  t.len = pages == 0 ? 0 : (pages - 1) * p.page_size + last_page_len;
   t.first_pos = p.all_keys ? t.len - 1 : t.len - t.new_tokens;
   t.pos_step = p.all_keys ? 0 : 1;
   const int last_token = min(t.new_tokens - 1, (t.m0 + kTileRows - 1) / kGroup);
