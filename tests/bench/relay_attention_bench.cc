@@ -21,7 +21,9 @@
 // (bytes read over its time, and as a share of the copy rate), a read of relay's rows (the
 // prompt's pages once, then every context, as the decode kernels read pages, computing
 // nothing: cuda_bench.h's PagedReadAsync) and its time over the best form's, and the system part alone in
-// each form as TFLOP/s. L2 is flushed before each timed run. K and V are random bf16 (a
+// each form as TFLOP/s; after the table, the wgmma system part's time split into a fixed cost a
+// block and a cost a key tile, from prompts S and 2S split alike (the same blocks, twice the
+// tiles each). L2 is flushed before each timed run. K and V are random bf16 (a
 // 64 MiB random block repeated through the pool).
 //
 //   build/tests/bench/relay_attention_bench           (needs a CUDA device; says so otherwise)
@@ -47,6 +49,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <utility>
@@ -220,6 +223,9 @@ int main(int argc, char** argv) {
   const float scale = 0.088f;
   const double token_bytes = 2.0 * kv_heads * head_dim * 2;  // K and V, bf16
   const strata::model::CudaModelOptions defaults;
+  // The wgmma system part alone by (batch, prompt): its time (ms) and its split along the
+  // prompt, at 128-token contexts (the part does not read them), for the fit after the table.
+  std::map<std::pair<int, int64_t>, std::pair<double, int>> system_alone;
   for (int64_t prompt : {1024, 4096, 8192}) {
     for (int64_t ctx : {128, 1024}) {
       for (int batch : {1, 8, 32, 64}) {
@@ -444,10 +450,10 @@ int main(int argc, char** argv) {
         sys.ws_o = Floats(int64_t{batch} * most_splits * heads * head_dim);
         sys.ws_lse = Floats(int64_t{batch} * most_splits * heads);
         const double sys_flop = 4.0 * batch * heads * prompt * head_dim;
-        auto sys_tflops = [&](Form form) {
+        auto sys_ms = [&](Form form) {
           namespace in = strata::kernels::internal;
           sys.key_splits = in::RelaySystemSplits(shape, form);
-          const float ms = MedianMs(
+          return MedianMs(
               stream, 20,
               [&] {
                 CHECK_CUDA(form == Form::kMmaSync
@@ -455,10 +461,16 @@ int main(int argc, char** argv) {
                                : in::PagedPrefillAttentionWgmmaWsAsync(sys, stream));
               },
               flush);
-          return sys_flop / (ms * 1e-3) / 1e12;
         };
+        auto tflops = [&](double ms) { return sys_flop / (ms * 1e-3) / 1e12; };
         const bool wgmma = strata::kernels::internal::PrefillWgmmaSupported(head_dim);
-        const double mma_tflops = sys_tflops(Form::kMmaSync), ws_tflops = wgmma ? sys_tflops(Form::kWgmmaWs) : 0.0;
+        const double mma_tflops = tflops(sys_ms(Form::kMmaSync));
+        double ws_tflops = 0.0;
+        if (wgmma) {
+          const double ms = sys_ms(Form::kWgmmaWs);
+          ws_tflops = tflops(ms);
+          if (ctx == 128) system_alone[{batch, prompt}] = {ms, sys.key_splits};
+        }
         CHECK_CUDA(cudaFree(sys.ws_o));
         CHECK_CUDA(cudaFree(sys.ws_lse));
         const double relay_bytes = token_bytes * (prompt + batch * ctx);
@@ -492,6 +504,29 @@ int main(int argc, char** argv) {
         }
       }
     }
+  }
+  // t = F + T x tiles a block: from S and 2S split alike, F = 2 t(S) - t(2S) and
+  // T = (t(2S) - t(S)) / tiles(S), tiles of 64 keys (the wgmma form's).
+  std::string fit;
+  for (const auto& [at, alone] : system_alone) {
+    const auto twice = system_alone.find({at.first, at.second * 2});
+    if (twice == system_alone.end() || twice->second.second != alone.second) continue;
+    const double tiles = static_cast<double>(at.second) / alone.second / 64;
+    const double t1 = alone.first * 1e3, t2 = twice->second.first * 1e3;  // µs
+    const double fixed = 2 * t1 - t2, per_tile = (t2 - t1) / tiles;
+    char cell[192];
+    std::snprintf(cell, sizeof(cell), "| %d | %lld / %lld | %d | %.0f | %.1f / %.1f | %.1f | %.2f | %.2f |\n", at.first,
+                  static_cast<long long>(at.second), static_cast<long long>(2 * at.second), alone.second, tiles, t1,
+                  t2, fixed, per_tile, fixed / t1);
+    fit += cell;
+  }
+  if (!fit.empty()) {
+    std::printf(
+        "\nThe wgmma system part alone (eager, L2 flushed) at prompts S and 2S split alike: a block's fixed cost F "
+        "(launch, lookups, first loads, Q's load, the output's store) and its cost T a 64-key tile:\n\n"
+        "| batch | S / 2S | parts | tiles a block at S | t(S) / t(2S) (us) | F (us) | T (us) | F's share of t(S) |\n"
+        "|---|---|---|---|---|---|---|---|\n%s",
+        fit.c_str());
   }
   if (sweep) std::printf("\nThe fused launch's balance (system / context blocks per SM):\n\n%s", sweep_table.c_str());
   if (share) {
