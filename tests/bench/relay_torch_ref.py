@@ -9,6 +9,13 @@ group's queries as one batch of rows against the prompt once, each query against
 ctx tokens, merged on log-sum-exp. Median of 20 CUDA-event-timed runs after warm-up, L2
 flushed before each.
 
+Then relay's system part alone as a library's fused attention kernel: SDPA through cuDNN's
+and through FlashAttention-2's backend (where torch has them) on the rows relay packs, a KV
+head's batch x 4 query rows as one sequence of queries against the prompt's keys (no mask),
+in TFLOP/s (4 x rows x keys x head_dim x KV heads a run), and the intercept 2 t(S) - t(2S)
+of its time over the prompt's length: the fixed part of its time (launch, first loads,
+store), the peer of relay_attention_bench's fit of the wgmma system part.
+
     python3 tests/bench/relay_torch_ref.py       (on the device machine)
 """
 import torch
@@ -75,6 +82,42 @@ def main():
 
         relay_ms = median_ms(relay)
         print(f"| {batch} | {prompt} | {ctx} | {plain_ms:.3f} | {relay_ms:.3f} |")
+    system_part_alone(dev, scale)
+
+
+def system_part_alone(dev, scale):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = [("cuDNN", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)]
+    group = HEADS // KV_HEADS
+    print()
+    print("System part alone: SDPA on relay's packed rows (batch x 4 a KV head) against the prompt, no mask")
+    print("| batch | S | " + " | ".join(f"{n} (ms) | {n} TFLOP/s | {n} fixed part 2t(S)-t(2S) (ms)" for n, _ in backends)
+          + " |")
+    print("|---|---|" + "---|---|---|" * len(backends))
+    for batch in (32, 64):
+        rows = batch * group
+        q = torch.randn(1, KV_HEADS, rows, HEAD_DIM, device=dev, dtype=torch.bfloat16)
+        for prompt in (1024, 4096, 8192):
+            cells = []
+            for _, backend in backends:
+                times = []
+                for keys in (prompt, 2 * prompt):
+                    k = torch.randn(1, KV_HEADS, keys, HEAD_DIM, device=dev, dtype=torch.bfloat16)
+                    v = torch.randn_like(k)
+                    try:
+                        with sdpa_kernel([backend]):
+                            times.append(median_ms(lambda: F.scaled_dot_product_attention(q, k, v, scale=scale)))
+                    except RuntimeError:
+                        times.append(None)
+                t, t2 = times
+                if t is None:
+                    cells.append("n/a | n/a | n/a")
+                    continue
+                flops = 4.0 * rows * prompt * HEAD_DIM * KV_HEADS
+                fixed = f"{2 * t - t2:.4f}" if t2 is not None else "n/a"
+                cells.append(f"{t:.4f} | {flops / (t * 1e-3) / 1e12:.0f} | {fixed}")
+            print(f"| {batch} | {prompt} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
