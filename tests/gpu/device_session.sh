@@ -310,7 +310,7 @@ run_relay() {
   "$B/relay_attention_bench" >"$OUT/relay_attention_bench.txt" 2>&1
   note "relay_attention_bench: rc=$?"; cat "$OUT/relay_attention_bench.txt" >>"$summary"
   python3 tests/bench/relay_torch_ref.py >"$OUT/relay_torch_ref.txt" 2>&1
-  note "relay_torch_ref: rc=$?"; tail -8 "$OUT/relay_torch_ref.txt" >>"$summary"
+  note "relay_torch_ref: rc=$?"; grep -vE "^$" "$OUT/relay_torch_ref.txt" >>"$summary"
 }
 
 run_prompts_many() {
