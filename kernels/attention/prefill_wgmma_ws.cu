@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "kernels/attention/block_timeline.h"
 #include "kernels/attention/mbarrier.cuh"
 #include "kernels/attention/prefill_launch.h"
 #include "kernels/attention/prefill_tc_kernel.cuh"
@@ -31,6 +32,24 @@
 
 namespace strata::kernels::internal {
 namespace prefill_wgmma_ws {
+
+// The developer build's phase stamps (block_timeline.h); in other builds Stamp is empty.
+#ifdef STRATA_KERNEL_TIMELINE
+__device__ unsigned long long g_stamps[kTimelineMaxBlocks][kWgmmaPhases];
+__device__ unsigned long long g_armed_ns;
+__device__ __forceinline__ unsigned long long GlobalTimerNs() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void Stamp(WgmmaPhase phase) {
+  const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (block < kTimelineMaxBlocks) g_stamps[block][phase] = GlobalTimerNs();
+}
+__global__ void ArmKernel() { g_armed_ns = GlobalTimerNs(); }
+#else
+__device__ __forceinline__ void Stamp(WgmmaPhase) {}
+#endif
 
 constexpr int kConsumers = 2;  // consumer warpgroups, 64 query rows each
 constexpr int kTileRows = 64 * kConsumers;
@@ -111,6 +130,7 @@ template <int kHeadDim, int kGroup>
 __global__ void __maxnreg__(kRegisters) PagedPrefillWgmmaWsKernel(const PrefillTcParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
+  if (threadIdx.x == 0) Stamp(kEntered);
   AllowDependentLaunch();
   constexpr int kChunks = kHeadDim / 8;
   constexpr int kTileBytes = kKeyTile * kHeadDim * 2;
@@ -139,6 +159,7 @@ __global__ void __maxnreg__(kRegisters) PagedPrefillWgmmaWsKernel(const PrefillT
     }
   }
   __syncthreads();
+  if (tid == 0) Stamp(kLocated);
 
   if (wg == 0) {
     // The producer. Copy j of a tile takes key copy_key(j) (the same keys every tile) and
@@ -164,6 +185,7 @@ __global__ void __maxnreg__(kRegisters) PagedPrefillWgmmaWsKernel(const PrefillT
     int landed = 0;
     auto land = [&] {
       wgmma::FenceSharedForAsync();
+      if (tid == 0 && landed == 0) Stamp(kFirstLanded);  // before its arrival: no consumer is past it yet
       mbarrier::Arrive(&full[landed % kStages]);
       ++landed;
     };
@@ -190,6 +212,7 @@ __global__ void __maxnreg__(kRegisters) PagedPrefillWgmmaWsKernel(const PrefillT
     }
     CpAsyncWait<0>();
     while (landed < tiles) land();
+    if (tid == 0) Stamp(kProducerDone);
     return;
   }
 
@@ -216,6 +239,7 @@ __global__ void __maxnreg__(kRegisters) PagedPrefillWgmmaWsKernel(const PrefillT
   }
   wgmma::FenceSharedForAsync();
   mbarrier::NamedSync(1 + c, 128);
+  if (tid == 128) Stamp(kQReady);
 
   // This thread's rows: lane / 4 and lane / 4 + 8 of its warp's 16.
   int query_pos[2];
@@ -280,6 +304,7 @@ __global__ void __maxnreg__(kRegisters) PagedPrefillWgmmaWsKernel(const PrefillT
 
   for (int i = 0; i < tiles; ++i) {
     wait_full(i);
+    if (tid == 128 && i == 0) Stamp(kFirstTaken);
     wgmma::PinOperands(s);
     wgmma::Fence();
     issue_s(i);
@@ -298,12 +323,14 @@ __global__ void __maxnreg__(kRegisters) PagedPrefillWgmmaWsKernel(const PrefillT
     wgmma::PinOperands(o);
     release(i);
   }
+  if (tid == 128) Stamp(kLoopDone);
 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     prefill_tc::StoreRow<kHeadDim, kGroup>(p, at, row0 + warp * 16 + lane / 4 + h * 8, lane, row_max[h], row_sum[h],
                                            [&](int d) { return make_float2(o[4 * d + 2 * h], o[4 * d + 2 * h + 1]); });
   }
+  if (tid == 128) Stamp(kStored);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -334,6 +361,47 @@ cudaError_t LaunchHeadDim(const PrefillTcParams& p, cudaStream_t stream) {
 }
 
 }  // namespace prefill_wgmma_ws
+
+int WgmmaSmemBytes(int head_dim) { return prefill_wgmma_ws::SmemBytes(head_dim); }
+
+#ifdef STRATA_KERNEL_TIMELINE
+bool WgmmaTimelineStamps() { return true; }
+
+cudaError_t ArmWgmmaTimeline(cudaStream_t stream) {
+  void* stamps = nullptr;
+  if (cudaError_t e = cudaGetSymbolAddress(&stamps, prefill_wgmma_ws::g_stamps); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaMemsetAsync(stamps, 0, sizeof(prefill_wgmma_ws::g_stamps), stream); e != cudaSuccess) {
+    return e;
+  }
+  prefill_wgmma_ws::ArmKernel<<<1, 1, 0, stream>>>();
+  return cudaGetLastError();
+}
+
+cudaError_t ReadWgmmaTimeline(BlockTimeline* out) {
+  static unsigned long long stamps[kTimelineMaxBlocks][kWgmmaPhases];
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaMemcpyFromSymbol(stamps, prefill_wgmma_ws::g_stamps, sizeof(stamps)); e != cudaSuccess) {
+    return e;
+  }
+  unsigned long long armed = 0;
+  if (cudaError_t e = cudaMemcpyFromSymbol(&armed, prefill_wgmma_ws::g_armed_ns, sizeof(armed)); e != cudaSuccess) {
+    return e;
+  }
+  out->armed_ns = armed;
+  out->blocks.clear();
+  for (const auto& block : stamps) {
+    if (block[kEntered] == 0) continue;
+    std::array<uint64_t, kWgmmaPhases> phases;
+    for (int k = 0; k < kWgmmaPhases; ++k) phases[k] = block[k];
+    out->blocks.push_back(phases);
+  }
+  return cudaSuccess;
+}
+#else
+bool WgmmaTimelineStamps() { return false; }
+cudaError_t ArmWgmmaTimeline(cudaStream_t) { return cudaErrorNotSupported; }
+cudaError_t ReadWgmmaTimeline(BlockTimeline*) { return cudaErrorNotSupported; }
+#endif
 
 cudaError_t PagedPrefillAttentionWgmmaWsAsync(const PrefillTcParams& p, cudaStream_t stream) {
   if (p.head_dim == 64) return prefill_wgmma_ws::LaunchHeadDim<64>(p, stream);

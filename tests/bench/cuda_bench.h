@@ -81,6 +81,10 @@ float MedianMs(cudaStream_t stream, int reps, Fn fn) {
 // cuda_bench_flush.cu. `sink` is one device float the kernel may write.
 cudaError_t ReadFlushAsync(const void* buffer, size_t bytes, float* sink, cudaStream_t stream);
 
+// A kernel that does nothing, in `blocks` blocks of `threads` with `smem_bytes` of dynamic
+// shared memory (cuda_bench_flush.cu): what a launch of that shape costs by itself.
+cudaError_t EmptyKernelAsync(int blocks, int threads, int smem_bytes, cudaStream_t stream);
+
 // Reads every K and V row of `batch` sequences (at most max_tokens each) in a paged pool the
 // way the decode kernels do, per (KV head, sequence, part), and computes nothing:
 // cuda_bench_paged_read.cu. The decode benchmark's peer for reading the same rows the same

@@ -42,6 +42,10 @@
 //                                                     through shared memory (the column above), the
 //                                                     same into registers, and whole tokens
 //                                                     (cuda_bench_paged_read.cu)
+//   build/tests/bench/relay_attention_bench --timeline   and after the table, the wgmma system
+//                                                     part's blocks phase by phase, three runs a
+//                                                     row (a build with -DSTRATA_KERNEL_TIMELINE=ON:
+//                                                     kernels/attention/block_timeline.h)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -63,6 +67,7 @@
 #include "kernels/testing/paged_pool.h"
 #include "model/cuda/cuda_model.h"
 #include "tests/bench/cuda_bench.h"
+#include "tests/bench/wgmma_timeline.h"
 
 namespace {
 
@@ -152,7 +157,7 @@ float GraphMedianMs(cudaStream_t stream, int reps, Fn fn, Flush flush) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool sweep = false, share = false, reads = false;
+  bool sweep = false, share = false, reads = false, timeline = false;
   long long only_batch = 0, only_prompt = 0, only_ctx = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--sweep") == 0) {
@@ -161,11 +166,13 @@ int main(int argc, char** argv) {
       share = true;
     } else if (std::strcmp(argv[i], "--reads") == 0) {
       reads = true;
+    } else if (std::strcmp(argv[i], "--timeline") == 0) {
+      timeline = true;
     } else if (std::strcmp(argv[i], "--merge_part_by_part") == 0) {
       strata::kernels::internal::SetMergeLoadsAtOnceForBenchmarks(false);
     } else if (std::sscanf(argv[i], "--shape=%lld,%lld,%lld", &only_batch, &only_prompt, &only_ctx) != 3) {
-      std::fprintf(stderr, "usage: relay_attention_bench [--sweep] [--share] [--reads] [--shape=batch,S,ctx] "
-                   "[--merge_part_by_part]\n");
+      std::fprintf(stderr, "usage: relay_attention_bench [--sweep] [--share] [--reads] [--timeline] "
+                   "[--shape=batch,S,ctx] [--merge_part_by_part]\n");
       return 2;
     }
   }
@@ -206,6 +213,7 @@ int main(int argc, char** argv) {
   share_table += " best: GB/s read, vs copy | largest rel. L2 diff vs three launches |\n|---|---|---|---|";
   for (size_t i = 0; i < shares.size(); ++i) share_table += "---|";
   share_table += "---|---|\n";
+  std::string timeline_table;  // --timeline: the rows of WgmmaTimelineRows
   std::string read_table =
       "| batch | S | ctx | MB | cp.async, a warp a head (ms) | registers, a warp a head (ms) | registers, whole "
       "tokens (ms) | best read: GB/s, vs copy |\n|---|---|---|---|---|---|---|---|\n";
@@ -470,6 +478,13 @@ int main(int argc, char** argv) {
           const double ms = sys_ms(Form::kWgmmaWs);
           ws_tflops = tflops(ms);
           if (ctx == 128) system_alone[{batch, prompt}] = {ms, sys.key_splits};
+          if (timeline) {
+            timeline_table += strata::bench::WgmmaTimelineRows(
+                std::to_string(batch) + " x " + std::to_string(prompt) + " x " + std::to_string(ctx) + ", " +
+                    std::to_string(sys.key_splits) + " parts",
+                stream, head_dim, 3, static_cast<float>(ms),
+                [&] { CHECK_CUDA(strata::kernels::internal::PagedPrefillAttentionWgmmaWsAsync(sys, stream)); }, flush);
+          }
         }
         CHECK_CUDA(cudaFree(sys.ws_o));
         CHECK_CUDA(cudaFree(sys.ws_lse));
@@ -535,6 +550,16 @@ int main(int argc, char** argv) {
   }
   if (reads) {
     std::printf("\nA read of relay's rows (the prompt once, every context), by order:\n\n%s", read_table.c_str());
+  }
+  if (timeline) {
+    if (timeline_table.empty()) {
+      std::printf("\n--timeline: this build stamps nothing (configure with -DSTRATA_KERNEL_TIMELINE=ON)\n");
+    } else {
+      std::printf(
+          "\nThe wgmma system part's blocks (eager, L2 flushed), each phase's median over the blocks in us from the "
+          "block's start:\n\n%s%s",
+          strata::bench::WgmmaTimelineHeader().c_str(), timeline_table.c_str());
+    }
   }
   return 0;
 }
