@@ -45,9 +45,22 @@ TEST_F(CudaWgmmaTimelineTest, EveryBlockStampsItsPhasesInOrder) {
   DeviceVector<int32_t> indptr(pool.indptr), indices(pool.indices), last(pool.last_page_len), dqo(qo_indptr);
   DeviceVector<float> q{std::vector<float>(size_t{133} * heads * d, 0.5f)};
   DeviceVector<float> out{std::vector<float>(size_t{133} * heads * d)}, lse{std::vector<float>(size_t{133} * heads)};
-  const in::PrefillTcParams p{q.get(), k.get(),  v.get(), indptr.get(), indices.get(), last.get(),
-                              dqo.get(), page,   kv_heads, d,          heads,         2,
-                              130,       1.0f / std::sqrt(128.0f), out.get(), lse.get()};
+  const in::PrefillTcParams p{.q = q.get(),
+                              .k_pages = k.get(),
+                              .v_pages = v.get(),
+                              .indptr = indptr.get(),
+                              .indices = indices.get(),
+                              .last_page_len = last.get(),
+                              .qo_indptr = dqo.get(),
+                              .page_size = page,
+                              .kv_heads = kv_heads,
+                              .head_dim = d,
+                              .num_heads = heads,
+                              .batch = 2,
+                              .max_new_tokens = 130,
+                              .scale = 1.0f / std::sqrt(static_cast<float>(d)),
+                              .out = out.get(),
+                              .lse = lse.get()};
   ASSERT_EQ(in::ArmWgmmaTimeline(stream_), cudaSuccess);
   ASSERT_EQ(in::PagedPrefillAttentionWgmmaWsAsync(p, stream_), cudaSuccess);
   in::BlockTimeline timeline;
