@@ -2,8 +2,10 @@
 // -DSTRATA_KERNEL_TIMELINE=ON) has the blocks of the wgmma system part
 // (prefill_wgmma_ws.cu) stamp the GPU's global timer (%globaltimer, ns) as they reach each
 // phase of their work; `relay_attention_bench --timeline` arms the stamps before a launch and
-// prints them (docs/BENCHMARKS.md). In other builds nothing is stamped, the kernel is
-// unchanged and these calls return cudaErrorNotSupported.
+// prints them (docs/BENCHMARKS.md). The stamps are one device-wide array: every launch of the
+// kernel writes them, so arm, launch and read one launch at a time (a benchmark's, not a
+// server's). In other builds nothing is stamped, the kernel is unchanged and these calls
+// return cudaErrorNotSupported.
 #ifndef STRATA_KERNELS_ATTENTION_BLOCK_TIMELINE_H_
 #define STRATA_KERNELS_ATTENTION_BLOCK_TIMELINE_H_
 
