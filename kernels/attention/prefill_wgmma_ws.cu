@@ -19,6 +19,7 @@
 // taking turns issuing their products (FlashAttention-3's pingpong; within 1%).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/attention/block_timeline.h"
@@ -378,24 +379,17 @@ cudaError_t ArmWgmmaTimeline(cudaStream_t stream) {
 }
 
 cudaError_t ReadWgmmaTimeline(BlockTimeline* out) {
-  static unsigned long long stamps[kTimelineMaxBlocks][kWgmmaPhases];
+  static_assert(sizeof(prefill_wgmma_ws::g_stamps) == sizeof(std::array<uint64_t, kWgmmaPhases>) * kTimelineMaxBlocks);
   if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return e;
-  if (cudaError_t e = cudaMemcpyFromSymbol(stamps, prefill_wgmma_ws::g_stamps, sizeof(stamps)); e != cudaSuccess) {
+  out->blocks.resize(kTimelineMaxBlocks);
+  if (cudaError_t e = cudaMemcpyFromSymbol(out->blocks.data(), prefill_wgmma_ws::g_stamps,
+                                           sizeof(prefill_wgmma_ws::g_stamps));
+      e != cudaSuccess) {
     return e;
   }
-  unsigned long long armed = 0;
-  if (cudaError_t e = cudaMemcpyFromSymbol(&armed, prefill_wgmma_ws::g_armed_ns, sizeof(armed)); e != cudaSuccess) {
-    return e;
-  }
-  out->armed_ns = armed;
-  out->blocks.clear();
-  for (const auto& block : stamps) {
-    if (block[kEntered] == 0) continue;
-    std::array<uint64_t, kWgmmaPhases> phases;
-    for (int k = 0; k < kWgmmaPhases; ++k) phases[k] = block[k];
-    out->blocks.push_back(phases);
-  }
-  return cudaSuccess;
+  auto& b = out->blocks;  // the blocks that did not run (or past the array's end) left out
+  b.erase(std::remove_if(b.begin(), b.end(), [](const auto& block) { return block[kEntered] == 0; }), b.end());
+  return cudaMemcpyFromSymbol(&out->armed_ns, prefill_wgmma_ws::g_armed_ns, sizeof(out->armed_ns));
 }
 #else
 bool WgmmaTimelineStamps() { return false; }

@@ -13,12 +13,6 @@ namespace {
 
 namespace in = kernels::internal;
 
-double MedianOf(std::vector<double> v) {
-  if (v.empty()) return -1.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 std::string WgmmaTimelineHeader() {
@@ -55,7 +49,9 @@ std::string WgmmaTimelineRows(const std::string& label, cudaStream_t stream, int
     }
     absl::StrAppendFormat(&rows, "| %s | %d | %.2f |", label, blocks,
                           static_cast<double>(first - timeline.armed_ns) * 1e-3);
-    for (int k = in::kLocated; k < in::kWgmmaPhases; ++k) absl::StrAppendFormat(&rows, " %.2f |", MedianOf(phases[k]));
+    for (int k = in::kLocated; k < in::kWgmmaPhases; ++k) {
+      absl::StrAppendFormat(&rows, " %.2f |", phases[k].empty() ? -1.0 : Median(phases[k]));
+    }
     absl::StrAppendFormat(&rows, " %.2f | %.2f |", static_cast<double>(last - first) * 1e-3, kernel_ms * 1e3);
     if (r + 1 < runs) rows += " |\n";  // the empty kernel's column is the last run's
   }
