@@ -101,6 +101,33 @@ TEST_F(DurabilityTest, HostEvictionOfAnUnwrittenNewerVersionLeavesThePersistedOn
   ExpectPersisted(a, 8);
 }
 
+// A turn decides what it keeps against the version it matched; before it saves, that
+// (unpersisted) version is pushed out and the session falls back to an older one whose
+// tokens differ. The save keeps only the chunks the fallen-back version shares with it:
+// never another version's KV under these tokens.
+TEST_F(DurabilityTest, AKeepDecidedAgainstAVersionSinceGoneKeepsOnlyWhatMatches) {
+  tweak_ = [](SessionStoreOptions& o) {
+    o.placement = PlacementPolicy::kLru;
+    o.tenant_quota.ssd_bytes = 3 * o.layout.BlockBytes();  // the newer version (4 chunks) stays host-only
+  };
+  Make(8, 64);
+  SessionKey a{"t", "a"}, other{"u", "b"};
+  const std::vector<int32_t> older = Iota(8, 100);
+  ASSERT_TRUE(SaveAll(a, older, 0, /*salt=*/1).ok());
+  ASSERT_TRUE(store_->Flush(a, absl::Seconds(10)).ok());
+  const std::vector<int32_t> newer = Iota(16, 900);  // the history edited: differs from token 0
+  ASSERT_TRUE(SaveAll(a, newer, 0, /*salt=*/2).ok());
+  ASSERT_EQ(store_->Match(a, newer, 100).tokens, 16);  // the turn matches it and will keep 8
+  ASSERT_TRUE(SaveAll(other, Iota(20, 5000), 0).ok());  // host pressure: the newer version goes
+  ASSERT_EQ(store_->Get(a)->cached_tokens, 8) << "the session did not fall back";
+  { ASSERT_TRUE(store_->Lease(a, 1).ok()); }  // a prefetch brings the older one to host
+  std::vector<int32_t> next = newer;
+  for (int i = 0; i < 4; ++i) next.push_back(7000 + i);
+  ASSERT_TRUE(SaveAll(a, next, /*keep=*/8, /*salt=*/2).ok());
+  EXPECT_EQ(store_->Match(a, next, 100).tokens, 20);
+  EXPECT_EQ(ReadAndCheck(a, 20, /*salt=*/2), 20) << "tokens served with another version's KV";
+}
+
 TEST_F(DurabilityTest, EveryDeletionOfAPersistedVersionIsCounted) {
   Make(8, 32);
   SessionKey key{"t", "s"}, fresh{"t", "fresh"};

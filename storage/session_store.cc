@@ -356,6 +356,14 @@ absl::Status SessionStoreImpl::SaveLocked(const SessionKey& key, absl::Span<cons
   if (keep_tokens > 0 && it->second->base != base) {
     return absl::InvalidArgumentError("cannot keep tokens of a session that followed another base");
   }
+  if (keep_tokens > 0) {
+    // The caller decided keep_tokens against the version it matched; the session may have
+    // fallen back to an older one since (a newer, unpersisted version pushed out). Only the
+    // tokens this version holds too are kept: the rest is filled anew.
+    const std::vector<int32_t>& have = it->second->tokens;
+    const auto end = have.begin() + keep_tokens;
+    keep_tokens = std::mismatch(have.begin(), end, tokens.begin()).first - have.begin();
+  }
   auto& slot = sessions_[map_key];
   if (slot == nullptr) {
     slot = std::make_unique<Session>();

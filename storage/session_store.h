@@ -348,8 +348,9 @@ class SessionStore {
   virtual double ssd_read_bytes_per_second() const = 0;
 
   // Stores the session as `tokens` (all tokens whose KV the caller holds). Chunks that
-  // cover only tokens [0, keep_tokens) are kept as they are (the caller guarantees those
-  // tokens equal the stored ones); every later chunk is written anew through `fill`.
+  // cover only tokens [0, keep_tokens) are kept as they are, as far as the stored version's
+  // tokens equal `tokens` (a keep decided against a version since pushed out keeps only
+  // what the one stored now shares); every later chunk is written anew through `fill`.
   // `base` names what the tokens follow when their KV was computed after something the
   // session does not store itself (a shared system prompt: its tokens' KV attended to it):
   // opaque to the store, kept and persisted with the session, and Match serves the
