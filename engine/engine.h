@@ -260,8 +260,10 @@ class Engine {
   // A turn or prompt job that will not finish (`why`): whichever of the two above it is.
   void LeavePromptLocked(bool prompt_job, const std::string& prompt_key, uint64_t use, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops the least recently used prompt no turn uses from memory; false when none.
-  bool EvictIdlePromptLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the least recently used ready prompt no turn runs on (nor is in `keep`) from
+  // memory; false when none.
+  bool EvictIdlePromptLocked(const absl::flat_hash_set<std::string_view>* keep = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TrimIdlePromptsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishPromptGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A prompt was dropped at `when` (prompt_dropped_at_), older drops forgotten.

@@ -50,8 +50,10 @@ void Engine::StartLoads(const std::vector<Running*>& loaded) {
   if (!ticket.ok()) {
     LOG(WARNING) << "starting cached KV loads failed; those turns compute their prompts: " << ticket.status();
     for (Running* r : loaded) {
-      r->reused = r->computed = r->keep = 0;
-      r->tier = storage::Tier::kNone;
+      // A shared prompt's tokens are in the sequence it was made on: those stay.
+      r->reused = r->computed = r->base_tokens;
+      r->keep = 0;
+      r->tier = r->base_tokens > 0 ? storage::Tier::kHbm : storage::Tier::kNone;
     }
     (void)model_->FinishKvTransfers();
     round_leases_.clear();

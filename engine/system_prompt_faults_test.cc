@@ -53,6 +53,73 @@ class SaveGateBackend final : public testing::CpuBackendWrapper {
   absl::Notification entered, open;
 };
 
+// The backend fails to start one round's KV loads, once armed.
+class StartLoadsFailsOnce final : public testing::CpuBackendWrapper {
+ public:
+  using CpuBackendWrapper::CpuBackendWrapper;
+  absl::StatusOr<uint64_t> StartKvTransfers() override {
+    if (armed.exchange(false)) return absl::ResourceExhaustedError("no staging buffers (injected)");
+    return CpuBackendWrapper::StartKvTransfers();
+  }
+  std::atomic<bool> armed{false};
+};
+
+// A returning session on a shared prompt whose history load cannot start computes its own
+// tokens after the prompt, which stays in its sequence: its answer and a bystander's in
+// the same step are those of a cache-off engine (before, the step failed for both: the
+// turn started at position 0, inside the shared prefix).
+TEST_F(SystemPromptEngineTest, AFailedLoadStartOnAPromptedTurnRecomputesItsOwnTokensOnly) {
+  auto store = HostOnlyStore(SmallConfig(), Fingerprint());
+  auto backend = std::make_unique<StartLoadsFailsOnce>(CpuModel(), "cpu");
+  StartLoadsFailsOnce* fails = backend.get();
+  auto engine = Make(std::move(backend), store.get(), nullptr, 64, /*hbm_bytes=*/0);
+  const std::vector<int32_t> system = SystemPart(100, 3);
+  ASSERT_TRUE(engine->RegisterSystemPrompt("t", system).ok());
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  TurnRequest first = Turn("s", system, 40, 1, 4);
+  auto one = RunAll(*engine, {first});
+  ASSERT_TRUE(one[0].status.ok()) << one[0].status;
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  TurnRequest second = first;
+  second.prompt.insert(second.prompt.end(), one[0].tokens.begin(), one[0].tokens.end());
+  for (int i = 0; i < 20; ++i) second.prompt.push_back(40 + i);
+  TurnRequest bystander = Turn("x", SystemPart(10, 9), 30, 2, 4);
+  bystander.system_tokens = 0;
+  fails->armed = true;
+  auto two = RunAll(*engine, {second, bystander});
+  EXPECT_FALSE(fails->armed.load()) << "no load was started";
+  auto plain = Make(std::make_unique<testing::CpuBackendWrapper>(CpuModel(), "cpu"), nullptr, nullptr, 64, 0);
+  auto want = RunAll(*plain, {second, bystander});
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(two[i].status.ok()) << i << ": " << two[i].status;
+    EXPECT_EQ(two[i].tokens, want[i].tokens) << i;
+  }
+  EXPECT_EQ(two[0].result.usage.cached_tokens, 100) << "the prompt's KV, and nothing loaded";
+}
+
+// With no idle prompts kept, a prompt brought into KV memory for the turns waiting on it
+// stays until they start on it (it was evicted at once, and brought back, for ever).
+TEST_F(SystemPromptEngineTest, NoIdlePromptsKeptStillServesTheTurnsThatWaitForOne) {
+  auto store = HostOnlyStore(SmallConfig(), Fingerprint());
+  EngineOptions options;
+  options.min_shared_prompt_tokens = 64;
+  options.warmup_tokens = 0;
+  options.max_idle_shared_prompts = 0;
+  metrics::Registry registry;
+  auto engine = Engine::Create(options, CpuModel(), &tokenizer_, store.get(), &registry);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<int32_t> system = SystemPart(100, 1);
+  auto out = RunAll(**engine, {Turn("a", system, 10, 1, 3), Turn("b", system, 10, 2, 3)});
+  for (const TurnOutput& o : out) {
+    ASSERT_TRUE(o.status.ok()) << o.status;
+    EXPECT_EQ(o.result.usage.cached_tokens, 100);
+  }
+  EXPECT_EQ(Count(registry, "strata_system_prompt_loads_total", {{"source", "stored"}}) +
+                Count(registry, "strata_system_prompt_loads_total", {{"source", "computed"}}),
+            1)
+      << "the prompt went and came back";
+}
+
 // A prompt dropped while its KV is being saved is not brought back by the save.
 TEST_F(SystemPromptEngineTest, APromptDroppedWhileItsSaveStartsStaysDropped) {
   auto store = HostOnlyStore(SmallConfig(), Fingerprint());

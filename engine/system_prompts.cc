@@ -196,11 +196,12 @@ void Engine::ReleasePromptUseLocked(const std::string& prompt_key, uint64_t use)
   PublishPromptGaugesLocked();
 }
 
-bool Engine::EvictIdlePromptLocked() {
+bool Engine::EvictIdlePromptLocked(const absl::flat_hash_set<std::string_view>* keep) {
   auto victim = prompts_.end();
   for (auto it = prompts_.begin(); it != prompts_.end(); ++it) {
     const SharedPrompt& p = *it->second;
     if (p.state != SharedPrompt::State::kReady || p.users > 0) continue;
+    if (keep != nullptr && keep->contains(it->first)) continue;
     if (victim == prompts_.end() || p.last_use < victim->second->last_use) victim = it;
   }
   if (victim == prompts_.end()) return false;
@@ -211,9 +212,17 @@ bool Engine::EvictIdlePromptLocked() {
 }
 
 void Engine::TrimIdlePromptsLocked() {
+  // A prompt that queued turns wait for is not idle: it was brought in for them (with
+  // max_idle_shared_prompts at 0 it would go again before they start, and come back).
+  absl::flat_hash_set<std::string_view> wanted;
+  for (const Queued& q : queue_) {
+    if (!q.prompt_key.empty()) wanted.insert(q.prompt_key);
+  }
   int idle = 0;
-  for (const auto& [k, p] : prompts_) idle += p->state == SharedPrompt::State::kReady && p->users == 0;
-  for (; idle > options_.max_idle_shared_prompts && EvictIdlePromptLocked(); --idle) {
+  for (const auto& [k, p] : prompts_) {
+    idle += p->state == SharedPrompt::State::kReady && p->users == 0 && !wanted.contains(k);
+  }
+  for (; idle > options_.max_idle_shared_prompts && EvictIdlePromptLocked(&wanted); --idle) {
   }
 }
 
