@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "kernels/attention/relay.h"
 #include "kernels/cuda_check.h"
 #include "kernels/dispatch.h"
@@ -159,7 +160,23 @@ absl::Status CudaModel::Impl::AllocatePool() {
   if (options.tune_matmuls) {
     if (absl::Status s = TuneDecodeProducts(); !s.ok()) return s;
   }
+  pool.set_release_fence([this](const cuda_internal::CudaSequence& seq) { FenceLoadsInto(seq); });
   return pool.Allocate(c, options);
+}
+
+void CudaModel::Impl::FenceLoadsInto(const cuda_internal::CudaSequence& seq) {
+  if (loader.has_queued_for(seq)) {
+    if (absl::StatusOr<uint64_t> started = StartLoads(); !started.ok()) {
+      LOG(WARNING) << "starting the loads into a sequence that ends failed: " << started.status();
+    }
+  }
+  if (seq.load_ticket() == 0) return;
+  absl::StatusOr<bool> done = loader.Done(seq.load_ticket());
+  if (done.ok() && *done) return;
+  // Not done, or a device fault (then the wait returns at once: nothing runs any more).
+  if (cudaEvent_t placed = loader.all_placed(); placed != nullptr && cudaEventSynchronize(placed) != cudaSuccess) {
+    cudaGetLastError();
+  }
 }
 
 int CudaModel::DeviceCount() {

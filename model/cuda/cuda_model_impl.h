@@ -99,6 +99,7 @@ struct CudaModel::Impl {
 
   ~Impl() {
     // Nothing may still read the host memory about to be unpinned, or the pool.
+    pool.set_release_fence(nullptr);  // the loader goes first
     (void)loader.Finish();
     if (write_stream != nullptr) cudaStreamSynchronize(write_stream);
     if (registered != nullptr) cudaHostUnregister(registered);
@@ -199,6 +200,11 @@ struct CudaModel::Impl {
   int64_t kv_meta_at = 0;  // offset of the chunk StageSave prepared last
   // Starts the queued loads; their ticket.
   absl::StatusOr<uint64_t> StartLoads();
+  // The pool's release fence (KvPool::set_release_fence): returns once no load queued or
+  // started writes `seq`'s pages (its queued chunks are started, then waited for with
+  // everything started before them, on the host: a sequence ends with a load in flight only
+  // where a turn ends before a step read it, or a step failed).
+  void FenceLoadsInto(const cuda_internal::CudaSequence& seq);
   // Waits for the KV transfers started or enqueued so far.
   absl::Status FinishKvTransfers();
   // Waits for the saves enqueued so far (every save ticket completes).

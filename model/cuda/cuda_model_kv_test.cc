@@ -13,6 +13,7 @@
 #include "kernels/testing/delay.h"
 #include "model/cuda/cuda_model_test_support.h"
 #include "model/cuda/kv_loader.h"
+#include "model/cuda/kv_pool.h"
 
 namespace strata::model {
 namespace {
@@ -173,6 +174,53 @@ TEST_F(CudaModelTest, LayerWiseLoadsBesideAStepEqualComputedKv) {
     }
     ASSERT_TRUE(m.FinishKvTransfers().ok());
   }
+}
+
+// A sequence that ends while a load into it is held up gives its pages back only once the
+// load no longer writes them: the next sequence, which takes those very pages, computes
+// the logits of a sequence on pages no load ever touched (without the fence, the late
+// placement overwrote its KV after the step wrote it: a turn cancelled before its first
+// step, or a step that failed after starting its loads).
+TEST_F(CudaModelTest, PagesOfASequenceEndedWithALoadInFlightAreNotWrittenByIt) {
+  ModelConfig c = Config();
+  auto model = CudaModel::Create(ModelWeights::Random(c, 6, {}), SmallPool());
+  ASSERT_TRUE(model.ok()) << model.status();
+  CudaModel& m = **model;
+  const int n = 64;
+  const storage::ChunkLayout layout = ChunkLayoutFor(m, n);
+  const std::vector<int32_t> stored = Tokens(n, 5), asked = Tokens(n + 1, 8);
+  std::vector<float> want(c.vocab_size), got(c.vocab_size);
+  {  // The reference: `asked` on fresh pages.
+    auto fresh = *m.NewSequence(n + 1);
+    ForwardEntry prefill{fresh.get(), 0, absl::Span<const int32_t>(asked.data(), n)};
+    ForwardEntry last{fresh.get(), n, absl::Span<const int32_t>(asked.data() + n, 1), want.data()};
+    ASSERT_TRUE(m.Forward({&prefill, 1}).ok());
+    ASSERT_TRUE(m.Forward({&last, 1}).ok());
+  }
+  std::vector<std::byte> payload(static_cast<size_t>(layout.PayloadBytes()));
+  {
+    auto source = *m.NewSequence(n);
+    ForwardEntry fill{source.get(), 0, stored};
+    ASSERT_TRUE(m.Forward({&fill, 1}).ok());
+    ASSERT_TRUE(m.SaveKv(*source, 0, n, absl::MakeSpan(payload), layout).ok());
+    ASSERT_TRUE(m.FinishKvTransfers().ok());
+  }
+  auto pages_of = [](const SequenceState& s) { return dynamic_cast<const cuda_internal::CudaSequence&>(s).pages(); };
+  ASSERT_EQ(kernels::testing::LaunchDelay(m.LoadPlaceStreamForTesting(), 200000), cudaSuccess);
+  auto ended = *m.NewSequence(n + 1);
+  const std::vector<int32_t> ended_pages = pages_of(*ended);
+  ASSERT_TRUE(m.LoadKv(*ended, 0, n, payload, layout).ok());
+  ASSERT_TRUE(m.StartKvTransfers().ok());
+  ended.reset();  // before any step read it
+  auto next = *m.NewSequence(n + 1);
+  ASSERT_EQ(pages_of(*next), ended_pages) << "the test needs the ended sequence's pages reused";
+  ForwardEntry prefill{next.get(), 0, absl::Span<const int32_t>(asked.data(), n)};
+  ForwardEntry last{next.get(), n, absl::Span<const int32_t>(asked.data() + n, 1), got.data()};
+  ASSERT_TRUE(m.Forward({&prefill, 1}).ok());
+  ASSERT_TRUE(m.Forward({&last, 1}).ok());
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+      << "a load into a sequence that had ended wrote its next owner's KV";
+  ASSERT_TRUE(m.FinishKvTransfers().ok());
 }
 
 // A load's ticket is done only once its copies have landed: the host chunks it reads

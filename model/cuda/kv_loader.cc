@@ -255,6 +255,10 @@ absl::StatusOr<uint64_t> KvLoader::Start(const KvPool& pool, const float* inv_fr
   return next_ticket_++;
 }
 
+bool KvLoader::has_queued_for(const CudaSequence& seq) const {
+  return std::any_of(queued_.begin(), queued_.end(), [&](const Chunk& c) { return c.seq == &seq; });
+}
+
 absl::StatusOr<bool> KvLoader::Done(uint64_t ticket) {
   while (!in_flight_.empty()) {
     const InFlight load = in_flight_.front();

@@ -75,6 +75,7 @@ class KvLoader {
   void Queue(const CudaSequence& seq, int64_t begin, int count, const std::byte* payload,
              const storage::ChunkLayout& layout, int first_row = 0);
   bool has_queued() const { return !queued_.empty(); }
+  bool has_queued_for(const CudaSequence& seq) const;
   const storage::ChunkLayout& queued_layout() const { return layout_; }
 
   // Enqueues the queued chunks' moves. Nothing on other streams must come first: a load

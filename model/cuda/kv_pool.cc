@@ -9,6 +9,7 @@
 namespace strata::model::cuda_internal {
 
 CudaSequence::~CudaSequence() {
+  if (pool_->release_fence_ && pages_.size() > static_cast<size_t>(shared_pages_)) pool_->release_fence_(*this);
   for (size_t i = static_cast<size_t>(shared_pages_); i < pages_.size(); ++i) pool_->free_pages_.push_back(pages_[i]);
 }
 
@@ -91,6 +92,9 @@ absl::Status KvPool::Resize(CudaSequence& seq, int64_t capacity_tokens) {
   for (; have < need; ++have) {
     seq.pages_.push_back(free_pages_.back());
     free_pages_.pop_back();
+  }
+  if (release_fence_ && static_cast<int64_t>(seq.pages_.size()) > std::max<int64_t>(need, seq.shared_pages_)) {
+    release_fence_(seq);
   }
   while (static_cast<int64_t>(seq.pages_.size()) > std::max<int64_t>(need, seq.shared_pages_)) {
     free_pages_.push_back(seq.pages_.back());

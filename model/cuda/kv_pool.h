@@ -9,7 +9,8 @@
 //
 // Ownership: the pool owns the planes (freed with it); a CudaSequence owns its page list
 // and must not outlive the pool. Streams: Randomize and NewSequenceOn enqueue on the stream
-// they are given; nothing else here touches the GPU after Allocate. Not thread-safe: the
+// they are given; nothing else here touches the GPU after Allocate (the release fence,
+// set by the model, may wait for the loader's streams). Not thread-safe: the
 // engine loop is the only caller.
 #ifndef STRATA_MODEL_CUDA_KV_POOL_H_
 #define STRATA_MODEL_CUDA_KV_POOL_H_
@@ -17,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -94,6 +96,12 @@ class KvPool {
   // changed) when too few are free.
   absl::Status Resize(CudaSequence& seq, int64_t capacity_tokens);
 
+  // Called with a sequence before any of its pages go back to the free list (it ends, or
+  // Resize gives pages back), while its page list is whole: returns once no KV load
+  // started or queued for it can write them any more. The pages' next owner writes them on
+  // the compute stream, which a load on the loader's streams is not ordered with.
+  void set_release_fence(std::function<void(const CudaSequence&)> fence) { release_fence_ = std::move(fence); }
+
   // Enqueues on `stream` a fill of every page of every plane with random bf16 values.
   absl::Status Randomize(uint64_t seed, cudaStream_t stream);
 
@@ -124,6 +132,7 @@ class KvPool {
   int64_t pages_ = 0;
   int64_t layer_stride_ = 0;  // values
   std::vector<int32_t> free_pages_;
+  std::function<void(const CudaSequence&)> release_fence_;
 };
 
 }  // namespace strata::model::cuda_internal
