@@ -10,6 +10,7 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "storage/session_index.h"
 #include "storage/testing/store_fixture.h"
 
 namespace strata::storage {
@@ -196,6 +197,39 @@ TEST_F(DurabilityTest, ADamagedIndexIsRepairedAndTheStoreStarts) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(ReadAndCheck({"t", "s" + std::to_string(i)}, 8), 8);
   MakeTiered(16, 64);
   EXPECT_FALSE(store_->Stats().index_damaged) << "a repaired index is healthy at the next start";
+}
+
+// Two records naming one block (a record of a write whose Put failed, replayed by the index
+// after its blocks went to another session): the newer record keeps the block, the older
+// is dropped at start, and nothing done on the older one's account touches the newer's.
+TEST_F(DurabilityTest, ABlockTwoRecordsNameBelongsToTheNewerRecord) {
+  Make(8, 64);
+  SessionKey a{"t", "a"}, b{"t", "b"};
+  ASSERT_TRUE(SaveAll(a, Iota(4, 100), 0, /*salt=*/1).ok());
+  ASSERT_TRUE(store_->Flush(a, absl::Seconds(10)).ok());
+  ASSERT_TRUE(SaveAll(b, Iota(4, 200), 0, /*salt=*/2).ok());
+  ASSERT_TRUE(store_->Flush(b, absl::Seconds(10)).ok());
+  store_.reset();
+  {
+    auto index = SessionIndex::Open(dir_ + "/index");
+    ASSERT_TRUE(index.ok()) << index.status();
+    auto ra = (*index)->Get("t", "a");
+    auto rb = (*index)->Get("t", "b");
+    ASSERT_TRUE(ra.ok() && rb.ok());
+    ASSERT_LT(ra->generation, rb->generation);
+    SessionRecord stale = *ra;
+    stale.chunks[0].file = rb->chunks[0].file;
+    stale.chunks[0].offset = rb->chunks[0].offset;
+    ASSERT_TRUE((*index)->Put(stale).ok());
+  }
+  MakeTiered(8, 64);
+  EXPECT_TRUE(absl::IsNotFound(store_->Get(a).status())) << "the older record is served";
+  { (void)store_->Lease(a, 4); }  // (a's block fails its check: a is cut, its blocks freed)
+  ASSERT_TRUE(store_->AwaitWriteBacks(absl::Seconds(10)).ok());
+  EXPECT_EQ(ReadAndCheck(b, 4, /*salt=*/2), 4);
+  MakeTiered(8, 64);
+  EXPECT_TRUE(absl::IsNotFound(store_->Get(a).status())) << "the older record was not deleted";
+  EXPECT_EQ(ReadAndCheck(b, 4, /*salt=*/2), 4) << "b's block was freed or erased on a's account";
 }
 
 // A log cut short at its end loses acknowledged sessions without RocksDB saying so: the

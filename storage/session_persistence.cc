@@ -302,12 +302,16 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
       return;
     }
   }
-  if (status.ok()) status = index_->Put(record);
+  const bool put = status.ok();
+  if (put) status = index_->Put(record);
 
   MutexLock lock(&mu_);
   for (uint32_t b : host_blocks) host_->Free(b);
   if (!status.ok()) {
-    RetireLocked(std::move(targets), /*sync=*/false);  // some may be written
+    // A Put that failed may still be in the index's log, and come back when the index is
+    // opened again: its blocks (written and synced) stay taken until the next start, whose
+    // recovery frees them unless a record names them. Blocks of a failed write are freed.
+    if (!put) RetireLocked(std::move(targets), /*sync=*/false);  // some may be written
     EnterDegradedLocked(status);
     return;
   }

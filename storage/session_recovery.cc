@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -34,6 +36,7 @@ absl::Status SessionStoreImpl::Recover() {
     if (!index_->damage_note().empty()) LOG(ERROR) << index_->damage_note();
     if (!index_->lost_note().empty()) LOG(ERROR) << index_->lost_note();
   }
+  std::vector<SessionRecord> usable_records;
   absl::Status scan = index_->ForEach(
       [&](const SessionRecord& r) {
         bool usable = r.model_fingerprint == options_.model_fingerprint && !r.chunks.empty() && !r.tokens.empty() &&
@@ -54,33 +57,61 @@ absl::Status SessionStoreImpl::Recover() {
           stale.push_back(r);
           return;
         }
-        auto s = std::make_unique<Session>();
-        s->tenant = r.tenant;
-        s->session_id = r.session_id;
-        s->tokens = r.tokens;
-        s->base = r.base;
-        for (const IndexedChunk& c : r.chunks) {
-          SsdLocation loc{c.file, c.offset};
-          ssd_->MarkAllocated(loc);
-          s->ssd.push_back(loc);
-          s->checksums.push_back(c.checksum);  // checked against the chunk at its first promotion
-          s->committed_checksums.push_back(c.checksum);
-        }
-        newest = std::max(newest, r.generation);
-        s->committed_tokens = r.tokens;
-        s->committed_base = r.base;
-        s->persisted = true;
-        s->last_access_unix_ms = r.last_access_unix_ms;
-        MutexLock lock(&mu_);
-        s->last_use = ++clock_;
-        s->inserted = s->last_use;
-        sessions_[SessionMapKey({r.tenant, r.session_id})] = std::move(s);
-        ++recovered;
+        usable_records.push_back(r);
       },
       [&](std::string_view key, const absl::Status& why) {
         LOG(WARNING) << "index record is unreadable and is dropped: " << why;
         bad_keys.emplace_back(key);
       });
+  // A block two records name (a record the index brought back after its write failed, whose
+  // blocks were reused since) belongs to the newer record: the one written after it. The
+  // older is stale; its blocks are never served, erased or freed on its account.
+  absl::flat_hash_map<std::pair<uint32_t, uint64_t>, uint64_t> owner;  // block -> newest generation naming it
+  for (const SessionRecord& r : usable_records) {
+    for (const IndexedChunk& c : r.chunks) {
+      uint64_t& g = owner[{c.file, c.offset}];
+      g = std::max(g, r.generation);
+    }
+  }
+  int double_claimed = 0;
+  for (SessionRecord& r : usable_records) {
+    const bool owns_all = std::all_of(r.chunks.begin(), r.chunks.end(), [&](const IndexedChunk& c) {
+      return owner[{c.file, c.offset}] == r.generation;
+    });
+    absl::flat_hash_set<std::pair<uint32_t, uint64_t>> blocks;
+    for (const IndexedChunk& c : r.chunks) blocks.insert({c.file, c.offset});
+    if (!owns_all || blocks.size() != r.chunks.size()) {  // (or names one block twice)
+      ++double_claimed;
+      stale.push_back(std::move(r));
+      continue;
+    }
+    auto s = std::make_unique<Session>();
+    s->tenant = r.tenant;
+    s->session_id = r.session_id;
+    s->tokens = r.tokens;
+    s->base = r.base;
+    for (const IndexedChunk& c : r.chunks) {
+      SsdLocation loc{c.file, c.offset};
+      ssd_->MarkAllocated(loc);
+      s->ssd.push_back(loc);
+      s->checksums.push_back(c.checksum);  // checked against the chunk at its first promotion
+      s->committed_checksums.push_back(c.checksum);
+    }
+    newest = std::max(newest, r.generation);
+    s->committed_tokens = r.tokens;
+    s->committed_base = r.base;
+    s->persisted = true;
+    s->last_access_unix_ms = r.last_access_unix_ms;
+    MutexLock lock(&mu_);
+    s->last_use = ++clock_;
+    s->inserted = s->last_use;
+    sessions_[SessionMapKey({r.tenant, r.session_id})] = std::move(s);
+    ++recovered;
+  }
+  if (double_claimed > 0) {
+    LOG(ERROR) << "session index: " << double_claimed << " records name SSD blocks a newer record names too "
+               << "(records of writes that failed, replayed by the index); they are dropped";
+  }
   if (!scan.ok()) return scan;
   // A read-only index keeps them (not recovered, so never served) until a later start.
   for (const SessionRecord& r : stale) {
