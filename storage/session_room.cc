@@ -60,11 +60,13 @@ bool SessionStoreImpl::TakeHostCopyLocked(const std::string& key, bool quota) {
 
 bool SessionStoreImpl::MakeHostRoomLocked(int64_t blocks, const Session* keep, RoomFor purpose, bool* over_quota) {
   if (over_quota != nullptr) *over_quota = false;
-  if (purpose == RoomFor::kHostPrefetch && host_->free_blocks() < blocks) {
-    // All or nothing: a prefetch that cannot fit moves nothing (not even its own tenant's).
+  if (host_->free_blocks() < blocks) {
+    // All or nothing: a save or prefetch that cannot fit even with every session that may
+    // go gone takes no one's room (not even its own tenant's).
     int64_t could_free = host_->free_blocks();
     for (const std::string& key : HostVictimsLocked(keep, purpose, nullptr)) {
-      could_free += static_cast<int64_t>(sessions_.at(key)->host.size());
+      const Session& v = *sessions_.at(key);
+      if (v.persisted || placement_.MayLeaveStore(key)) could_free += static_cast<int64_t>(v.host.size());
     }
     if (could_free < blocks) return false;
   }

@@ -157,6 +157,17 @@ TEST_F(SessionStoreTest, InvalidKeepChangesNothing) {
   EXPECT_TRUE(absl::IsNotFound(store_->Get({"t", "new"}).status()));
 }
 
+// A save larger than the host tier could ever hold evicts no one for it.
+TEST_F(SessionStoreTest, ASaveThatCannotFitEvictsNothing) {
+  MakeStore(8);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(SaveAll({"t", "s" + std::to_string(i)}, Iota(8, 100 * i), 0).ok());
+  absl::Status huge = SaveAll({"u", "huge"}, Iota(36), 0);  // 9 chunks of 4 tokens: never in 8
+  EXPECT_TRUE(absl::IsResourceExhausted(huge)) << huge;
+  EXPECT_EQ(store_->Stats().sessions, 3) << "sessions evicted for a save that could never fit";
+  EXPECT_EQ(store_->Stats().evictions, 0);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(ReadAndCheck({"t", "s" + std::to_string(i)}, 8), 8);
+}
+
 TEST_F(SessionStoreTest, CorruptChunkIsNeverServed) {
   MakeStore(8);
   SessionKey key{"t", "s"};
@@ -239,8 +250,9 @@ TEST_F(SessionStoreTest, LeasedBlocksSurviveDropAndEvictionUntilReleasedThenAreR
   }
   EXPECT_TRUE(absl::IsResourceExhausted(SaveAll({"t", "d"}, Iota(16, 300), 0)))
       << "4 chunks cannot fit while 2 blocks are leased";
+  EXPECT_TRUE(store_->Get({"t", "c"}).ok()) << "the refused save took c's room";
   lease->Release();
-  EXPECT_EQ(HostBlocksUsed(), 0) << "released blocks of a dropped session return to the tier";
+  EXPECT_EQ(HostBlocksUsed(), 1) << "released blocks of a dropped session return to the tier";
   ASSERT_TRUE(SaveAll({"t", "d"}, Iota(16, 300), 0, /*salt=*/3).ok()) << "released blocks are reused";
   EXPECT_EQ(ReadAndCheck({"t", "d"}, 16, /*salt=*/3), 16);
 }
@@ -363,13 +375,14 @@ TEST_F(SessionStoreTest, AsyncSaveIsServedOnlyOnceFilledAndItsBlocksStayPinnedTi
   EXPECT_EQ(store_->Match(a, Iota(8), 100).tokens, 8);
   EXPECT_EQ(ReadAndCheck(a, 8), 8);
 
-  // A session being filled is passed over for room: a save that needs its blocks gets
-  // only a's and is refused.
+  // A session being filled is passed over for room: a save that needs its blocks could
+  // get only a's, and is refused without taking them.
   SessionKey b{"t", "b"};
   auto second = store_->SaveAsync(b, Iota(8, 300), 0, collect);
   ASSERT_TRUE(second.ok());
   EXPECT_TRUE(absl::IsResourceExhausted(SaveAll({"t", "c"}, Iota(16, 500), 0)));
-  EXPECT_EQ(HostBlocksUsed(), 2) << "b's blocks went to another session while b was being filled";
+  EXPECT_EQ(HostBlocksUsed(), 4) << "b's blocks went to another session while b was being filled";
+  EXPECT_EQ(ReadAndCheck(a, 8), 8) << "the refused save took a's room";
   land();
   store_->FinishFill(*second, absl::OkStatus());
   EXPECT_EQ(ReadAndCheck(b, 8), 8);
