@@ -6,9 +6,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -20,6 +22,7 @@
 #include "engine/testing/system_prompt_testing.h"
 #include "gtest/gtest.h"
 #include "model/cpu/cpu_model.h"
+#include "storage/testing/forwarding_store.h"
 #include "storage/testing/temp_dir.h"
 
 namespace strata::engine {
@@ -118,6 +121,51 @@ TEST_F(SystemPromptEngineTest, NoIdlePromptsKeptStillServesTheTurnsThatWaitForOn
                 Count(registry, "strata_system_prompt_loads_total", {{"source", "computed"}}),
             1)
       << "the prompt went and came back";
+}
+
+// Runs `after_drop` once, right after the store drops something.
+class DropHookStore final : public storage::testing::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  absl::Status Drop(const storage::SessionKey& key) override {
+    absl::Status dropped = ForwardingStore::Drop(key);
+    if (after_drop) std::exchange(after_drop, nullptr)();
+    return dropped;
+  }
+  std::function<void()> after_drop;
+};
+
+// A prompt only the store holds (never registered, recognised from messages; after a
+// restart) is dropped: a turn that arrived before the drop and reaches the engine while the
+// drop is in the store computes the prompt inline, and brings nothing back.
+TEST_F(SystemPromptEngineTest, ATurnFromBeforeADropOfAStoredPromptDoesNotBringItBack) {
+  auto store = HostOnlyStore(SmallConfig(), Fingerprint());
+  const std::vector<int32_t> system = SystemPart(100, 4);
+  const std::string id = SystemPromptId(system);
+  {
+    auto first = MakeEngine(store.get());
+    ASSERT_TRUE(RunAll(*first, {Turn("a", system, 10, 1, 3)})[0].status.ok());
+    ASSERT_TRUE(first->AwaitIdle(absl::Seconds(30)));
+  }
+  ASSERT_TRUE(store->Get(SystemPromptKey("t", id)).ok()) << "stored by the first engine";
+  DropHookStore hook(store.get());
+  auto engine = MakeEngine(&hook);  // stored, not in KV memory
+  TurnRequest before = Turn("b", system, 12, 2, 4);  // stamped before the drop
+  absl::SleepFor(absl::Milliseconds(5));
+  TurnOutput out;
+  hook.after_drop = [&] {
+    auto stream = engine->Submit(before);
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    out = Collect(*stream);
+    ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  };
+  ASSERT_TRUE(engine->DropSystemPrompt("t", id).ok());
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  EXPECT_EQ(out.result.usage.cached_tokens, 0) << "the turn from before the drop ran on the prompt";
+  EXPECT_TRUE(engine->ListSystemPrompts("t").empty()) << "a turn from before the drop brought it back";
+  EXPECT_TRUE(absl::IsNotFound(store->Get(SystemPromptKey("t", id)).status())) << "stored again after the drop";
+  EXPECT_TRUE(absl::IsNotFound(engine->DropSystemPrompt("t", "unknown-id"))) << "an unknown id";
 }
 
 // A prompt dropped while its KV is being saved is not brought back by the save.

@@ -4,6 +4,7 @@
 // (Register, Drop, List) that the API reaches.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -283,23 +284,31 @@ absl::Status Engine::DropSystemPrompt(const std::string& tenant, const std::stri
   const std::string map_key = storage::SessionMapKey(key);
   absl::Time now;
   bool found = false;
+  std::optional<absl::Time> dropped_before;  // the drop remembered before this one, if any
   {
     MutexLock lock(&mu_);
     now = absl::Now();  // under the lock: ordered with a prompt job's decision to save
     // Turns running on it hold its KV through their sequences until they end.
     found = prompts_.erase(map_key) > 0;
-    if (found || known) RememberPromptDropLocked(map_key, now);  // with the erase: no turn between
+    // Remembered with the erase, also where only the store may hold it (its stored copy is
+    // looked for below, outside the lock): no turn that arrived before the drop brings it
+    // back in between.
+    if (auto d = prompt_dropped_at_.find(map_key); d != prompt_dropped_at_.end()) dropped_before = d->second;
+    RememberPromptDropLocked(map_key, now);
     if (found) PublishPromptGaugesLocked();
   }
-  const bool remembered = found || known;
-  if (store_ != nullptr && store_->Get(key).ok() && store_->Drop(key).ok()) {
-    found = true;
+  if (store_ != nullptr && store_->Get(key).ok() && store_->Drop(key).ok()) found = true;
+  if (found) return absl::OkStatus();
+  // An unknown id changes nothing (one the caller registered stays remembered).
+  if (!known) {
     MutexLock lock(&mu_);
-    if (!remembered) RememberPromptDropLocked(map_key, now);
+    if (dropped_before.has_value()) {
+      prompt_dropped_at_[map_key] = *dropped_before;
+    } else {
+      prompt_dropped_at_.erase(map_key);
+    }
   }
-  // An unknown id changes nothing.
-  if (!found) return absl::NotFoundError(absl::StrCat("no system prompt '", id, "'"));
-  return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("no system prompt '", id, "'"));
 }
 
 void Engine::RememberPromptDropLocked(const std::string& map_key, absl::Time when) {
