@@ -283,7 +283,15 @@ absl::StatusOr<std::unique_ptr<SessionIndex>> SessionIndex::Open(const std::stri
   // Read-only: what is persisted stays readable, nothing is written.
   rocksdb::DB* db = nullptr;
   rocksdb::Status s = OpenReadOnly(dir, env.get(), &db);
-  if (!s.ok()) return FromRocks(s, absl::StrCat("cannot open the session index in ", dir, " (read-only: ", why, ")"));
+  if (!s.ok()) {
+    // Damaged, and nothing can be written to repair it: the store starts without what it
+    // holds (host-only caching) and repairs it at a start with room.
+    std::unique_ptr<SessionIndex> index = make(nullptr, why);
+    index->damage_note_ = absl::StrCat("the session index in ", dir, " cannot be read (", s.ToString(),
+                                       ") and its file system takes no writes (", why,
+                                       "), so it is not repaired in this run");
+    return index;
+  }
   return make(std::unique_ptr<rocksdb::DB>(db), why);
 }
 

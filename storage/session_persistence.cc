@@ -76,6 +76,22 @@ void SessionStoreImpl::RunPersistJob(PersistJob job) {
   absl::Status s = index_->Delete(job.tenant, job.session_id);
   if (absl::IsFailedPrecondition(s)) {
     // The index is read-only: the record goes (and the blocks come free) once it is writable.
+    // Until then the chunks' headers are erased in place (a full file system still takes
+    // writes into the data file's blocks), so that a start before then finds the record
+    // unbacked and drops it: a dropped session never comes back.
+    // Until then the drop is recorded beside the index (a restart before then does not
+    // recover the record) and the chunks' headers are erased in place (nor does a rebuild
+    // take them up; a full file system still takes writes into the data file's blocks).
+    const uint64_t now_us = static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMicros(absl::Now())));
+    absl::Status recorded = pending_drops_.Add({job.tenant, job.session_id}, now_us);
+    absl::Status erased = EraseChunkHeaders(*ssd_, job.free_after);
+    if (erased.ok()) erased = ssd_->Sync();
+    if (!recorded.ok() || !erased.ok()) {
+      LOG(ERROR) << "session '" << job.session_id << "' of tenant '" << job.tenant
+                 << "' is dropped, but its index record cannot be deleted now (read-only), and recording the drop "
+                 << "beside it / erasing its chunks' headers failed (" << recorded << " / " << erased
+                 << "): a restart before the index is writable again may bring it back";
+    }
     MutexLock lock(&mu_);
     deferred_drops_.push_back(std::move(job));
     return;
@@ -376,6 +392,13 @@ void SessionStoreImpl::TryLeaveDegraded() {
     const int64_t free_bytes = SessionIndex::FreeBytes(dir);
     if (free_bytes >= 0 && free_bytes < SessionIndex::kMinFreeBytes) return;  // still full
   }
+  bool pending;
+  {
+    MutexLock lock(&mu_);
+    pending = rebuild_pending_;
+  }
+  // The next start must rebuild the index the records written from now on join.
+  if (pending && !MarkRebuildPending()) return;
   if (absl::Status s = index_->ReopenWritable(); !s.ok()) return;
   MutexLock lock(&mu_);
   if (!degraded_) return;
@@ -387,7 +410,9 @@ void SessionStoreImpl::TryLeaveDegraded() {
       ++waiting;
     }
   }
-  for (PersistJob& job : deferred_drops_) persist_queue_.push_back(std::move(job));
+  // The drops first: a session dropped and saved anew meanwhile has its new record put
+  // after its old one is deleted, not before.
+  for (auto it = deferred_drops_.rbegin(); it != deferred_drops_.rend(); ++it) persist_queue_.push_front(std::move(*it));
   deferred_drops_.clear();
   LOG(INFO) << "the SSD tier and its index are writable again: persisting resumes (" << waiting
             << " sessions to write back)";

@@ -1,6 +1,10 @@
 // SessionStoreImpl, recovery at start: the persisted sessions come back from the index,
 // which is first rebuilt from the SSD data file's chunk headers when it was lost.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -10,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/log.h"
+#include "base/sync_directory.h"
 #include "base/mutex.h"
 #include "storage/index_rebuild.h"
 #include "storage/session_store_impl.h"
@@ -37,10 +42,17 @@ absl::Status SessionStoreImpl::Recover() {
     if (!index_->lost_note().empty()) LOG(ERROR) << index_->lost_note();
   }
   std::vector<SessionRecord> usable_records;
+  // Sessions dropped while the index could not delete their records: those records (not
+  // newer ones, written after the drop) are stale.
+  const absl::flat_hash_map<std::string, uint64_t> dropped = pending_drops_.Load();
+  auto was_dropped = [&](const SessionRecord& r) {
+    auto d = dropped.find(SessionMapKey({r.tenant, r.session_id}));
+    return d != dropped.end() && r.generation <= d->second;
+  };
   absl::Status scan = index_->ForEach(
       [&](const SessionRecord& r) {
         bool usable = r.model_fingerprint == options_.model_fingerprint && !r.chunks.empty() && !r.tokens.empty() &&
-                      absl::FromUnixMillis(r.last_access_unix_ms) + options_.ttl >= absl::Now();
+                      absl::FromUnixMillis(r.last_access_unix_ms) + options_.ttl >= absl::Now() && !was_dropped(r);
         const int64_t chunk_tokens = options_.layout.chunk_tokens;
         usable = usable && static_cast<int64_t>(r.chunks.size()) ==
                                (static_cast<int64_t>(r.tokens.size()) + chunk_tokens - 1) / chunk_tokens;
@@ -122,6 +134,7 @@ absl::Status SessionStoreImpl::Recover() {
     if (index_->read_only()) break;
     if (absl::Status s = index_->DeleteKey(key); !s.ok() && !absl::IsNotFound(s)) return s;
   }
+  if (!index_->read_only() && !dropped.empty()) pending_drops_.Clear();  // their records are gone now
   if (unbacked > 0) {
     LOG(ERROR) << "session index: " << unbacked << " records name SSD blocks their data file no longer holds "
                << "(the file is missing or shorter than when they were written); they are dropped";
@@ -157,13 +170,15 @@ bool SessionStoreImpl::RebuildIndexIfLost() {
     set_aside = !index_->created_at_open();
     quiet = true;
   }
-  if (why.empty()) return false;
-  if (index_->read_only()) {
-    if (quiet) return false;
-    LOG(ERROR) << why << "; the index cannot be rebuilt from the SSD data file while it is read-only ("
-               << index_->read_only_reason() << "), so the sessions it lost are not served";
-    return true;
+  const std::string pending = RebuildPendingPath();
+  std::error_code ec;
+  if (why.empty() && std::filesystem::exists(pending, ec)) {
+    // An earlier run could not rebuild the index (no room) and wrote to it since.
+    why = absl::StrCat("an earlier run could not rebuild the session index from the SSD data file (",
+                       pending, " says so)");
+    set_aside = true;
   }
+  if (why.empty()) return false;
   // Payloads are verified in host blocks: nothing else uses the host tier yet.
   std::vector<uint32_t> lent;
   std::vector<absl::Span<std::byte>> scratch;
@@ -182,6 +197,26 @@ bool SessionStoreImpl::RebuildIndexIfLost() {
   {
     MutexLock lock(&mu_);
     for (uint32_t b : lent) host_->Free(b);
+  }
+  if (index_->read_only()) {
+    // Nothing can be written: the rebuild waits for a start with room, and the blocks it will
+    // take up stay as they are meanwhile (no write-back or probe of this run goes over them;
+    // all the data file held, where it could not be scanned).
+    if (plan.ok()) {
+      for (const SessionRecord& r : plan->records) {
+        for (const IndexedChunk& c : r.chunks) ssd_->MarkAllocated({c.file, c.offset});
+      }
+      for (const SsdLocation& loc : plan->undescribed) ssd_->MarkAllocated(loc);
+    } else {
+      for (const SsdLocation& loc : ssd_->LocationsFoundAtOpen()) ssd_->MarkAllocated(loc);
+    }
+    if (quiet && (!plan.ok() || plan->records.empty())) return false;
+    MutexLock lock(&mu_);
+    rebuild_pending_ = true;
+    LOG(ERROR) << why << "; the index cannot be rebuilt from the SSD data file while it is read-only ("
+               << index_->read_only_reason() << "), so the sessions it lost are not served until a start with room"
+               << (plan.ok() ? absl::StrCat(" (", plan->records.size(), " sessions found)") : "");
+    return true;
   }
   if (!plan.ok()) {
     LOG(ERROR) << why << "; rebuilding it from the SSD data file failed (" << plan.status()
@@ -209,6 +244,7 @@ bool SessionStoreImpl::RebuildIndexIfLost() {
                << "), so the sessions it lost are not served";
     return true;
   }
+  if (std::filesystem::remove(pending, ec)) SyncDirectoryOf(pending);
   const std::string line = absl::StrCat(why, "; ", plan->Summary(),
                                         aside.empty() ? "" : absl::StrCat("; the index as found is kept in ", aside));
   if (quiet && plan->records.empty()) {
@@ -221,6 +257,19 @@ bool SessionStoreImpl::RebuildIndexIfLost() {
   stats_.index_rebuild_skipped_sessions = plan->sessions_not_rebuilt;
   last_generation_ = std::max(last_generation_, plan->max_generation);
   return true;
+}
+
+std::string SessionStoreImpl::RebuildPendingPath() const { return options_.index_dir + ".rebuild-pending"; }
+
+bool SessionStoreImpl::MarkRebuildPending() {
+  const std::string path = RebuildPendingPath();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  static constexpr char kWhy[] = "strata: rebuild the session index from the SSD data file at the next start\n";
+  const bool ok = ::write(fd, kWhy, sizeof(kWhy) - 1) == static_cast<ssize_t>(sizeof(kWhy) - 1) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (ok) SyncDirectoryOf(path);
+  return ok;
 }
 
 }  // namespace strata::storage

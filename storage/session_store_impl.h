@@ -23,6 +23,7 @@
 #include "base/mutex.h"
 #include "storage/host_tier.h"
 #include "storage/placement.h"
+#include "storage/pending_drops.h"
 #include "storage/session_index.h"
 #include "storage/session_store.h"
 #include "storage/ssd_tier.h"
@@ -243,6 +244,10 @@ class SessionStoreImpl final : public SessionStore {
   // have room again, reopens the index for writing and resumes persisting (the sessions
   // waiting for it and the deferred drops). Called by the persist thread, unlocked.
   void TryLeaveDegraded();
+  // Where a pending rebuild is marked (beside the index's directory, which a rebuild
+  // replaces); MarkRebuildPending writes it, synced; false when it could not.
+  std::string RebuildPendingPath() const;
+  bool MarkRebuildPending();
   void SweepExpiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues the write-back of the session's current version (no-op without an SSD tier).
   void EnqueueWriteBackLocked(const std::string& map_key, const Session& s)
@@ -255,6 +260,9 @@ class SessionStoreImpl final : public SessionStore {
   std::unique_ptr<WriteJournal> journal_;   // crash tests only; outlives the tier and index
   std::unique_ptr<SsdTier> ssd_;            // thread-safe itself; null: no SSD tier
   std::unique_ptr<SessionIndex> index_;     // thread-safe itself; null: no SSD tier
+  // Drops the index could not record yet (pending_drops.h), beside it; the persist thread
+  // adds, recovery reads and clears.
+  PendingDrops pending_drops_{options_.index_dir + ".pending-drops"};
   absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t versions_ ABSL_GUARDED_BY(mu_) = 0;  // the last session version handed out
@@ -269,6 +277,10 @@ class SessionStoreImpl final : public SessionStore {
   };
   absl::flat_hash_map<std::string, TenantCounters> tenant_stats_ ABSL_GUARDED_BY(mu_);
   bool degraded_ ABSL_GUARDED_BY(mu_) = false;
+  // The index was lost when it could not be written: its rebuild waits for a start with
+  // room. Leaving degraded in this run first marks it pending (MarkRebuildPending), so that
+  // the next start rebuilds it though this run wrote records to it since.
+  bool rebuild_pending_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time next_recovery_try_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Record deletions the index refused while read-only: retried when it is writable.
   std::deque<PersistJob> deferred_drops_ ABSL_GUARDED_BY(mu_);

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "strata/v1/cache.grpc.pb.h"
 #include "strata/v1/chat.grpc.pb.h"
+#include "storage/testing/small_file_system.h"
 #include "storage/testing/temp_dir.h"
 #include "tests/e2e/chat_rpc.h"
 #include "tests/e2e/server_process.h"
@@ -148,36 +149,8 @@ TEST_F(SsdE2eTest, DemotedSessionIsServedFromSsdAndAfterRestart) {
   EXPECT_EQ(filler.done.cache_tier(), v1::TIER_HOST);
 }
 
-// A small file system of its own, loop-mounted for one test (needs root and a loop device).
-class SmallFileSystem {
- public:
-  // Empty reason: mounted.
-  std::string Mount(const std::string& dir, int megabytes) {
-    image_ = dir + "/fs.img";
-    mount_point_ = dir + "/mnt";
-    std::filesystem::create_directories(mount_point_);
-    if (geteuid() != 0) return "mounting a file system needs root";
-    std::string make = "truncate -s " + std::to_string(megabytes) + "M " + image_ + " && mkfs.ext4 -q -F " + image_ +
-                       " >/dev/null 2>&1";
-    if (std::system(make.c_str()) != 0) return "cannot make an ext4 image (mkfs.ext4)";
-    if (std::system(("mount -o loop " + image_ + " " + mount_point_ + " >/dev/null 2>&1").c_str()) != 0) {
-      return "cannot loop-mount an image here (no loop device?)";
-    }
-    mounted_ = true;
-    return "";
-  }
-  ~SmallFileSystem() {
-    if (mounted_) std::system(("umount -l " + mount_point_).c_str());
-  }
-  const std::string& path() const { return mount_point_; }
-
- private:
-  std::string image_, mount_point_;
-  bool mounted_ = false;
-};
-
 TEST_F(SsdE2eTest, FullDiskDegradesToHostOnlyAndEveryAnswerStaysCorrect) {
-  SmallFileSystem fs;
+  storage::testing::SmallFileSystem fs;
   if (std::string why = fs.Mount(dir_, 8); !why.empty()) GTEST_SKIP() << "disk-full test skipped: " << why;
   std::unique_ptr<ServerProcess> server;
   {
@@ -242,7 +215,7 @@ void FillUp(const std::string& path) {
 // caching and says so, still serves what was persisted, and persists again by itself
 // once there is room.
 TEST_F(SsdE2eTest, FullDiskUnderTheIndexStartsHostOnlyAndRecoversWhenSpaceReturns) {
-  SmallFileSystem fs;
+  storage::testing::SmallFileSystem fs;
   if (std::string why = fs.Mount(dir_, 64); !why.empty()) GTEST_SKIP() << "disk-full test skipped: " << why;
   const std::vector<std::string> flags = {"--device=cpu", "--hbm_cache_bytes=0",
                                           "--host_cache_bytes=" + std::to_string(3 * 1052672),
