@@ -190,11 +190,14 @@ TEST_F(CudaModelTest, PagesOfASequenceEndedWithALoadInFlightAreNotWrittenByIt) {
   const storage::ChunkLayout layout = ChunkLayoutFor(m, n);
   const std::vector<int32_t> stored = Tokens(n, 5), asked = Tokens(n + 1, 8);
   std::vector<float> want(c.vocab_size), got(c.vocab_size);
+  std::vector<std::byte> want_kv(static_cast<size_t>(layout.PayloadBytes())), got_kv = want_kv;
   {  // The reference: `asked` on fresh pages.
     auto fresh = *m.NewSequence(n + 1);
     ForwardEntry prefill{fresh.get(), 0, absl::Span<const int32_t>(asked.data(), n)};
     ForwardEntry last{fresh.get(), n, absl::Span<const int32_t>(asked.data() + n, 1), want.data()};
     ASSERT_TRUE(m.Forward({&prefill, 1}).ok());
+    ASSERT_TRUE(m.SaveKv(*fresh, 0, n, absl::MakeSpan(want_kv), layout).ok());
+    ASSERT_TRUE(m.FinishKvTransfers().ok());
     ASSERT_TRUE(m.Forward({&last, 1}).ok());
   }
   std::vector<std::byte> payload(static_cast<size_t>(layout.PayloadBytes()));
@@ -203,6 +206,11 @@ TEST_F(CudaModelTest, PagesOfASequenceEndedWithALoadInFlightAreNotWrittenByIt) {
     ForwardEntry fill{source.get(), 0, stored};
     ASSERT_TRUE(m.Forward({&fill, 1}).ok());
     ASSERT_TRUE(m.SaveKv(*source, 0, n, absl::MakeSpan(payload), layout).ok());
+    ASSERT_TRUE(m.FinishKvTransfers().ok());
+  }
+  {  // One load first: the loader's buffers are allocated then (an allocation waits for the device)
+    auto warm = *m.NewSequence(n);
+    ASSERT_TRUE(m.LoadKv(*warm, 0, n, payload, layout).ok());
     ASSERT_TRUE(m.FinishKvTransfers().ok());
   }
   auto pages_of = [](const SequenceState& s) { return dynamic_cast<const cuda_internal::CudaSequence&>(s).pages(); };
@@ -217,10 +225,14 @@ TEST_F(CudaModelTest, PagesOfASequenceEndedWithALoadInFlightAreNotWrittenByIt) {
   ForwardEntry prefill{next.get(), 0, absl::Span<const int32_t>(asked.data(), n)};
   ForwardEntry last{next.get(), n, absl::Span<const int32_t>(asked.data() + n, 1), got.data()};
   ASSERT_TRUE(m.Forward({&prefill, 1}).ok());
+  ASSERT_TRUE(m.FinishKvTransfers().ok());  // (the held-up load, if it still writes, has landed)
+  ASSERT_TRUE(m.SaveKv(*next, 0, n, absl::MakeSpan(got_kv), layout).ok());
+  ASSERT_TRUE(m.FinishKvTransfers().ok());
+  EXPECT_EQ(0, std::memcmp(got_kv.data(), want_kv.data(), got_kv.size()))
+      << "a load into a sequence that had ended wrote its next owner's KV";
   ASSERT_TRUE(m.Forward({&last, 1}).ok());
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
-      << "a load into a sequence that had ended wrote its next owner's KV";
-  ASSERT_TRUE(m.FinishKvTransfers().ok());
+      << "a load into a sequence that had ended changed its next owner's answer";
 }
 
 // A load's ticket is done only once its copies have landed: the host chunks it reads
