@@ -129,6 +129,23 @@ TEST_F(DurabilityTest, AKeepDecidedAgainstAVersionSinceGoneKeepsOnlyWhatMatches)
   EXPECT_EQ(ReadAndCheck(a, 20, /*salt=*/2), 20) << "tokens served with another version's KV";
 }
 
+// A version whose write-back found no SSD room is written back once room comes (here a
+// session dropped), not left host-only until it is saved again.
+TEST_F(DurabilityTest, AVersionThatFoundNoSsdRoomIsWrittenBackWhenRoomComes) {
+  tweak_ = [](SessionStoreOptions& o) { o.placement = PlacementPolicy::kLru; };
+  Make(16, 6);
+  SessionKey a{"t", "a"}, b{"t", "b"};
+  ASSERT_TRUE(SaveAll(a, Iota(8), 0).ok());  // 2 chunks
+  ASSERT_TRUE(store_->Flush(a, absl::Seconds(10)).ok());
+  ASSERT_TRUE(SaveAll(b, Iota(16, 300), 0).ok());  // 4 chunks: the SSD is full
+  ASSERT_TRUE(store_->Flush(b, absl::Seconds(10)).ok());
+  ASSERT_TRUE(SaveAll(a, Iota(12), 8).ok());  // 3 chunks: no room (b, on host too, is not evicted)
+  EXPECT_TRUE(absl::IsDeadlineExceeded(store_->Flush(a, absl::Milliseconds(300))));
+  ASSERT_TRUE(store_->Drop(b).ok());
+  EXPECT_TRUE(store_->Flush(a, absl::Seconds(10)).ok()) << "room came, and the version stayed host-only";
+  ExpectPersisted(a, 12);
+}
+
 TEST_F(DurabilityTest, EveryDeletionOfAPersistedVersionIsCounted) {
   Make(8, 32);
   SessionKey key{"t", "s"}, fresh{"t", "fresh"};

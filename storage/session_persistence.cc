@@ -129,6 +129,19 @@ void SessionStoreImpl::RetireSsdBlocks(const std::vector<SsdLocation>& blocks, b
     }
   }
   for (const SsdLocation& loc : blocks) ssd_->Free(loc);
+  // Sessions that found no room are written back now where it is there for them.
+  MutexLock lock(&mu_);
+  for (auto w = waiting_for_room_.begin(); w != waiting_for_room_.end();) {
+    auto it = sessions_.find(*w);
+    const bool waits = it != sessions_.end() && !it->second->host.empty() && !it->second->persisted &&
+                       it->second->filling == 0;
+    if (waits && static_cast<int64_t>(it->second->host.size()) > ssd_->free_blocks()) {
+      ++w;
+      continue;
+    }
+    if (waits) EnqueueWriteBackLocked(*w, *it->second);
+    w = waiting_for_room_.erase(w);  // (a btree's erase moves the others: the next one is returned)
+  }
 }
 
 uint64_t SessionStoreImpl::NextGenerationLocked() {
@@ -209,7 +222,11 @@ void SessionStoreImpl::WriteBack(const std::string& map_key, uint64_t version) {
       if (it == sessions_.end() || it->second->version != version || it->second->host.empty()) return;
     }
     Session& cur = *it->second;
-    if (ssd_->free_blocks() < n) return;  // stays host-only until room appears
+    if (ssd_->free_blocks() < n) {
+      // Host-only until room appears: written back when blocks come free (RetireSsdBlocks).
+      waiting_for_room_.insert(map_key);
+      return;
+    }
     for (int64_t c = 0; c < n; ++c) {
       targets.push_back(*ssd_->Allocate());
       // The reference keeps the block's bytes unchanged until the write ends (nothing

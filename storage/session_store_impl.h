@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "base/mutex.h"
 #include "storage/host_tier.h"
@@ -284,6 +285,8 @@ class SessionStoreImpl final : public SessionStore {
   absl::Time next_recovery_try_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Record deletions the index refused while read-only: retried when it is writable.
   std::deque<PersistJob> deferred_drops_ ABSL_GUARDED_BY(mu_);
+  // Sessions whose write-back found no SSD room: queued again when blocks come free.
+  absl::btree_set<std::string> waiting_for_room_ ABSL_GUARDED_BY(mu_);
   std::deque<PersistJob> persist_queue_ ABSL_GUARDED_BY(mu_);
   std::deque<TierIoSample> host_samples_ ABSL_GUARDED_BY(mu_);
   int persist_busy_ ABSL_GUARDED_BY(mu_) = 0;
