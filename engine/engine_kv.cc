@@ -110,6 +110,9 @@ bool Engine::StartSave(Running& r, std::shared_ptr<model::SequenceState> shared)
     // The chunks may hold garbage: the session must not be served from them.
     LOG(WARNING) << "copying KV to the session cache failed; dropping the session: " << ticket.status();
     (void)model_->FinishKvSaves();
+    // Saves of this turn the backend could not complete are reported again by the next
+    // MarkKvSaves (model_backend.h): taken back here, they fail this turn, not the next.
+    (void)model_->MarkKvSaves();
     store_->FinishFill(*fill, ticket.status());
   } else if (!absl::IsResourceExhausted(fill.status())) {
     LOG(WARNING) << "session cache save failed: " << fill.status();

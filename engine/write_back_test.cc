@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -239,6 +240,62 @@ TEST_F(WriteBackTest, AFailedCopyDropsTheSessionAndTheNextTurnRecomputes) {
   for (const char* session : {"a", "b"}) {
     EXPECT_TRUE(absl::IsNotFound(store_->Get({"t", session}).status())) << session << "'s failed copy is stored";
   }
+}
+
+// A backend whose saves of one session fail mid-way, as the CUDA backend's do when a
+// flush of its saves fails: SaveKv returns the error, FinishKvSaves too, and the next
+// MarkKvSaves reports those lost saves once (model_backend.h).
+class LostSavesBackend final : public testing::CpuBackendWrapper {
+ public:
+  using CpuBackendWrapper::CpuBackendWrapper;
+  absl::Status SaveKv(const model::SequenceState& seq, int64_t begin, int count, absl::Span<std::byte> payload,
+                      const storage::ChunkLayout& layout) override {
+    if (&seq == failing_ && begin > 0) {
+      lost_ = absl::DataLossError("a flush of the saves failed (injected)");
+      return lost_;
+    }
+    return CpuBackendWrapper::SaveKv(seq, begin, count, payload, layout);
+  }
+  absl::StatusOr<uint64_t> MarkKvSaves() override {
+    if (!lost_.ok()) return std::exchange(lost_, absl::OkStatus());
+    return CpuBackendWrapper::MarkKvSaves();
+  }
+  absl::Status FinishKvSaves() override { return lost_; }
+  // The sequence whose saves fail past its first chunk (set from Forward: the first one seen).
+  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
+    if (fail_next_ && !batch.empty()) {
+      failing_ = batch[0].seq;
+      fail_next_ = false;
+    }
+    return CpuBackendWrapper::Forward(batch);
+  }
+  bool fail_next_ = false;
+
+ private:
+  const model::SequenceState* failing_ = nullptr;
+  absl::Status lost_;
+};
+
+// One session's save fails; the next session's save, which did not fail, is stored.
+TEST_F(WriteBackTest, AFailedSaveDoesNotDropTheNextSessionsSave) {
+  const model::ModelConfig c = SmallConfig();
+  auto cpu = std::make_unique<model::CpuModel>(model::ModelWeights::Random(c, 99, tokenizer_.SilentTokens()));
+  store_ = HostOnlyStore(c, cpu->weights().fingerprint());
+  auto backend = std::make_unique<LostSavesBackend>(std::move(cpu), "lost-saves-cpu");
+  LostSavesBackend* lost = backend.get();
+  auto e = Engine::Create({}, std::move(backend), &tokenizer_, store_.get(), nullptr);
+  ASSERT_TRUE(e.ok()) << e.status();
+  engine_ = *std::move(e);
+  const std::string long_text(200, 'x');  // past one chunk
+  lost->fail_next_ = true;
+  TurnOutput bad = Collect(Submit("bad", {{"user", long_text}}));
+  ASSERT_TRUE(bad.status.ok()) << bad.status;
+  ASSERT_TRUE(engine_->AwaitIdle(absl::Seconds(10)));
+  EXPECT_TRUE(absl::IsNotFound(store_->Get({"t", "bad"}).status())) << "a failed save is stored";
+  TurnOutput good = Collect(Submit("good", {{"user", long_text}}));
+  ASSERT_TRUE(good.status.ok()) << good.status;
+  ASSERT_TRUE(engine_->AwaitIdle(absl::Seconds(10)));
+  EXPECT_TRUE(store_->Get({"t", "good"}).ok()) << "the next session's save was dropped for the failed one's";
 }
 
 // AwaitIdle (what a drain waits for) covers the write-back: not idle while a finished

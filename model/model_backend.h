@@ -144,7 +144,9 @@ class ModelBackend {
   virtual absl::StatusOr<bool> KvTransfersDone(uint64_t /*ticket*/) { return true; }
   // A ticket for every SaveKv so far, and whether those of `ticket` have completed (their
   // payloads hold the rows; the sequences are free again). Never blocks. Internal on a
-  // device fault.
+  // device fault. Saves since the last ticket that FinishKvSaves could not complete make
+  // the next MarkKvSaves return that error, once (they never land): a caller failing them
+  // itself takes it back with one more MarkKvSaves.
   virtual absl::StatusOr<uint64_t> MarkKvSaves() { return uint64_t{0}; }
   virtual absl::StatusOr<bool> KvSavesDone(uint64_t /*ticket*/) { return true; }
   // Waits until every LoadKv and SaveKv so far has completed: then loaded KV is in place
