@@ -14,6 +14,7 @@
 #include "rocksdb/db.h"
 #include "storage/acked_writes.h"
 #include "storage/testing/temp_dir.h"
+#include "storage/write_journal.h"
 
 namespace strata::storage {
 namespace {
@@ -242,6 +243,31 @@ TEST_F(SessionIndexTest, AMissingIndexIsCreatedAndSaysSo) {
   auto idx = Open();
   ASSERT_NE(idx, nullptr);
   EXPECT_FALSE(idx->created_at_open());
+}
+
+// A dying disk: every sync of the index's files fails. A write reports the error and the
+// index refuses writes from then on; nothing aborts (RocksDB's own info log on the same
+// disk would trip an assertion in Debian's build: the index logs through strata's log).
+TEST(SessionIndexFaultTest, FailingSyncsReportErrorsAndTakeNothingDown) {
+  testing::TempDir dir;
+  auto journal = WriteJournal::Open(dir.path() + "/journal");
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  auto index = SessionIndex::Open(dir.path() + "/index", journal->get());
+  ASSERT_TRUE(index.ok()) << index.status();
+  ASSERT_TRUE((*index)->Put(Record("t", "kept", 8)).ok());
+  (*journal)->FailIndexSyncs(true);
+  for (int i = 0; i < 20; ++i) {
+    absl::Status put = (*index)->Put(Record("t", "lost-" + std::to_string(i), 8));
+    EXPECT_FALSE(put.ok()) << "a write whose sync failed reported success";
+  }
+  EXPECT_TRUE((*index)->read_only());
+  EXPECT_TRUE((*index)->Get("t", "kept").ok());
+  EXPECT_FALSE((*index)->Delete("t", "kept").ok());
+  (*journal)->FailIndexSyncs(false);
+  index->reset();
+  auto reopened = SessionIndex::Open(dir.path() + "/index");
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_TRUE((*reopened)->Get("t", "kept").ok());
 }
 
 TEST(AckedWritesTest, SlotsRoundTripAndDamageIsDataLoss) {

@@ -54,11 +54,13 @@ class JournaledFile final : public rocksdb::FSWritableFileOwnerWrapper {
     return s;
   }
   rocksdb::IOStatus Sync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
+    if (journal_->index_syncs_fail()) return rocksdb::IOStatus::IOError("fsync failed (injected)");
     rocksdb::IOStatus s = target()->Sync(o, d);
     if (s.ok()) journal_->Synced(path_, size_);
     return s;
   }
   rocksdb::IOStatus Fsync(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
+    if (journal_->index_syncs_fail()) return rocksdb::IOStatus::IOError("fsync failed (injected)");
     rocksdb::IOStatus s = target()->Fsync(o, d);
     if (s.ok()) journal_->Synced(path_, size_);
     return s;

@@ -13,6 +13,7 @@
 #ifndef STRATA_STORAGE_WRITE_JOURNAL_H_
 #define STRATA_STORAGE_WRITE_JOURNAL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,9 @@ class WriteJournal {
 
   // The RocksDB file system that journals the index's files into this journal.
   std::shared_ptr<rocksdb::FileSystem> IndexFileSystem();
+  // From now on every sync of an index file fails (an I/O error, as a dying disk gives).
+  void FailIndexSyncs(bool fail) { index_syncs_fail_ = fail; }
+  bool index_syncs_fail() const { return index_syncs_fail_; }
 
  private:
   explicit WriteJournal(std::string dir, int fd) : dir_(std::move(dir)), fd_(fd) {}
@@ -59,6 +63,7 @@ class WriteJournal {
   std::mutex mu_;
   uint64_t next_ = 0;                                   // lines written
   std::set<std::pair<std::string, uint64_t>> pending_;  // blocks with a pre-image since their file's sync
+  std::atomic<bool> index_syncs_fail_{false};
 };
 
 // Puts the files the journal in `dir` names back to their state at a power cut (see
