@@ -25,6 +25,9 @@ namespace {
 constexpr int64_t kAlign = 4096;
 constexpr int64_t kMaxRegisteredIovec = int64_t{1} << 30;  // the kernel's limit per buffer
 constexpr size_t kMaxSamples = 8192;
+// How long the completion thread waits for a completion before it submits again what a
+// failed io_uring_submit left in the ring.
+constexpr absl::Duration kResubmitAfter = absl::Milliseconds(100);
 constexpr const char* kFileName = "strata-ssd.data";
 
 absl::Status ErrnoStatus(int err, absl::string_view what) {
@@ -56,7 +59,7 @@ class SsdTier::Impl {
     absl::Time start;
   };
 
-  Impl(const SsdTierOptions& options) : options_(options) {}
+  Impl(const SsdTierOptions& options) : options_(options), failed_submits_(options.failed_submits_for_testing) {}
 
   ~Impl() {
     if (ring_ready_) {
@@ -67,7 +70,7 @@ class SsdTier::Impl {
         io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
         io_uring_prep_nop(sqe);
         io_uring_sqe_set_data(sqe, nullptr);  // tells the reaper to stop
-        io_uring_submit(&ring_);
+        SubmitLocked();
       }
       reaper_.join();
       io_uring_queue_exit(&ring_);
@@ -300,9 +303,31 @@ class SsdTier::Impl {
   }
 
   void SubmitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sub_mu_) {
-    if (int rc = io_uring_submit(&ring_); rc < 0) {
-      // The SQEs stay queued and go with the next submit; the reaper still completes them.
-      LOG(WARNING) << "io_uring_submit: " << std::strerror(-rc);
+    int rc = 0;
+    if (failed_submits_ > 0) {
+      --failed_submits_;
+      rc = -EBUSY;
+    } else {
+      rc = io_uring_submit(&ring_);
+    }
+    if (rc < 0) {
+      // The SQEs stay queued: the reaper submits them again when it finds no completion
+      // for kResubmitAfter (nothing else may come to submit them).
+      LOG_EVERY_N_SEC(WARNING, 10) << "io_uring_submit: " << std::strerror(-rc) << " (submitted again shortly)";
+    }
+  }
+
+  // Waits for a completion. Where the kernel takes a timeout without an SQE of its own
+  // (IORING_FEAT_EXT_ARG, Linux 5.11+), it waits kResubmitAfter at a time and submits what
+  // a failed submit left in the ring.
+  int WaitCqe(io_uring_cqe** first) {
+    if ((ring_.features & IORING_FEAT_EXT_ARG) == 0) return io_uring_wait_cqe(&ring_, first);
+    for (;;) {
+      __kernel_timespec ts{0, absl::ToInt64Nanoseconds(kResubmitAfter)};
+      const int rc = io_uring_wait_cqe_timeout(&ring_, first, &ts);
+      if (rc != -ETIME) return rc;
+      MutexLock lock(&sub_mu_);
+      if (io_uring_sq_ready(&ring_) > 0) SubmitLocked();
     }
   }
 
@@ -313,7 +338,7 @@ class SsdTier::Impl {
     std::vector<std::pair<Request*, int>> done;
     for (;;) {
       io_uring_cqe* first = nullptr;
-      int rc = io_uring_wait_cqe(&ring_, &first);
+      int rc = WaitCqe(&first);
       if (rc == -EINTR) continue;
       if (rc < 0) {
         LOG(ERROR) << "io_uring_wait_cqe: " << std::strerror(-rc);
@@ -374,6 +399,7 @@ class SsdTier::Impl {
   bool ring_ready_ = false;
   Mutex sub_mu_;
   int inflight_ ABSL_GUARDED_BY(sub_mu_) = 0;
+  int failed_submits_ ABSL_GUARDED_BY(sub_mu_) = 0;  // SsdTierOptions::failed_submits_for_testing
   std::deque<Request*> waiting_ ABSL_GUARDED_BY(sub_mu_);  // past queue_depth, in arrival order
   std::vector<iovec> registered_ ABSL_GUARDED_BY(sub_mu_);
   std::thread reaper_;

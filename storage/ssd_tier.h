@@ -40,6 +40,8 @@ struct SsdTierOptions {
   // Crash tests: every block write and completed sync is journaled (write_journal.h);
   // null in production. Not owned.
   class WriteJournal* journal = nullptr;
+  // Tests: this many io_uring_submit calls fail (EBUSY) before the ring is submitted to.
+  int failed_submits_for_testing = 0;
 };
 
 struct SsdLocation {

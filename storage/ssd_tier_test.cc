@@ -2,7 +2,9 @@
 
 #include <stdlib.h>
 
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <set>
 #include <vector>
@@ -96,6 +98,31 @@ TEST_F(SsdTierTest, MarkAllocatedRejectsBadAndTakenLocations) {
 
 // A chunk's header page is read and written on its own (an index rebuild reads headers
 // only; retiring a block erases its header only), and nothing else of the block changes.
+// A submit that fails (EBUSY, say) leaves its requests in the ring with nothing else to
+// submit them: the completion thread submits them again, so they complete (and the tier's
+// destructor, which waits for them, returns).
+TEST_F(SsdTierTest, RequestsAFailedSubmitLeftBehindComplete) {
+  SsdTierOptions o;
+  o.dirs = {dir_ / "d0"};
+  o.capacity_bytes_per_dir = 4 * kBlock;
+  o.block_bytes = kBlock;
+  o.failed_submits_for_testing = 2;
+  auto tier = SsdTier::Open(o);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  Buffer block = Aligned(kBlock), back = Aligned(kBlock);
+  for (int64_t i = 0; i < kBlock; ++i) block[i] = static_cast<std::byte>(i % 249 + 3);
+  std::promise<absl::Status> written, read;
+  (*tier)->Write({0, 0}, block.get(), [&](absl::Status s) { written.set_value(s); });
+  auto w = written.get_future();
+  ASSERT_EQ(w.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "a request a failed submit left hangs";
+  ASSERT_TRUE(w.get().ok());
+  (*tier)->Read({0, 0}, back.get(), [&](absl::Status s) { read.set_value(s); });
+  auto r = read.get_future();
+  ASSERT_EQ(r.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "a request a failed submit left hangs";
+  ASSERT_TRUE(r.get().ok());
+  EXPECT_EQ(std::memcmp(block.get(), back.get(), kBlock), 0);
+}
+
 TEST_F(SsdTierTest, AHeaderPageIsReadAndWrittenOnItsOwn) {
   auto tier = Open(1, 4);
   ASSERT_NE(tier, nullptr);
