@@ -123,6 +123,38 @@ TEST_F(SystemPromptEngineTest, NoIdlePromptsKeptStillServesTheTurnsThatWaitForOn
       << "the prompt went and came back";
 }
 
+// Forward fails once armed (a device fault in the middle of a prompt job).
+class ForwardFailsBackend final : public testing::CpuBackendWrapper {
+ public:
+  using CpuBackendWrapper::CpuBackendWrapper;
+  absl::Status Forward(absl::Span<const model::ForwardEntry> batch) override {
+    if (armed) return absl::InternalError("the step failed (injected)");
+    return CpuBackendWrapper::Forward(batch);
+  }
+  std::atomic<bool> armed{false};
+};
+
+// A prefix a batch built (in KV memory only) is registered, which brings it in anew to be
+// stored; that job fails: the prompt gauges say no prompt is resident (they said one).
+TEST_F(SystemPromptEngineTest, PromptGaugesFollowARegisteredBatchPrefixWhoseJobFails) {
+  auto store = HostOnlyStore(SmallConfig(), Fingerprint());
+  metrics::Registry registry;
+  auto backend = std::make_unique<ForwardFailsBackend>(CpuModel(), "cpu");
+  ForwardFailsBackend* fails = backend.get();
+  auto engine = Make(std::move(backend), store.get(), &registry, 64);
+  const std::vector<int32_t> system = SystemPart(100, 6);
+  TurnRequest batch = Turn("\x01" "batch/0", system, 8, 1, 4);
+  batch.batch = true;
+  ASSERT_TRUE(RunAll(*engine, {batch})[0].status.ok());
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  ASSERT_EQ(Exported(registry, "strata_system_prompts"), 1) << "the batch's prefix is resident";
+  fails->armed = true;
+  ASSERT_TRUE(engine->RegisterSystemPrompt("t", system).ok());
+  ASSERT_TRUE(engine->AwaitIdle(absl::Seconds(30)));
+  EXPECT_EQ(Exported(registry, "strata_system_prompts"), 0);
+  EXPECT_EQ(Exported(registry, "strata_system_prompt_bytes"), 0);
+}
+
 // Runs `after_drop` once, right after the store drops something.
 class DropHookStore final : public storage::testing::ForwardingStore {
  public:

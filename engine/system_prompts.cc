@@ -268,6 +268,7 @@ absl::StatusOr<std::string> Engine::RegisterSystemPrompt(const std::string& tena
     // anew by a prompt job that saves it (the batch's turns keep the instance they run on).
     prompts_.erase(it);
     it = prompts_.end();
+    PublishPromptGaugesLocked();
   }
   if (it != prompts_.end() && it->second->state != SharedPrompt::State::kFailed) {
     it->second->ephemeral = false;  // registered: it lasts (a job in flight saves it)
