@@ -115,7 +115,16 @@ grpc::Status ChatServiceImpl::DoChat(grpc::ServerContext* context, const v1::Cha
     }
     // A call whose deadline passed fails with DeadlineExceeded, not as a client's cancel.
     if (!event.error.ok()) return ToGrpcStatus(event.error);
-    if (client_gone) continue;  // drain until the engine lets go of the turn
+    if (client_gone) {
+      // Drained until the engine lets go of the turn: its last event (a turn that finished
+      // in the step the cancel came in) ends the call; no event follows it.
+      if (event.done.has_value()) {
+        return WhyOver(*context, arrival) == engine::CancelReason::kDeadline
+                   ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the call's deadline passed")
+                   : grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      }
+      continue;
+    }
     v1::ChatEvent out;
     if (!event.token_ids.empty() || !event.text.empty()) {
       v1::TokenDelta* delta = out.mutable_delta();

@@ -219,6 +219,37 @@ TEST(LifecycleE2eTest, DeadlinesAndCancellationsAreCountedApart) {
   EXPECT_EQ(FinishedTurns(server, "stop") + FinishedTurns(server, "length") + FinishedTurns(server, "error"), 0);
 }
 
+// Calls that go away while their turn's last step runs (a one-token answer to a long
+// prompt, cancelled or timed out within its prefill): every handler ends (none is left
+// waiting for an event after the turn's last), and the server then stops at once on SIGTERM.
+TEST(LifecycleE2eTest, CallsThatGoAwayInTheirTurnsLastStepAllEnd) {
+  auto started = ServerProcess::Start({});
+  ASSERT_TRUE(started.ok()) << started.status();
+  ServerProcess& server = **started;
+  auto stub = v1::ChatService::NewStub(grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()));
+  constexpr int kCalls = 16;
+  for (int i = 0; i < kCalls; ++i) {
+    v1::ChatRequest r = LongTurn("last-step-" + std::to_string(i), 1);
+    r.mutable_messages(0)->set_content(std::string(400, static_cast<char>('a' + i % 26)));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(5 + 6 * i));
+    auto reader = stub->Chat(&ctx, r);
+    v1::ChatEvent event;
+    while (reader->Read(&event)) {
+    }
+    (void)reader->Finish();
+  }
+  auto ended = [&] {
+    return ChatCalls(server, "ok") + ChatCalls(server, "cancelled") + ChatCalls(server, "deadline_exceeded");
+  };
+  for (int i = 0; i < 100 && ended() < kCalls; ++i) absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(ended(), kCalls) << "handlers of calls that went away never ended";
+  const absl::Time stop = absl::Now();
+  const int status = server.Stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_LT(absl::Now() - stop, absl::Seconds(10)) << "SIGTERM waited for stuck handlers";
+}
+
 // Each open ChatSession stream holds one of the server's gRPC threads. Past
 // --max_rpc_threads a new stream or call gets RESOURCE_EXHAUSTED at once, the streams
 // already open keep working, health still answers, and once streams close calls succeed
