@@ -72,6 +72,7 @@ grpc::Status BatchServiceImpl::BatchGenerate(grpc::ServerContext* context,
   v1::BatchOptions options;
   std::vector<v1::BatchPrompt> prompts;
   v1::BatchRequest request;
+  proto::last_request_malformed = false;
   for (bool first = true; stream->Read(&request); first = false) {
     if (request.has_options()) {
       if (!first) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "options come only as the first message");
@@ -87,6 +88,8 @@ grpc::Status BatchServiceImpl::BatchGenerate(grpc::ServerContext* context,
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a BatchRequest holds options or a prompt");
     }
   }
+  // A message that did not parse ends the reads as the client's close would: nothing runs.
+  if (proto::last_request_malformed) return proto::MalformedRequest("strata::v1::BatchRequest");
   if (prompts.empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the batch is empty: send at least one prompt");
   }

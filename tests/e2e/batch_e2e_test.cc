@@ -2,8 +2,10 @@
 // Chat on a server with the cache off; the plan shares the documents' prefixes; bad prompts
 // get their own errors and the rest completes; a chat turn sent during a batch goes first;
 // `strata batch` turns a JSONL file (malformed lines included) into result lines.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -157,6 +159,52 @@ TEST(BatchE2eTest, BadPromptsGetTheirOwnErrorsAndTheRestCompletes) {
   std::vector<v1::BatchRequest> late_options = DocumentBatch(1);
   late_options.emplace_back().mutable_options()->set_planning(v1::BATCH_PLANNING_NONE);
   EXPECT_EQ(RunBatch((*server)->target(), late_options).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// A message in the middle of the batch that does not parse (a prompt id that is not
+// UTF-8) fails the whole call with INVALID_ARGUMENT, and nothing of it runs: before, the
+// reads ended there as at the client's close, and the prompts before it ran.
+TEST(BatchE2eTest, AMessageThatDoesNotParseFailsTheBatchAndRunsNothing) {
+  auto server = ServerProcess::Start({});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = grpc::CreateChannel((*server)->target(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  grpc::CompletionQueue cq;
+  void* tag;
+  bool ok;
+  auto call = generic.PrepareCall(&ctx, "/strata.v1.BatchService/BatchGenerate", &cq);
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  v1::BatchRequest bad_id = Prompt("b", {{"user", "second"}}, 4);
+  bad_id.mutable_prompt()->set_id("\xff\xfe");  // serialized as bytes: not UTF-8
+  for (const v1::BatchRequest& r : {Prompt("a", {{"user", "first"}}, 4), bad_id, Prompt("c", {{"user", "third"}}, 4)}) {
+    std::string bytes;
+    ASSERT_TRUE(r.SerializePartialToString(&bytes));
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer buffer(&slice, 1);
+    call->Write(buffer, reinterpret_cast<void*>(2));
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+  }
+  call->WritesDone(reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  int events = 0;
+  for (;;) {
+    grpc::ByteBuffer reply;
+    call->Read(&reply, reinterpret_cast<void*>(4));
+    if (!cq.Next(&tag, &ok) || !ok) break;
+    ++events;
+  }
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("BatchRequest"), std::string::npos) << status.error_message();
+  EXPECT_EQ(events, 0) << "a batch with a malformed message ran";
 }
 
 TEST(BatchE2eTest, AChatTurnDuringABatchGoesFirst) {
