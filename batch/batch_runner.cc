@@ -110,7 +110,9 @@ RunSummary BatchRunner::Run(std::vector<engine::TurnRequest> items, const std::f
       const Group& g = groups[static_cast<size_t>(gi)];
       engine::TurnRequest turn = items[static_cast<size_t>(item)];
       const int64_t prompt = static_cast<int64_t>(turn.prompt.size());
-      const int64_t answer = std::clamp<int64_t>(turn.max_new_tokens, 0, engine_->context_tokens() - prompt);
+      // (A prompt past the context is refused by the engine; it holds no answer's room.)
+      const int64_t answer =
+          std::clamp<int64_t>(turn.max_new_tokens, 0, std::max<int64_t>(0, engine_->context_tokens() - prompt));
       const int64_t own = prompt - g.prefix + answer;
       const int64_t need = own + (g.active ? 0 : g.prefix);
       if (!flights.empty() && in_use + need > budget) break;

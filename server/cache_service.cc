@@ -144,7 +144,8 @@ grpc::Status CacheServiceImpl::Flush(grpc::ServerContext* context, const v1::Flu
   for (const std::string& id : request->session_ids()) {
     if (absl::Status s = ValidateSessionId(id); !s.ok()) return ToGrpcStatus(s);
   }
-  if (store_ == nullptr) return ToGrpcStatus(CacheOff());
+  // Nothing can be persisted: no working SSD tier, as cache.proto says for Flush.
+  if (store_ == nullptr) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the session cache is off (--cache=off)");
   const absl::Duration timeout =
       request->timeout_ms() == 0 ? absl::Seconds(30) : absl::Milliseconds(request->timeout_ms());
   const absl::Time deadline = absl::Now() + timeout;

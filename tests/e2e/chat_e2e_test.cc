@@ -384,6 +384,13 @@ TEST_F(ChatE2eTest, CacheServiceReportsAndDropsSessions) {
   v1::PrefetchResponse pr;
   ASSERT_TRUE(client.cache().Prefetch(&prefetch_ctx, prefetch, &pr).ok());
   EXPECT_EQ(pr.accepted(), 1u);  // the stored one
+  // With the cache off nothing can be persisted: Flush is FAILED_PRECONDITION (cache.proto).
+  Client off(cache_off_->target());
+  grpc::ClientContext flush_ctx;
+  v1::FlushRequest flush;
+  flush.add_session_ids("kept");
+  v1::FlushResponse flushed;
+  EXPECT_EQ(off.cache().Flush(&flush_ctx, flush, &flushed).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 TEST_F(ChatE2eTest, ClientThatGoesAwayFreesItsSession) {
