@@ -220,7 +220,8 @@ std::unique_ptr<Engine::Running> Engine::Start(Queued& queued) {
   uint64_t lent_by = 0;
   auto seq = TakeSequence(queued, capacity, &hbm_tokens, prefix, base_tokens, &lent_by);
   if (!seq.ok()) {
-    if (absl::IsResourceExhausted(seq.status()) && !running_.empty()) return nullptr;  // waits for room
+    // Waits for room where running turns or write-backs in flight hold it (they let go).
+    if (absl::IsResourceExhausted(seq.status()) && (!running_.empty() || !saves_in_flight_.empty())) return nullptr;
     Abandon(queued, seq.status());
     return nullptr;
   }

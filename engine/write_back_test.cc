@@ -289,6 +289,42 @@ TEST_F(WriteBackTest, AFailedSaveDoesNotDropTheNextSessionsSave) {
   EXPECT_TRUE(store_->Get({"t", "good"}).ok()) << "the next session's save was dropped for the failed one's";
 }
 
+// KV memory held only by a write-back in flight (the one turn that ran has ended, its copy
+// not landed): the next session's turn waits for it, and answers as with the cache off
+// (it failed with RESOURCE_EXHAUSTED, where the cache off had freed the memory at once).
+TEST_F(WriteBackTest, ATurnWaitsForKvMemoryOnlyAWriteBackHolds) {
+  const model::ModelConfig c = SmallConfig();
+  auto make = [&](storage::SessionStore* store, std::shared_ptr<std::atomic<bool>> release) {
+    auto backend = std::make_unique<testing::LimitedBackend>(
+        std::make_unique<model::CpuModel>(model::ModelWeights::Random(c, 99, tokenizer_.SilentTokens())), 1, 4096);
+    if (release != nullptr) backend->HoldSaves(std::move(release));
+    auto e = Engine::Create({}, std::move(backend), &tokenizer_, store, nullptr);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return *std::move(e);
+  };
+  const std::vector<text::ChatMessage> first = {{"user", "Hello there."}}, second = {{"user", "Another session."}};
+  std::vector<TurnOutput> want;
+  {
+    auto off = make(nullptr, nullptr);
+    for (const auto* m : {&first, &second}) {
+      want.push_back(Collect(*off->Submit(ChatTurn(tokenizer_, m == &first ? "a" : "b", *m, 8))));
+    }
+  }
+  store_ = HostOnlyStore(c, model::ModelWeights::Random(c, 99, {}).fingerprint());
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  engine_ = make(store_.get(), release);
+  TurnOutput a = Collect(*engine_->Submit(ChatTurn(tokenizer_, "a", first, 8)));
+  ASSERT_TRUE(a.status.ok()) << a.status;
+  auto b_stream = engine_->Submit(ChatTurn(tokenizer_, "b", second, 8));
+  ASSERT_TRUE(b_stream.ok()) << b_stream.status();
+  absl::SleepFor(absl::Milliseconds(100));  // b finds the memory held by a's copy
+  *release = true;
+  TurnOutput b = Collect(*b_stream);
+  ASSERT_TRUE(b.status.ok()) << "a turn failed for memory a write-back was about to give back: " << b.status;
+  EXPECT_EQ(a.tokens, want[0].tokens);
+  EXPECT_EQ(b.tokens, want[1].tokens);
+}
+
 // AwaitIdle (what a drain waits for) covers the write-back: not idle while a finished
 // turn's copy is held back, idle once it lands, with the session then stored.
 TEST_F(WriteBackTest, IdleOnlyOnceTheWriteBacksHaveLanded) {

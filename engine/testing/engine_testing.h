@@ -196,6 +196,15 @@ class LimitedBackend final : public CpuBackendWrapper {
     return inner().SaveKv(*static_cast<const Seq&>(seq).inner, begin, count, payload, layout);
   }
   std::shared_ptr<int> peak() const { return peak_; }
+  // Saves then complete (their sequences free again) only once *release is set, as a GPU's
+  // held-up write stream's do; without it, at once.
+  void HoldSaves(std::shared_ptr<std::atomic<bool>> release) { release_ = std::move(release); }
+  absl::StatusOr<uint64_t> MarkKvSaves() override { return ++marked_; }
+  absl::StatusOr<bool> KvSavesDone(uint64_t) override { return release_ == nullptr || release_->load(); }
+  absl::Status FinishKvSaves() override {
+    while (release_ != nullptr && !release_->load()) absl::SleepFor(absl::Milliseconds(1));
+    return absl::OkStatus();
+  }
 
  private:
   struct Seq : model::SequenceState {
@@ -209,6 +218,8 @@ class LimitedBackend final : public CpuBackendWrapper {
   bool says_capacity_;
   std::shared_ptr<int> live_ = std::make_shared<int>(0);
   std::shared_ptr<int> peak_ = std::make_shared<int>(0);
+  std::shared_ptr<std::atomic<bool>> release_;
+  uint64_t marked_ = 0;
 };
 
 // A CPU backend whose every forward step takes at least `delay`.
