@@ -42,10 +42,14 @@ void HbmTier::Keep(const storage::SessionKey& key, std::unique_ptr<model::Sequen
                    std::vector<int32_t> tokens, int64_t base_tokens) {
   const std::string map_key = storage::SessionMapKey(key);
   Remove(map_key);
-  if (!enabled() || seq == nullptr || static_cast<int64_t>(tokens.size()) <= base_tokens) return;
+  if (!enabled() || seq == nullptr || static_cast<int64_t>(tokens.size()) <= base_tokens) {
+    Publish();  // (its earlier turn's copy may have gone)
+    return;
+  }
   const int64_t n = static_cast<int64_t>(tokens.size()) - base_tokens;  // its own
   if (absl::Status s = model_->ResizeSequence(*seq, n); !s.ok()) {
     LOG(WARNING) << "a finished turn's KV could not be shrunk to stay in HBM: " << s;
+    Publish();
     return;
   }
   Resident r;

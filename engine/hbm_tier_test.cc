@@ -85,6 +85,26 @@ TEST_F(HbmTierTest, ReturningTurnReusesItsResidentKvAndAnswersAsWithoutIt) {
   EXPECT_NE(text.find("strata_sessions{tier=\"hbm\"} 1"), std::string::npos) << text;
 }
 
+// A session whose next finished turn is not kept (here: a result no longer than its base)
+// leaves the tier, and the tier's gauges say so at once.
+TEST(HbmTierGaugesTest, ASessionKeptNoMoreLeavesTheGauges) {
+  text::ByteTokenizer tokenizer;
+  model::CpuModel model(model::ModelWeights::Random(SmallConfig(), 99, tokenizer.SilentTokens()));
+  metrics::Registry registry;
+  HbmTier tier({.capacity_bytes = int64_t{64} << 20}, &model, &registry);
+  const storage::SessionKey key{"t", "s"};
+  auto seq = model.NewSequence(32);
+  ASSERT_TRUE(seq.ok());
+  tier.Keep(key, *std::move(seq), std::vector<int32_t>(20, 7), 0);
+  EXPECT_EQ(testing::Exported(registry, "strata_sessions{tier=\"hbm\"}"), 1);
+  EXPECT_GT(testing::Exported(registry, "strata_tier_bytes{tier=\"hbm\"}"), 0);
+  auto next = model.NewSequence(32);
+  ASSERT_TRUE(next.ok());
+  tier.Keep(key, *std::move(next), std::vector<int32_t>(4, 7), /*base_tokens=*/4);  // nothing of its own
+  EXPECT_EQ(testing::Exported(registry, "strata_sessions{tier=\"hbm\"}"), 0);
+  EXPECT_EQ(testing::Exported(registry, "strata_tier_bytes{tier=\"hbm\"}"), 0);
+}
+
 // strata_kv_transfer_bytes_total: a turn served from the host tier loads exactly its
 // reused tokens' KV; one served from HBM copies nothing in; every finished turn's
 // write-back is counted as saved.
