@@ -213,6 +213,9 @@ bool Engine::EvictIdlePromptLocked(const absl::flat_hash_set<std::string_view>* 
 }
 
 void Engine::TrimIdlePromptsLocked() {
+  int ready_unused = 0;
+  for (const auto& [k, p] : prompts_) ready_unused += p->state == SharedPrompt::State::kReady && p->users == 0;
+  if (ready_unused <= options_.max_idle_shared_prompts) return;  // (a turn's end: the queue is not read)
   // A prompt that queued turns wait for is not idle: it was brought in for them (with
   // max_idle_shared_prompts at 0 it would go again before they start, and come back).
   absl::flat_hash_set<std::string_view> wanted;

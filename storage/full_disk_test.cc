@@ -32,6 +32,14 @@ class FullDiskTest : public TieredStoreTest {
       ASSERT_TRUE(store_->Flush(key, absl::Seconds(10)).ok());
     }
   }
+  // `sessions` persisted, then the store started again on the disk filled up.
+  void PersistThenRestartFull(int sessions) {
+    MakeTiered(8, 64);
+    Persist(sessions);
+    store_.reset();
+    ASSERT_TRUE(fs_.Fill(kLeft));
+    MakeTiered(8, 64);
+  }
   // Flush, once the store writes to SSD again (it tries every 10 s): FailedPrecondition
   // until then.
   absl::Status FlushOnceWritable(const SessionKey& key) {
@@ -93,11 +101,7 @@ TEST_F(FullDiskTest, ADamagedIndexOnAFullDiskDoesNotStopTheStore) {
 // A session dropped while the index cannot be written, then a restart before it can: the
 // session does not come back.
 TEST_F(FullDiskTest, ADropOnAFullDiskStaysDroppedAcrossARestart) {
-  MakeTiered(8, 64);
-  Persist(2);
-  store_.reset();
-  ASSERT_TRUE(fs_.Fill(kLeft));
-  MakeTiered(8, 64);
+  ASSERT_NO_FATAL_FAILURE(PersistThenRestartFull(2));
   SessionKey dropped{"t", "s0"};
   ASSERT_TRUE(store_->Get(dropped).ok());
   ASSERT_TRUE(store_->Drop(dropped).ok());
@@ -116,11 +120,7 @@ TEST_F(FullDiskTest, ADropOnAFullDiskStaysDroppedAcrossARestart) {
 // A session dropped and saved anew while the index is read-only: once it is writable again
 // the old record goes before the new one is put, so the new version is what persists.
 TEST_F(FullDiskTest, ASessionDroppedAndSavedAnewOnAFullDiskKeepsItsNewVersion) {
-  MakeTiered(8, 64);
-  Persist(1);
-  store_.reset();
-  ASSERT_TRUE(fs_.Fill(kLeft));
-  MakeTiered(8, 64);
+  ASSERT_NO_FATAL_FAILURE(PersistThenRestartFull(1));
   SessionKey key{"t", "s0"};
   ASSERT_TRUE(store_->Drop(key).ok());
   ASSERT_TRUE(SaveAll(key, Iota(12, 500), 0, /*salt=*/5).ok());

@@ -1,36 +1,19 @@
 #include "storage/pending_drops.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "base/sync_directory.h"
+#include "base/durable_file.h"
 
 namespace strata::storage {
+
 absl::Status PendingDrops::Add(const SessionKey& key, uint64_t when_us) {
-  const std::string line =
-      absl::StrCat(when_us, " ", key.tenant.size(), " ", key.session_id.size(), " ", key.tenant, key.session_id, "\n");
-  std::error_code ec;
-  const bool created = !std::filesystem::exists(path_, ec);
-  const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", path_, ": ", std::strerror(errno)));
-  const ssize_t wrote = ::write(fd, line.data(), line.size());
-  const int err = wrote < 0 ? errno : 0;
-  const bool synced = wrote == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced) {
-    return absl::InternalError(absl::StrCat("cannot record a drop in ", path_, ": ",
-                                            err != 0 ? std::strerror(err) : "short write or fsync failed"));
-  }
-  if (created) SyncDirectoryOf(path_);
-  return absl::OkStatus();
+  return WriteFileDurably(
+      path_, absl::StrCat(when_us, " ", key.tenant.size(), " ", key.session_id.size(), " ", key.tenant, key.session_id, "\n"),
+      /*append=*/true);
 }
 
 absl::flat_hash_map<std::string, uint64_t> PendingDrops::Load() const {

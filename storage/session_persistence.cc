@@ -76,9 +76,6 @@ void SessionStoreImpl::RunPersistJob(PersistJob job) {
   absl::Status s = index_->Delete(job.tenant, job.session_id);
   if (absl::IsFailedPrecondition(s)) {
     // The index is read-only: the record goes (and the blocks come free) once it is writable.
-    // Until then the chunks' headers are erased in place (a full file system still takes
-    // writes into the data file's blocks), so that a start before then finds the record
-    // unbacked and drops it: a dropped session never comes back.
     // Until then the drop is recorded beside the index (a restart before then does not
     // recover the record) and the chunks' headers are erased in place (nor does a rebuild
     // take them up; a full file system still takes writes into the data file's blocks).

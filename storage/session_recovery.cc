@@ -1,20 +1,16 @@
 // SessionStoreImpl, recovery at start: the persisted sessions come back from the index,
 // which is first rebuilt from the SSD data file's chunk headers when it was lost.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/log.h"
-#include "base/sync_directory.h"
+#include "base/durable_file.h"
 #include "base/mutex.h"
 #include "storage/index_rebuild.h"
 #include "storage/session_store_impl.h"
@@ -77,22 +73,30 @@ absl::Status SessionStoreImpl::Recover() {
       });
   // A block two records name (a record the index brought back after its write failed, whose
   // blocks were reused since) belongs to the newer record: the one written after it. The
-  // older is stale; its blocks are never served, erased or freed on its account.
-  absl::flat_hash_map<std::pair<uint32_t, uint64_t>, uint64_t> owner;  // block -> newest generation naming it
+  // older is stale; its blocks are never served, erased or freed on its account. (A block
+  // named twice at one generation, by one record or two, belongs to none.)
+  struct Claim {
+    uint64_t generation = 0;
+    int claims = 0;  // at that generation
+  };
+  absl::flat_hash_map<std::pair<uint32_t, uint64_t>, Claim> owner;
   for (const SessionRecord& r : usable_records) {
     for (const IndexedChunk& c : r.chunks) {
-      uint64_t& g = owner[{c.file, c.offset}];
-      g = std::max(g, r.generation);
+      Claim& claim = owner[{c.file, c.offset}];
+      if (claim.claims == 0 || r.generation > claim.generation) {
+        claim = {r.generation, 1};
+      } else if (r.generation == claim.generation) {
+        ++claim.claims;
+      }
     }
   }
   int double_claimed = 0;
   for (SessionRecord& r : usable_records) {
     const bool owns_all = std::all_of(r.chunks.begin(), r.chunks.end(), [&](const IndexedChunk& c) {
-      return owner[{c.file, c.offset}] == r.generation;
+      const Claim& claim = owner.at({c.file, c.offset});
+      return claim.generation == r.generation && claim.claims == 1;
     });
-    absl::flat_hash_set<std::pair<uint32_t, uint64_t>> blocks;
-    for (const IndexedChunk& c : r.chunks) blocks.insert({c.file, c.offset});
-    if (!owns_all || blocks.size() != r.chunks.size()) {  // (or names one block twice)
+    if (!owns_all) {
       ++double_claimed;
       stale.push_back(std::move(r));
       continue;
@@ -262,14 +266,10 @@ bool SessionStoreImpl::RebuildIndexIfLost() {
 std::string SessionStoreImpl::RebuildPendingPath() const { return options_.index_dir + ".rebuild-pending"; }
 
 bool SessionStoreImpl::MarkRebuildPending() {
-  const std::string path = RebuildPendingPath();
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return false;
-  static constexpr char kWhy[] = "strata: rebuild the session index from the SSD data file at the next start\n";
-  const bool ok = ::write(fd, kWhy, sizeof(kWhy) - 1) == static_cast<ssize_t>(sizeof(kWhy) - 1) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (ok) SyncDirectoryOf(path);
-  return ok;
+  return WriteFileDurably(RebuildPendingPath(),
+                          "strata: rebuild the session index from the SSD data file at the next start\n",
+                          /*append=*/false)
+      .ok();
 }
 
 }  // namespace strata::storage
